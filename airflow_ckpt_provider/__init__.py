@@ -1,0 +1,35 @@
+"""Airflow provider that moves Spark Structured Streaming jobs reading Kafka to a new checkpoint.
+
+The pure core lives in :mod:`airflow_ckpt_provider.checkpoint`; the Airflow ring in ``hooks``,
+``operators`` and ``triggers``; the code that runs inside the Spark driver in ``spark``; the
+embedded local stack used by the demo and the tests in ``local``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+PACKAGE_NAME = "airflow-ckpt-provider"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Describe the provider to Airflow's ``apache_airflow_provider`` entry point."""
+    return {
+        "package-name": PACKAGE_NAME,
+        "name": "Spark Structured Streaming checkpoint upgrades",
+        "description": (
+            "Operators that move a Spark Structured Streaming job reading Kafka to a new "
+            "checkpoint: graceful stop, handover of the last committed offsets, verified "
+            "archive, relaunch from explicit startingOffsets, verification and rollback."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Spark Structured Streaming checkpoints",
+                "external-doc-url": "https://spark.apache.org/docs/latest/streaming/",
+                "tags": ["apache"],
+            }
+        ],
+    }

@@ -1,0 +1,222 @@
+"""The handover: where a new query must start so that nothing is lost and nothing is repeated.
+
+A :class:`Handover` records the offsets of every source at the LAST COMMITTED batch of the old
+checkpoint (offsets/N where commits/N exists), or the initial offsets recorded in ``sources/``
+when the old query never committed a batch. It is a JSON-able value object for XCom and archive
+manifests: ``Handover.from_json(h.to_json()) == h`` and the JSON text round-trips byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    AmbiguousSource,
+    CheckpointError,
+    InvalidHandover,
+    NoOffsets,
+    SourceNotKafka,
+)
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+
+_KEYS = frozenset(
+    {"format", "query_id", "checkpoint_uri", "batch_id", "from_initial", "in_flight_batch",
+     "taken_at", "sources"}
+)
+_SOURCE_KEYS = frozenset({"index", "name", "kind", "raw", "offsets"})
+
+
+def utc_now() -> str:
+    """Current UTC time as an ISO 8601 string with an explicit +00:00 offset."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _bad(found: str, expected: str) -> InvalidHandover:
+    return InvalidHandover(found=found, expected=expected)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _describe(sources: tuple[SourceOffsets, ...]) -> str:
+    return ", ".join(f"{s.label}={s.kind.value}" for s in sources) or "no sources"
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Offsets of every source where the new query must start.
+
+    ``batch_id`` is the last committed batch, or None when ``from_initial`` (nothing committed,
+    the initial offsets from ``sources/`` were used). ``in_flight_batch`` is a planned but
+    uncommitted batch whose offsets were deliberately NOT used. Construction raises
+    :class:`InvalidHandover` on inconsistent fields.
+    """
+
+    FORMAT: ClassVar[int] = 1
+
+    query_id: str | None
+    checkpoint_uri: str
+    batch_id: int | None
+    from_initial: bool
+    sources: tuple[SourceOffsets, ...]
+    in_flight_batch: int | None
+    taken_at: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
+        if self.from_initial != (self.batch_id is None):
+            raise _bad(f"batch_id={self.batch_id} with from_initial={self.from_initial}",
+                       "from_initial exactly when batch_id is null")
+        for name in ("batch_id", "in_flight_batch"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise _bad(f"{name}={value!r}", f"{name} as a non-negative integer or null")
+        if self.batch_id is not None and self.in_flight_batch is not None and (
+            self.in_flight_batch <= self.batch_id
+        ):
+            raise _bad(f"in_flight_batch={self.in_flight_batch} <= batch_id={self.batch_id}",
+                       "an in-flight batch after the committed one")
+        if not self.sources or not all(isinstance(s, SourceOffsets) for s in self.sources):
+            raise _bad("no sources", "at least one SourceOffsets")
+        if len({s.index for s in self.sources}) != len(self.sources):
+            raise _bad("duplicate source indexes", "unique source indexes")
+        try:
+            stamp = datetime.fromisoformat(self.taken_at)
+        except (TypeError, ValueError):
+            raise _bad(f"taken_at={self.taken_at!r}", "an ISO 8601 timestamp") from None
+        if stamp.utcoffset() is None or stamp.utcoffset().total_seconds() != 0:
+            raise _bad(f"taken_at={self.taken_at!r}", "a UTC timestamp (+00:00)")
+
+    def source(self, source: int | str) -> SourceOffsets:
+        """The source with this index (int or digit string) or name; SourceNotKafka if absent."""
+        if isinstance(source, str) and source.isdigit():
+            source = int(source)
+        for entry in self.sources:
+            if (entry.index if isinstance(source, int) else entry.name) == source:
+                return entry
+        raise SourceNotKafka(found=f"no source {source!r} (sources: {_describe(self.sources)})",
+                             expected="an existing source index or name")
+
+    def kafka_offsets(self, source: int | str | None = None) -> KafkaOffsets:
+        """Kafka offsets of ``source`` (index or name); default: the only Kafka source.
+
+        Raises :class:`SourceNotKafka` if there is no Kafka source or the chosen one is not
+        Kafka, :class:`AmbiguousSource` if several are and none was chosen.
+        """
+        if source is not None:
+            entry = self.source(source)
+            if entry.kafka is None:
+                raise SourceNotKafka(found=f"source {entry.label} of kind {entry.kind.value}",
+                                     expected="a Kafka source")
+            return entry.kafka
+        kafka = [s for s in self.sources if s.kafka is not None]
+        if not kafka:
+            raise SourceNotKafka(found=_describe(self.sources), expected="one Kafka source")
+        if len(kafka) > 1:
+            raise AmbiguousSource(found=f"Kafka sources {', '.join(s.label for s in kafka)}",
+                                  expected="a source index")
+        return kafka[0].kafka  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.FORMAT,
+            "query_id": self.query_id,
+            "checkpoint_uri": self.checkpoint_uri,
+            "batch_id": self.batch_id,
+            "from_initial": self.from_initial,
+            "in_flight_batch": self.in_flight_batch,
+            "taken_at": self.taken_at,
+            "sources": [
+                {"index": s.index, "name": s.name, "kind": s.kind.value, "raw": s.raw,
+                 "offsets": s.offsets_json()}
+                for s in self.sources
+            ],
+        }
+
+    def to_json(self) -> str:
+        """Deterministic compact JSON (sorted keys)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> Handover:
+        """Rebuild from :meth:`to_json` output; raises :class:`InvalidHandover` on anything else."""
+        if isinstance(data, (str, bytes)):
+            try:
+                data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except ValueError as exc:
+                raise _bad(f"text that is not valid JSON ({exc})", "handover JSON") from None
+        if not isinstance(data, Mapping) or set(data) != _KEYS:
+            keys = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            raise _bad(f"keys {keys}", f"exactly {sorted(_KEYS)}")
+        if data["format"] != cls.FORMAT:
+            raise _bad(f"format {data['format']!r}", f"format {cls.FORMAT}")
+        for key in ("query_id", "checkpoint_uri", "taken_at"):
+            if not isinstance(data[key], str) and not (key == "query_id" and data[key] is None):
+                raise _bad(f"{key}={data[key]!r}", f"{key} as a string")
+        if not isinstance(data["from_initial"], bool) or not isinstance(data["sources"], list):
+            raise _bad("malformed from_initial or sources", "a boolean and a list")
+        return cls(
+            query_id=data["query_id"],
+            checkpoint_uri=data["checkpoint_uri"],
+            batch_id=data["batch_id"],
+            from_initial=data["from_initial"],
+            sources=tuple(_source_from_dict(s) for s in data["sources"]),
+            in_flight_batch=data["in_flight_batch"],
+            taken_at=data["taken_at"],
+        )
+
+
+def _source_from_dict(data: Any) -> SourceOffsets:
+    if not isinstance(data, Mapping) or set(data) != _SOURCE_KEYS:
+        raise _bad(f"source entry {data!r:.60}", f"keys {sorted(_SOURCE_KEYS)}")
+    index, name, raw = data["index"], data["name"], data["raw"]
+    if not _is_int(index) or index < 0 or not isinstance(name, (str, type(None))) or not isinstance(
+        raw, (str, type(None))
+    ):
+        raise _bad(f"source entry {data!r:.60}", "index int >= 0, name and raw strings or null")
+    try:
+        entry = SourceOffsets.parse(index, raw, name=name)
+    except CheckpointError as exc:
+        if "\n" not in (raw or ""):
+            raise _bad(f"source {index} raw offsets: {exc.found}", "valid offsets") from None
+        entry = SourceOffsets(index=index, kind=SourceKind.UNKNOWN, raw=raw, name=name)
+    if entry.kind.value != data["kind"] or entry.offsets_json() != data["offsets"]:
+        raise _bad(f"source {index} kind/offsets that do not match its raw text",
+                   "kind and offsets derived from raw")
+    return entry
+
+
+def handover_from_snapshot(snapshot: CheckpointSnapshot, *, taken_at: str | None = None) -> Handover:
+    """Build the handover from a snapshot: last committed batch, else the initial offsets.
+
+    Never uses the offsets of an uncommitted batch. Raises :class:`NoOffsets` when nothing was
+    committed and no initial offsets were recorded.
+    """
+    if snapshot.last_committed_batch is not None:
+        batch_id, sources, from_initial = snapshot.last_committed_batch, snapshot.sources, False
+    elif snapshot.initial_sources:
+        batch_id, sources, from_initial = None, snapshot.initial_sources, True
+    else:
+        planned = snapshot.last_planned_batch
+        raise NoOffsets(
+            found="no committed batch and no initial offsets under sources/"
+            + (f" (batch {planned} planned, not committed)" if planned is not None else ""),
+            expected="commits/N with offsets/N, or sources/<i>/0",
+        )
+    return Handover(
+        query_id=snapshot.query_id,
+        checkpoint_uri=snapshot.uri,
+        batch_id=batch_id,
+        from_initial=from_initial,
+        sources=sources,
+        in_flight_batch=snapshot.in_flight_batch,
+        taken_at=taken_at if taken_at is not None else utc_now(),
+    )

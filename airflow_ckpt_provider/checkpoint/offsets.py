@@ -1,0 +1,218 @@
+"""Offset value objects: Kafka offsets and the classified offset of one streaming source.
+
+:class:`KafkaOffsets` maps topic -> partition -> NEXT offset to read (the exclusive end of a
+batch), with -2 (earliest) and -1 (latest) allowed as sentinels, exactly what Spark's Kafka
+source accepts as ``startingOffsets``. :class:`SourceOffsets` is one source line of an offset log
+(or one initial-offsets file) together with the kind of source it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets
+
+EARLIEST = -2
+LATEST = -1
+
+_PARTITION_KEY = re.compile(r"(0|[1-9][0-9]*)\Z")
+
+
+def parse_json(text: str) -> Any:
+    """Parse JSON strictly: duplicate object keys and NaN/Infinity raise ``ValueError``."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in items:
+            if key in result:
+                raise ValueError(f"duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _invalid(found: str) -> InvalidOffsets:
+    return InvalidOffsets(found=found, expected="topic -> partition -> offset >= -2")
+
+
+@dataclass(frozen=True)
+class KafkaOffsets:
+    """Immutable topic -> partition -> next offset; normalised to sorted, read-only mappings.
+
+    Raises :class:`InvalidOffsets` for empty topic names, negative or non-int partitions,
+    non-int offsets or offsets below -2.
+    """
+
+    offsets: Mapping[str, Mapping[int, int]]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.offsets, Mapping):
+            raise _invalid(f"a {type(self.offsets).__name__}")
+        for topic in self.offsets:
+            if not isinstance(topic, str) or not topic:
+                raise _invalid(f"topic name {topic!r}")
+        normalised: dict[str, Mapping[int, int]] = {}
+        for topic in sorted(self.offsets):
+            partitions = self.offsets[topic]
+            if not isinstance(partitions, Mapping):
+                raise _invalid(f"{type(partitions).__name__} for topic {topic!r}")
+            for partition, offset in partitions.items():
+                if type(partition) is not int or partition < 0:  # noqa: E721 - excludes bool, fast
+                    raise _invalid(f"partition {partition!r} of topic {topic!r}")
+                if type(offset) is not int or offset < EARLIEST:  # noqa: E721
+                    raise _invalid(f"offset {offset!r} for {topic}-{partition}")
+            normalised[topic] = MappingProxyType(dict(sorted(partitions.items())))
+        object.__setattr__(self, "offsets", MappingProxyType(normalised))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        return f"KafkaOffsets({self.to_json()})"
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> KafkaOffsets:
+        """Parse Spark's offset JSON (``{"topic": {"0": 23}}``, any key order).
+
+        Raises :class:`InvalidOffsets` on invalid JSON, duplicate keys, non-canonical partition
+        keys (``"01"``), booleans or floats as offsets, or anything not shaped like the above.
+        """
+        if isinstance(data, (str, bytes)):
+            try:
+                text = data.decode("utf-8") if isinstance(data, bytes) else data
+                data = parse_json(text)
+            except ValueError as exc:
+                raise _invalid(f"text that is not valid JSON ({exc})") from None
+        if not isinstance(data, Mapping):
+            raise _invalid(f"a JSON {type(data).__name__}, not an object")
+        parsed: dict[str, dict[int, int]] = {}
+        for topic, partitions in data.items():
+            if not isinstance(partitions, Mapping):
+                raise _invalid(f"{json.dumps(partitions)[:40]} for topic {topic!r}")
+            parts: dict[int, int] = {}
+            match = _PARTITION_KEY.match
+            for key, offset in partitions.items():
+                if not isinstance(key, str) or not match(key):
+                    raise _invalid(f"partition key {key!r} of topic {topic!r}")
+                parts[int(key)] = offset
+            parsed[topic] = parts
+        return cls(parsed)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        """Plain JSON-able dict with string partition keys, sorted."""
+        return {t: {str(p): o for p, o in parts.items()} for t, parts in self.offsets.items()}
+
+    def to_json(self) -> str:
+        """Compact deterministic JSON (topics sorted, partitions numerically), as Spark expects."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self.offsets)
+
+    def partitions(self) -> frozenset[tuple[str, int]]:
+        return frozenset((t, p) for t, parts in self.offsets.items() for p in parts)
+
+    def items(self) -> Iterator[tuple[str, int, int]]:
+        """Yield (topic, partition, offset) in sorted order."""
+        for topic, parts in self.offsets.items():
+            for partition, offset in parts.items():
+                yield topic, partition, offset
+
+    def get(self, topic: str, partition: int, default: int | None = None) -> int | None:
+        return self.offsets.get(topic, {}).get(partition, default)
+
+    def total(self) -> int:
+        """Sum of the non-negative offsets (sentinels count as 0)."""
+        return sum(o for _, _, o in self.items() if o >= 0)
+
+    def __len__(self) -> int:
+        return sum(len(parts) for parts in self.offsets.values())
+
+
+class SourceKind(str, Enum):
+    """Kind of streaming source, recognised from the shape of its offset JSON."""
+
+    KAFKA = "kafka"  # {"topic": {"0": 23}}
+    FILE = "file"  # {"logOffset": 2}
+    RATE = "rate"  # bare integer (LongOffset: rate, also memory and socket sources)
+    RATE_MICRO_BATCH = "rate-micro-batch"  # {"offset": 90, "timestamp": 9000}
+    DELTA = "delta"  # object with "reservoirId"
+    NONE = "none"  # "-" in the offset log: no offset for this source at that batch
+    UNKNOWN = "unknown"
+
+
+def classify(raw: str | None) -> tuple[SourceKind, KafkaOffsets | None]:
+    """Classify one source offset string.
+
+    Raises :class:`InvalidOffsets` when the text is not JSON, or when it is Kafka-shaped (a
+    non-empty object whose values are all objects) but not valid Kafka offsets, so a damaged
+    Kafka line is never mistaken for an unknown source.
+    """
+    if raw is None:
+        return SourceKind.NONE, None
+    try:
+        value = parse_json(raw)
+    except ValueError as exc:
+        raise _invalid(f"source offset that is not valid JSON ({exc})") from None
+    if _is_int(value):
+        return SourceKind.RATE, None
+    if not isinstance(value, dict) or not value:
+        return SourceKind.UNKNOWN, None
+    if "logOffset" in value and _is_int(value["logOffset"]):
+        return SourceKind.FILE, None
+    if "reservoirId" in value:
+        return SourceKind.DELTA, None
+    if set(value) == {"offset", "timestamp"}:
+        return SourceKind.RATE_MICRO_BATCH, None
+    if all(isinstance(v, dict) for v in value.values()):
+        return SourceKind.KAFKA, KafkaOffsets.from_json(value)
+    return SourceKind.UNKNOWN, None
+
+
+@dataclass(frozen=True)
+class SourceOffsets:
+    """Offset of one source: ``index`` in source order (for named v2 sources: position in name
+    order), ``name`` for named sources, the ``raw`` text as Spark wrote it (None for ``-``), its
+    ``kind`` and, for Kafka, the parsed ``kafka`` offsets."""
+
+    index: int
+    kind: SourceKind
+    raw: str | None
+    name: str | None = None
+    kafka: KafkaOffsets | None = None
+
+    @classmethod
+    def parse(cls, index: int, raw: str | None, name: str | None = None) -> SourceOffsets:
+        """Classify ``raw``; raises :class:`InvalidOffsets` like :func:`classify`."""
+        kind, kafka = classify(raw)
+        return cls(index=index, kind=kind, raw=raw, name=name, kafka=kafka)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name is not None else str(self.index)
+
+    def offsets_json(self) -> Any:
+        """The offset as a JSON value (normalised for Kafka), the raw text if it is not JSON, or None."""
+        if self.kafka is not None:
+            return self.kafka.to_dict()
+        if self.raw is None:
+            return None
+        try:
+            return parse_json(self.raw)
+        except ValueError:
+            return self.raw

@@ -1,0 +1,287 @@
+"""Read a Spark Structured Streaming checkpoint through fsspec, touching as few files as possible.
+
+:class:`CheckpointReader` lists the checkpoint root, ``offsets/`` and ``commits/`` once each and
+opens only ``metadata``, ``commits/N`` and ``offsets/N`` of the last committed batch N (plus the
+``.crc`` files beside them when present). ``sources/<i>/0`` is read only when nothing was
+committed or when asked. The number of files opened therefore does not depend on how much history
+the checkpoint retains; :attr:`CheckpointReader.files_opened` counts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotFound,
+    CommitWithoutOffsets,
+    CorruptCheckpointFile,
+    NotACheckpoint,
+    UnreadableCheckpoint,
+)
+from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.logs import (
+    crc_target,
+    parse_batch_name,
+    parse_commit_log,
+    parse_initial_source,
+    parse_metadata,
+    parse_offset_log,
+    verify_crc,
+)
+from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
+
+log = logging.getLogger(__name__)
+_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
+
+
+def _as_batch(name: str) -> int | None:
+    """Non-raising: the integer of a canonical decimal name, else None."""
+    return int(name) if _CANONICAL.match(name) else None
+
+
+@dataclass(frozen=True)
+class CheckpointSnapshot:
+    """What a checkpoint says, read once.
+
+    ``sources`` are the offsets at ``last_committed_batch`` (empty if nothing committed);
+    ``initial_sources`` the initial offsets from ``sources/`` (read only when nothing was
+    committed or when requested). ``query_id`` is None when ``metadata`` is missing (Spark then
+    creates a new id on restart). ``conf`` is the OffsetSeqMetadata conf of the committed batch.
+    """
+
+    uri: str
+    query_id: str | None
+    last_committed_batch: int | None
+    last_planned_batch: int | None
+    in_flight_batch: int | None
+    sources: tuple[SourceOffsets, ...]
+    initial_sources: tuple[SourceOffsets, ...]
+    conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+    state_operators: tuple[int, ...] = ()
+    commit_version: int | None = None
+    offsets_version: int | None = None
+    batch_watermark_ms: int | None = None
+    batch_timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class _Dir:
+    """One directory listing: batch id -> file name, names of files covered by a .crc, entries."""
+
+    path: str
+    batches: Mapping[int, str]
+    checksummed: frozenset[str]
+    names: Mapping[str, str]  # base name -> entry type ("file" / "directory")
+
+
+class CheckpointReader:
+    """Read-only view of one checkpoint (local path, ``file://``, ``memory://``, ``s3://`` ...).
+
+    Raises :class:`CheckpointNotFound` for a missing location, :class:`NotACheckpoint` when it
+    holds none of ``metadata``, ``offsets/`` or ``commits/``, :class:`CommitWithoutOffsets` when
+    the last ``commits/N`` has no ``offsets/N``, :class:`CorruptCheckpointFile` when a file read
+    fails its ``.crc`` or cannot be parsed, and :class:`UnreadableCheckpoint` on I/O errors.
+    """
+
+    def __init__(
+        self,
+        path_or_url: str,
+        fs: AbstractFileSystem | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if fs is None:
+            fs, root = fsspec.core.url_to_fs(path_or_url, **dict(storage_options or {}))
+        else:
+            root = fs._strip_protocol(path_or_url)
+        self.uri = path_or_url
+        self.fs: AbstractFileSystem = fs
+        self.root: str = root.rstrip("/") or "/"
+        self.files_opened = 0
+        self.listings = 0
+
+    # -- I/O edges -------------------------------------------------------------------------------
+
+    def _join(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def _list(self, path: str, *, batch_dir: bool = False) -> _Dir:
+        """List ``path`` once; CheckpointNotFound if missing. Batch names are parsed in batch dirs."""
+        self.listings += 1
+        try:
+            # batch dirs can hold tens of thousands of names: list without a stat per entry
+            entries = self.fs.ls(path, detail=not batch_dir)
+        except FileNotFoundError:
+            raise CheckpointNotFound(found="nothing at this location", expected="a directory",
+                                     path=self._display(path)) from None
+        except OSError as exc:
+            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a listable directory",
+                                       path=self._display(path)) from None
+        names: dict[str, str] = {}
+        own = path.rstrip("/")
+        for entry in entries:
+            full = (entry if isinstance(entry, str) else entry["name"]).rstrip("/")
+            kind = "file" if isinstance(entry, str) else entry.get("type", "file")
+            if full == own:
+                if kind == "file" and not batch_dir:
+                    raise NotACheckpoint(found="a file", expected="a checkpoint directory",
+                                         path=self._display(path))
+                continue  # some filesystems list the directory itself
+            names[full.rsplit("/", 1)[-1]] = kind
+        batches: dict[int, str] = {}
+        crc_targets: list[str] = []
+        for name, kind in names.items():
+            if name[:1] == ".":
+                target = crc_target(name)
+                if target is not None:
+                    crc_targets.append(target)
+                continue
+            batch = _as_batch(name)
+            if batch is None and batch_dir and name.isdigit():  # raises for names like '007'
+                parse_batch_name(name, self._display(posixpath.join(path, name)))
+            if batch is not None and kind == "file":
+                batches[batch] = name
+        orphans = [t for t in crc_targets if t not in names]
+        self._check_orphan_crcs(path, orphans, max(batches, default=-1))
+        checksummed = frozenset(t for t in crc_targets if t in names)
+        return _Dir(path=path, batches=batches, checksummed=checksummed, names=names)
+
+    def _check_orphan_crcs(self, path: str, orphans: list[str], newest: int) -> None:
+        """A ``.N.crc`` newer than every batch file means the newest batch file was deleted."""
+        for target in orphans:
+            batch = _as_batch(target)
+            if batch is not None and batch > newest:
+                raise CorruptCheckpointFile(
+                    path=self._display(posixpath.join(path, f".{target}.crc")),
+                    found=f"the checksum of batch file {target} but not the file itself",
+                    expected="each .N.crc beside its file N",
+                    action="Someone deleted the newest batch file; restore it, or delete the orphan "
+                    "checksum if that was intended, and retry.",
+                )
+            log.debug("ignoring orphan checksum .%s.crc in %s", target, path)
+
+    def _read(self, directory: _Dir, name: str) -> bytes:
+        """Read one file (counted) and verify its ``.crc`` when the listing has one."""
+        path = posixpath.join(directory.path, name)
+        data = self._cat(path)
+        if name in directory.checksummed:
+            verify_crc(data, self._cat(posixpath.join(directory.path, f".{name}.crc")), self._display(path))
+        return data
+
+    def _cat(self, path: str) -> bytes:
+        self.files_opened += 1
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            raise CorruptCheckpointFile(
+                path=self._display(path), found="a listed file that vanished before it was read",
+                expected="a quiet checkpoint",
+                action="Stop the query (or wait for it to stop) and retry.",
+            ) from None
+        except OSError as exc:
+            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a readable file",
+                                       path=self._display(path)) from None
+
+    def _display(self, path: str) -> str:
+        rel = posixpath.relpath(path, self.root) if path.startswith(self.root) else path
+        return self.uri.rstrip("/") + ("" if rel == "." else "/" + rel)
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def snapshot(self, *, include_initial: bool = False) -> CheckpointSnapshot:
+        """Read the checkpoint state; see the class docstring for the errors raised."""
+        self.fs.invalidate_cache(self.root)
+        root = self._list(self.root)
+        kinds = root.names
+        has = {name: kinds.get(name) == "directory" for name in ("offsets", "commits", "sources", "state")}
+        has["metadata"] = kinds.get("metadata") == "file"
+        if not (has["metadata"] or has["offsets"] or has["commits"]):
+            found = "an empty directory" if not kinds else f"only {', '.join(sorted(kinds)[:5])}"
+            raise NotACheckpoint(found=found, expected="metadata, offsets/ and commits/",
+                                 path=self.uri)
+        offsets = self._list(self._join("offsets"), batch_dir=True) if has["offsets"] else None
+        commits = self._list(self._join("commits"), batch_dir=True) if has["commits"] else None
+        planned = max(offsets.batches, default=None) if offsets else None
+        committed = max(commits.batches, default=None) if commits else None
+        if committed is not None and (offsets is None or committed not in offsets.batches):
+            raise CommitWithoutOffsets(
+                found=f"commits/{committed} without offsets/{committed}",
+                expected="the offset log entry of every committed batch", path=self.uri,
+            )
+        query_id = self._query_id(root)
+        sources: tuple[SourceOffsets, ...] = ()
+        conf: Mapping[str, str] = {}
+        entry = commit = None
+        if committed is not None and offsets is not None and commits is not None:
+            commit = parse_commit_log(self._read(commits, commits.batches[committed]),
+                                      self._display(self._join("commits", str(committed))))
+            entry = parse_offset_log(self._read(offsets, offsets.batches[committed]),
+                                     self._display(self._join("offsets", str(committed))))
+            sources, conf = entry.sources, entry.conf
+        in_flight = planned if planned is not None and (committed is None or planned > committed) else None
+        initial: tuple[SourceOffsets, ...] = ()
+        if has["sources"] and (committed is None or include_initial):
+            initial = self._initial_sources()
+        return CheckpointSnapshot(
+            uri=self.uri,
+            query_id=query_id,
+            last_committed_batch=committed,
+            last_planned_batch=planned,
+            in_flight_batch=in_flight,
+            sources=sources,
+            initial_sources=initial,
+            conf=dict(conf),
+            state_operators=self._state_operators() if has["state"] else (),
+            commit_version=commit.version if commit else None,
+            offsets_version=entry.version if entry else None,
+            batch_watermark_ms=entry.batch_watermark_ms if entry else None,
+            batch_timestamp_ms=entry.batch_timestamp_ms if entry else None,
+        )
+
+    def handover(self, *, taken_at: str | None = None) -> Handover:
+        """Handover from the last committed batch (else initial offsets); raises NoOffsets if none."""
+        return handover_from_snapshot(self.snapshot(), taken_at=taken_at)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _query_id(self, root: _Dir) -> str | None:
+        if "metadata" in root.names:
+            return parse_metadata(self._read(root, "metadata"), self._display(self._join("metadata")))
+        if ".metadata.crc" in root.names:
+            raise CorruptCheckpointFile(
+                path=self._display(self._join("metadata")), found="only its checksum .metadata.crc",
+                expected="the metadata file beside its checksum",
+                action="Restore the metadata file from a backup (it holds the query id).",
+            )
+        log.warning("checkpoint %s has no metadata file; query id unknown", self.uri)
+        return None
+
+    def _initial_sources(self) -> tuple[SourceOffsets, ...]:
+        listing = self._list(self._join("sources"))
+        dirs = [n for n, kind in listing.names.items() if kind == "directory"]
+        numbered = sorted(b for b in map(_as_batch, dirs) if b is not None)
+        named = sorted(n for n in dirs if _as_batch(n) is None)
+        result: list[SourceOffsets] = []
+        for index, (dirname, name) in enumerate(
+            [(str(i), None) for i in numbered] + [(n, n) for n in named]
+        ):
+            source_dir = self._list(self._join("sources", dirname))
+            if "0" not in source_dir.names:
+                continue
+            data = self._read(source_dir, "0")
+            position = int(dirname) if name is None else index - len(numbered)
+            result.append(parse_initial_source(data, self._display(posixpath.join(source_dir.path, "0")),
+                                               position, name))
+        return tuple(result)
+
+    def _state_operators(self) -> tuple[int, ...]:
+        listing = self._list(self._join("state"))
+        ids = (_as_batch(n) for n, kind in listing.names.items() if kind == "directory")
+        return tuple(sorted(i for i in ids if i is not None))

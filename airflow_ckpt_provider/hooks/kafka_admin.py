@@ -1,0 +1,90 @@
+"""Plain kafka-python access to partition lists and offset ranges (no Airflow imports).
+
+:class:`KafkaBroker` turns a bootstrap address into a :class:`BrokerView` for the reconciliation
+in :mod:`airflow_ckpt_provider.checkpoint.reconcile`. The Airflow hook in ``hooks/kafka.py`` wraps
+it; tests and subclasses replace :meth:`KafkaBroker._make_consumer` (the client factory).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
+from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLIENT_CONFIG: dict[str, Any] = {
+    "bootstrap_timeout_ms": 10_000,
+    "request_timeout_ms": 15_000,
+    "enable_auto_commit": False,
+    "allow_auto_create_topics": False,  # a read-only check must never create a topic
+    "client_id": "airflow-ckpt-provider",
+}
+
+
+class KafkaBroker:
+    """Read-only view of a Kafka cluster.
+
+    ``client_config`` is passed to ``kafka.KafkaConsumer`` on top of :data:`DEFAULT_CLIENT_CONFIG`
+    (security settings, timeouts). No consumer group is joined and nothing is committed.
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], **client_config: Any) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.client_config = {**DEFAULT_CLIENT_CONFIG, **client_config}
+
+    def _make_consumer(self) -> Any:
+        """Client factory: a group-less ``KafkaConsumer``."""
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None, **self.client_config)
+
+    def view(self, topics: Iterable[str]) -> BrokerView:
+        """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
+
+        Raises :class:`BrokerUnreachable` when the cluster cannot be reached in time and
+        :class:`BrokerError` for any other client error.
+        """
+        from kafka import TopicPartition, errors
+
+        unreachable = tuple(
+            getattr(errors, name)
+            for name in ("KafkaConnectionError", "KafkaTimeoutError", "NoBrokersAvailable")
+            if hasattr(errors, name)
+        )
+        wanted = sorted(set(topics))
+        consumer = None
+        try:
+            consumer = self._make_consumer()
+            partitions = [
+                TopicPartition(topic, p)
+                for topic in wanted
+                for p in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            earliest = consumer.beginning_offsets(partitions) if partitions else {}
+            latest = consumer.end_offsets(partitions) if partitions else {}
+        except unreachable as exc:
+            raise BrokerUnreachable(
+                found=f"{type(exc).__name__}: {exc}",
+                expected=f"a Kafka cluster answering at {self.bootstrap_servers}",
+            ) from None
+        except errors.KafkaError as exc:
+            raise BrokerError(
+                found=f"{type(exc).__name__}: {exc}", expected="offsets and partition lists"
+            ) from None
+        finally:
+            if consumer is not None:
+                try:
+                    consumer.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the real outcome
+                    log.debug("closing the Kafka consumer failed", exc_info=True)
+        view: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp in partitions:
+            view.setdefault(tp.topic, {})[tp.partition] = (earliest[tp], latest[tp])
+        missing = [t for t in wanted if t not in view]
+        if missing:
+            log.info("topics not found on %s: %s", self.bootstrap_servers, ", ".join(missing))
+        return BrokerView(view)
