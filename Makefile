@@ -1,0 +1,56 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything else is a step of those.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+CONSTRAINTS := .ci/constraints.txt
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv jvm airflow-home test unit integration system demo docs bench clean
+
+help:
+	@echo "make demo    run the embedded local stack end to end and print the checkpoint facts"
+	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
+	@echo "make unit | integration | system | docs | bench | clean"
+
+$(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
+	  { echo "error: '$(PYTHON)' is missing or older than 3.10; install Python 3.10+ or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[spark,dev]'
+	@# pyspark-client (from the spark provider) and full pyspark share files: make sure the full one wins.
+	@$(PY) -c 'import pathlib, pyspark, sys; sys.exit(not (pathlib.Path(pyspark.__file__).parent / "jars").is_dir())' || \
+	  $(PY) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
+	$(PY) -m pip check
+	touch $@
+
+venv: $(INSTALLED)
+
+jvm: venv
+	$(PY) -m airflow_ckpt_provider.local.jvm fetch
+
+test: jvm
+	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: jvm
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+system: jvm
+	$(PY) -m pytest tests/system $(PYTEST_ARGS)
+
+demo: jvm
+	$(PY) -m airflow_ckpt_provider.local.demo
+
+docs: venv
+	$(BIN)/mkdocs build --strict -f docs/mkdocs.yml
+
+bench: jvm
+	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit $$?; done
+
+clean:
+	rm -rf $(VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -1,0 +1,65 @@
+"""Shared fixtures: the embedded local stack (real Kafka, real Spark, real Airflow on SQLite).
+
+The Airflow environment is set here, at import time, before any test imports ``airflow``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.local.airflow_home import airflow_env
+
+REPO = Path(__file__).resolve().parents[1]
+AIRFLOW_HOME = Path(os.environ.get("CKPT_TEST_AIRFLOW_HOME", REPO / ".airflow" / "tests"))
+TEST_DAGS = REPO / "tests" / "dags"
+os.environ.update(airflow_env(AIRFLOW_HOME, REPO / "dags", {"test-dags": TEST_DAGS}))
+logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter hits closed streams
+logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> Path:
+    """A migrated SQLite Airflow home (migrated once, reused by later runs)."""
+    from airflow_ckpt_provider.local.airflow_home import prepare_airflow_home
+
+    prepare_airflow_home(AIRFLOW_HOME, REPO / "dags")
+    return AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real single-node KRaft broker on 127.0.0.1, shared by the session."""
+    from airflow_ckpt_provider.local.kafka import LocalKafka
+
+    broker = LocalKafka(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A real local-mode SparkSession with the Maven-resolved Kafka connector."""
+    from airflow_ckpt_provider.local.spark import local_spark_session
+
+    session = local_spark_session("ckpt-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def new_topic(kafka) -> Callable[[int], str]:  # noqa: ANN001
+    """Create a fresh topic with the given partition count and return its name."""
+
+    def create(partitions: int, config: dict[str, str] | None = None) -> str:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        kafka.create_topic(name, partitions, config)
+        return name
+
+    return create
