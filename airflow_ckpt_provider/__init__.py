@@ -12,6 +12,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 PACKAGE_NAME = "airflow-ckpt-provider"
+INTEGRATION = "Spark Structured Streaming checkpoints"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -27,9 +28,31 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "Spark Structured Streaming checkpoints",
+                "integration-name": INTEGRATION,
                 "external-doc-url": "https://spark.apache.org/docs/latest/streaming/",
                 "tags": ["apache"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_ckpt_provider.hooks.kafka",
+                    "airflow_ckpt_provider.hooks.storage",
+                ],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_ckpt_provider.operators.handover"],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "ckpt_kafka",
+                "hook-class-name": "airflow_ckpt_provider.hooks.kafka.KafkaBrokerHook",
+                "hook-name": "Kafka (checkpoint upgrades)",
             }
         ],
     }

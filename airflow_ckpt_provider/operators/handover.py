@@ -1,0 +1,88 @@
+"""Extract the handover of a stopped query and reconcile it with the live Kafka cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
+from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+
+
+class CheckpointHandoverOperator(BaseOperator):
+    """Compute the ``startingOffsets`` a new checkpoint must start from.
+
+    Reads the checkpoint at ``checkpoint_uri`` (offsets of the LAST COMMITTED batch; the
+    initial offsets if nothing was committed; never an in-flight batch), takes the Kafka
+    source ``source`` (index or v2 name; default: the only Kafka source), and reconciles it
+    with the cluster of ``kafka_conn_id``: partitions added since then start at earliest,
+    vanished topics or partitions, offsets past the log end and offsets already deleted by
+    retention are refused (the last unless ``accept_data_loss``). Nothing is written.
+
+    Returns (XCom) ``{"handover": Handover JSON dict, "starting_offsets": JSON string for
+    Spark's startingOffsets option, "reconciliation": {...}}``. Raises a typed
+    :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` on any refusal.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id")
+    ui_color = "#e8f4fd"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str,
+        kafka_conn_id: str = KafkaBrokerHook.default_conn_name,
+        storage_conn_id: str | None = None,
+        source: int | str | None = None,
+        accept_data_loss: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if source is not None and not isinstance(source, (int, str)):
+            raise TypeError(f"source must be an int index or a source name, not {type(source).__name__}")
+        self.checkpoint_uri = checkpoint_uri
+        self.kafka_conn_id = kafka_conn_id
+        self.storage_conn_id = storage_conn_id
+        self.source = source
+        self.accept_data_loss = bool(accept_data_loss)
+
+    @cached_property
+    def kafka_hook(self) -> KafkaBrokerHook:
+        return KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id)
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
+        reader = CheckpointReader(self.checkpoint_uri, fs=fs)
+        handover = reader.handover()
+        offsets = handover.kafka_offsets(self.source)
+        if handover.from_initial:
+            self.log.info("no batch committed yet in %s: handing over the initial offsets", path)
+        else:
+            self.log.info(
+                "query %s: last committed batch %s, in-flight batch %s; %d partitions of %s",
+                handover.query_id, handover.batch_id, handover.in_flight_batch,
+                len(offsets.partitions()), ", ".join(offsets.topics),
+            )
+        view = self.kafka_hook.broker_view(offsets.topics)
+        result = reconcile(offsets, view, accept_data_loss=self.accept_data_loss)
+        for topic, partition in sorted(result.added_partitions):
+            self.log.info("partition %s-%d is new since the handover: it starts at earliest", topic, partition)
+        for topic, partition, offset, earliest in result.expired:
+            self.log.warning(
+                "DATA LOSS ACCEPTED: %s-%d handed over at %d but the broker keeps only from %d",
+                topic, partition, offset, earliest,
+            )
+        self.log.info("startingOffsets: %s", result.starting_offsets.to_json())
+        return {
+            "handover": handover.to_dict(),
+            "starting_offsets": result.starting_offsets.to_json(),
+            "reconciliation": result.to_dict(),
+        }

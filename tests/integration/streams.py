@@ -1,0 +1,54 @@
+"""Real Structured Streaming runs for the integration tests: Kafka -> Parquet with a checkpoint."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def kafka_reader(spark: Any, bootstrap: str, topics: list[str], starting_offsets: str = "earliest",
+                 max_per_trigger: int | None = None) -> Any:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if max_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", max_per_trigger)
+    return reader.load().selectExpr("topic", "partition", "offset")
+
+
+def drain(spark: Any, frame: Any, checkpoint: Path, sink: Path, timeout: float = 180) -> None:
+    """Run ``frame`` into a Parquet sink until everything available now is processed."""
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(sink))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(timeout), f"query did not finish within {timeout} s"
+    assert query.exception() is None, query.exception()
+
+
+def sink_records(spark: Any, *sinks: Path) -> Counter[tuple[str, int, int]]:
+    """How often each Kafka (topic, partition, offset) landed in the sinks."""
+    counts: Counter[tuple[str, int, int]] = Counter()
+    for sink in sinks:
+        if not (sink / "_spark_metadata").exists():
+            continue
+        for row in spark.read.parquet(str(sink)).collect():
+            counts[(row.topic, row.partition, row.offset)] += 1
+    return counts
+
+
+def raw_source_line(checkpoint: Path, batch: int, source: int = 0) -> str:
+    """Line ``source`` of ``offsets/<batch>`` as Spark wrote it (v1 layout)."""
+    return (checkpoint / "offsets" / str(batch)).read_text().split("\n")[2 + source]
+
+
+def batch_ids(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())

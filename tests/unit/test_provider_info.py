@@ -1,0 +1,42 @@
+"""get_provider_info() is valid for Airflow and names only modules and classes that exist."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+import jsonschema
+
+import airflow
+import airflow_ckpt_provider
+from airflow_ckpt_provider import get_provider_info
+
+
+def test_matches_airflow_schema() -> None:
+    schema_file = Path(airflow.__file__).parent / "provider_info.schema.json"
+    jsonschema.validate(get_provider_info(), json.loads(schema_file.read_text()))
+
+
+def test_package_name_is_the_distribution_name() -> None:
+    assert get_provider_info()["package-name"] == metadata.metadata("airflow-ckpt-provider")["Name"]
+    assert metadata.version("airflow-ckpt-provider") == airflow_ckpt_provider.__version__
+
+
+def test_entry_point_is_registered() -> None:
+    points = metadata.entry_points(group="apache_airflow_provider")
+    ours = [p for p in points if p.value == "airflow_ckpt_provider:get_provider_info"]
+    assert len(ours) == 1 and ours[0].load() is get_provider_info
+
+
+def test_listed_modules_and_hooks_import() -> None:
+    info = get_provider_info()
+    for group in ("hooks", "operators"):
+        for entry in info[group]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+    for conn in info["connection-types"]:
+        module, _, name = conn["hook-class-name"].rpartition(".")
+        hook = getattr(importlib.import_module(module), name)
+        assert hook.conn_type == conn["connection-type"]
