@@ -26,6 +26,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     VanishedPartitions,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.launch import InvalidLaunchHandle, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.offsets import (
     EARLIEST,
     LATEST,
@@ -52,8 +53,11 @@ __all__ = [
     "ExpiredOffsets",
     "Handover",
     "InvalidHandover",
+    "InvalidLaunchHandle",
     "InvalidOffsets",
     "KafkaOffsets",
+    "LaunchHandle",
+    "LaunchMode",
     "NoOffsets",
     "NotACheckpoint",
     "OffsetsAheadOfBroker",

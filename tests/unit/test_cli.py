@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.cli import read as cli_read
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
@@ -109,7 +110,7 @@ def test_reconcile_with_broker(ckpt: str, monkeypatch: pytest.MonkeyPatch) -> No
         seen.append((servers, tuple(topics)))
         return BrokerView({"events": {0: (0, 400), 1: (0, 400), 2: (302, 400), 3: (400, 400), 4: (0, 9)}})
 
-    monkeypatch.setattr(cli, "broker_view", fake)
+    monkeypatch.setattr(cli_read, "broker_view", fake)
     code, out, err = run("offsets", ckpt, "--bootstrap-servers", "k:9092")
     assert code == 2 and "offsets fell out of retention" in err and "events-3 at 303 (broker 400)" in err
     code, out, err = run("offsets", ckpt, "--bootstrap-servers", "k:9092", "--accept-data-loss")
@@ -124,7 +125,7 @@ def test_broker_unreachable_exit_3(ckpt: str, monkeypatch: pytest.MonkeyPatch) -
     def down(servers: str, topics: Any) -> BrokerView:
         raise BrokerUnreachable(found="KafkaTimeoutError", expected=f"a cluster at {servers}")
 
-    monkeypatch.setattr(cli, "broker_view", down)
+    monkeypatch.setattr(cli_read, "broker_view", down)
     code, out, err = run("offsets", ckpt, "--bootstrap-servers", "k:9092")
     assert (code, out) == (3, "") and err.startswith("ckpt: error: Kafka broker unreachable")
 

@@ -1,0 +1,54 @@
+"""``ckpt``: the provider's core operations from a shell, without Airflow.
+
+Each subcommand lives in a module of this package that has ``register(subparsers)``; the
+registered handler is called as ``handler(args, stdout, stderr) -> exit code``.
+
+Exit codes: 0 ok; 2 a checkpoint, handover, archive or launch problem (one ``ckpt: error:``
+line on stderr, no traceback) or a usage error; 3 Kafka unreachable or failing; 4 ``ckpt stop``
+found no running query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError
+from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
+
+# Modules with a register(subparsers) function, in the order of `ckpt --help`.
+COMMAND_MODULES: tuple[str, ...] = ("airflow_ckpt_provider.cli.read",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckpt", description="Spark Structured Streaming checkpoint tools.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run ``ckpt``; returns the exit code."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, stream=err, format="ckpt: %(name)s: %(message)s")
+    try:
+        return int(args.handler(args, out, err))
+    except BrokerError as exc:
+        err.write(f"ckpt: error: {exc}\n")
+        return EXIT_BROKER
+    except CheckpointError as exc:
+        err.write(f"ckpt: error: {exc}\n")
+        return EXIT_ERROR
+    except (argparse.ArgumentTypeError, ValueError, ImportError) as exc:  # bad storage option/URL
+        err.write(f"ckpt: error: {exc}\n")
+        return EXIT_ERROR
