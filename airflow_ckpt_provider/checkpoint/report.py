@@ -1,0 +1,152 @@
+"""The upgrade report: handover, step times, downtime and input rows per batch, old vs new.
+
+:class:`UpgradeReport` is a value object (JSON round-trip); :meth:`to_markdown` and
+:meth:`to_html` render it for people; :func:`render_timeline_png` draws input rows per batch
+of the old and the new query on one time axis (needs matplotlib: the ``report`` extra).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.history import BatchRecord
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One step of the upgrade as it ran."""
+
+    name: str
+    state: str
+    seconds: float | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+
+
+@dataclass(frozen=True)
+class UpgradeReport:
+    """Everything a person needs to trust (or question) one upgrade run."""
+
+    stream: str
+    outcome: str  # upgraded | rolled back | rejected | failed
+    run_id: str = ""
+    old_checkpoint: str = ""
+    new_checkpoint: str = ""
+    archive: str = ""
+    handover: Mapping[str, Any] | None = None
+    starting_offsets: str = ""
+    steps: Sequence[StepTiming] = ()
+    downtime_s: float | None = None
+    old_batches: Sequence[BatchRecord] = ()
+    new_batches: Sequence[BatchRecord] = ()
+    audit: Mapping[str, Any] | None = None
+    notes: Sequence[str] = ()
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2)
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> UpgradeReport:
+        raw = dict(json.loads(data) if isinstance(data, str) else data)
+        raw["steps"] = tuple(StepTiming(**s) for s in raw.get("steps", ()))
+        raw["old_batches"] = tuple(BatchRecord(**b) for b in raw.get("old_batches", ()))
+        raw["new_batches"] = tuple(BatchRecord(**b) for b in raw.get("new_batches", ()))
+        raw["notes"] = tuple(raw.get("notes", ()))
+        return cls(**raw)
+
+    # -- rendering -------------------------------------------------------------------------------
+
+    def _facts(self) -> list[tuple[str, str]]:
+        handover = self.handover or {}
+        facts = [
+            ("outcome", self.outcome),
+            ("DAG run", self.run_id or "-"),
+            ("old checkpoint", self.old_checkpoint or "-"),
+            ("new checkpoint", self.new_checkpoint or "-"),
+            ("archive", self.archive or "-"),
+            ("handed over at batch", str(handover.get("batch_id", "-"))),
+            ("in-flight batch (not used)", str(handover.get("in_flight_batch") or "none")),
+            ("startingOffsets", self.starting_offsets or "-"),
+            ("downtime", "-" if self.downtime_s is None else f"{self.downtime_s:.1f} s"),
+        ]
+        if self.audit:
+            facts += [(k, str(self.audit[k])) for k in ("produced", "in_sink", "lost", "duplicated")
+                      if k in self.audit]
+        return facts
+
+    def to_markdown(self, png_name: str | None = None) -> str:
+        lines = [f"# Upgrade report: {self.stream}", "", "| | |", "| --- | --- |"]
+        lines += [f"| {k} | `{v}` |" if k == "startingOffsets" else f"| {k} | {v} |" for k, v in self._facts()]
+        lines += ["", "## Steps", "", "| step | state | seconds |", "| --- | --- | ---: |"]
+        lines += [f"| {s.name} | {s.state} | {'-' if s.seconds is None else f'{s.seconds:.1f}'} |"
+                  for s in self.steps]
+        for title, batches in (("old query", self.old_batches), ("new query", self.new_batches)):
+            shown = list(batches)[-10:]
+            lines += ["", f"## Input rows per batch, {title} (last {len(shown)})", "",
+                      "| batch | input rows |", "| ---: | ---: |"]
+            lines += [f"| {b.batch_id} | {'-' if b.input_rows is None else b.input_rows} |" for b in shown]
+        if png_name:
+            lines += ["", f"![input rows per batch]({png_name})"]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def to_html(self, png_name: str | None = None) -> str:
+        esc = html.escape
+        rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in self._facts())
+        steps = "".join(
+            f"<tr><td>{esc(s.name)}</td><td>{esc(s.state)}</td>"
+            f"<td>{'-' if s.seconds is None else f'{s.seconds:.1f}'}</td></tr>" for s in self.steps
+        )
+        img = f'<img src="{esc(png_name)}" alt="input rows per batch">' if png_name else ""
+        return (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>Upgrade report: {esc(self.stream)}"
+            f"</title></head><body><h1>Upgrade report: {esc(self.stream)}</h1><table>{rows}</table>"
+            f"<h2>Steps</h2><table><tr><th>step</th><th>state</th><th>seconds</th></tr>{steps}</table>"
+            f"{img}</body></html>\n"
+        )
+
+
+def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> float | None:
+    """From the old query's last commit to the new query's first commit (None if unknown)."""
+    old_commits = [b.committed_at for b in old if b.committed_at is not None]
+    new_commits = [b.committed_at for b in new if b.committed_at is not None]
+    if not old_commits or not new_commits:
+        return None
+    return min(new_commits) - max(old_commits)
+
+
+def render_timeline_png(report: UpgradeReport, path: str) -> bool:
+    """Draw input rows per batch (old and new query) against commit time; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 3.2), dpi=100)
+    for label, batches, colour in (("old query", report.old_batches, "#888888"),
+                                   ("new query", report.new_batches, "#1f77b4")):
+        points = [(b.committed_at, b.input_rows) for b in batches
+                  if b.committed_at is not None and b.input_rows is not None]
+        if points:
+            xs = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]
+            ax.plot(xs, [r for _, r in points], marker="o", linestyle="-", color=colour, label=label)
+    ax.set_ylabel("input rows per batch")
+    ax.set_title(f"{report.stream}: {report.outcome}")
+    ax.legend(loc="upper left")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return True

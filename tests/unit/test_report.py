@@ -1,0 +1,52 @@
+"""Upgrade report: JSON round-trip, Markdown/HTML content, downtime, PNG timeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.checkpoint.report import (
+    StepTiming,
+    UpgradeReport,
+    downtime_seconds,
+    render_timeline_png,
+)
+
+OLD = (BatchRecord(7, 1000, 100.0, 30), BatchRecord(8, 2000, 101.5, 12))
+NEW = (BatchRecord(0, 3000, 104.0, 40), BatchRecord(1, 4000, 105.0, 20))
+
+
+def report() -> UpgradeReport:
+    return UpgradeReport(
+        stream="orders", outcome="upgraded", run_id="manual__1",
+        handover={"batch_id": 8, "in_flight_batch": None}, starting_offsets='{"t":{"0":42}}',
+        steps=(StepTiming("graceful_stop", "success", 2.5), StepTiming("archive", "success", 0.7)),
+        downtime_s=downtime_seconds(OLD, NEW), old_batches=OLD, new_batches=NEW,
+        audit={"produced": 100, "in_sink": 100, "lost": 0, "duplicated": 0},
+    )
+
+
+def test_downtime_is_last_old_commit_to_first_new_commit() -> None:
+    assert downtime_seconds(OLD, NEW) == 2.5
+    assert downtime_seconds(OLD, ()) is None
+
+
+def test_json_round_trip() -> None:
+    original = report()
+    assert UpgradeReport.from_json(original.to_json()) == original
+
+
+def test_markdown_and_html_name_the_facts() -> None:
+    md = report().to_markdown("timeline.png")
+    assert "| handed over at batch | 8 |" in md
+    assert "| downtime | 2.5 s |" in md
+    assert "| graceful_stop | success | 2.5 |" in md
+    assert "| 8 | 12 |" in md and "![input rows per batch](timeline.png)" in md
+    page = report().to_html("timeline.png")
+    assert "<th>lost</th><td>0</td>" in page and 'src="timeline.png"' in page
+
+
+def test_png_timeline(tmp_path: Path) -> None:
+    target = tmp_path / "timeline.png"
+    assert render_timeline_png(report(), str(target))
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
