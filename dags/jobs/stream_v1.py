@@ -1,0 +1,70 @@
+"""Demo streaming job, version 1: Kafka -> Parquet, deduplicated on the record key.
+
+One output row per Kafka record (topic, partition, offset, key, value, version), appended by
+``foreachBatch`` to a Parquet folder: a sink that does NOT deduplicate by itself, so a record
+read twice is written twice and a record skipped is missing — which is what the upgrade's
+audit counts. Version 2 (``stream_v2.py``) changes the deduplication key, a change Spark's
+guide lists as not allowed on the same checkpoint: it must move to a new one.
+
+Run by the launcher (the reference DAG, the demo) with::
+
+    spark-submit stream_v1.py --bootstrap-servers HOSTS --topic TOPIC --sink PATH \
+        --conf spark.ckpt.checkpointLocation=URI [--conf spark.ckpt.startingOffsets=JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
+from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
+
+VERSION = "v1"
+DEDUP_KEY = ["key"]
+
+
+def columns(records: DataFrame) -> DataFrame:
+    """Kafka coordinates, key and value as strings, and the event time for the watermark."""
+    return records.selectExpr("topic", "partition", "offset", "CAST(key AS STRING) AS key",
+                              "CAST(value AS STRING) AS value", "timestamp")
+
+
+def transform(records: DataFrame) -> DataFrame:
+    deduplicated = columns(records).withWatermark("timestamp", "10 minutes").dropDuplicatesWithinWatermark(DEDUP_KEY)
+    return deduplicated.withColumn("version", F.lit(VERSION))
+
+
+def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[str] | None = None) -> None:
+    """Parse the job's arguments, start the query and run it until a graceful stop."""
+    parser = argparse.ArgumentParser(description=f"demo streaming job {version}")
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--sink", required=True, help="Parquet folder the batches are appended to")
+    parser.add_argument("--trigger", default="1 second", help="processing-time trigger interval")
+    parser.add_argument("--checkpoint", help="used when the launcher passes no checkpoint conf")
+    args = parser.parse_args(argv)
+
+    spark = SparkSession.builder.appName(f"demo-stream-{version}").getOrCreate()
+    checkpoint = checkpoint_location(spark, default=args.checkpoint)
+    records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers)
+
+    def append(batch: DataFrame, batch_id: int) -> None:
+        batch.write.mode("append").parquet(args.sink)
+
+    query = (
+        transform(records).writeStream.foreachBatch(append)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=args.trigger)
+        .queryName(f"demo_stream_{version}")
+        .start()
+    )
+    GracefulStop(spark, query, checkpoint).run()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    run(transform, VERSION)
