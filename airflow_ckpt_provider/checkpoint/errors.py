@@ -209,3 +209,224 @@ class BrokerError(CheckpointError):
 class BrokerUnreachable(BrokerError):
     summary = "Kafka broker unreachable"
     default_action = "Check bootstrap servers, network and security settings, then retry."
+
+
+# -- archive and restore (checkpoint/archive.py) ----------------------------------------------------
+
+
+class QueryStillRunning(CheckpointError):
+    summary = "query still running"
+    default_action = (
+        "Stop the query first (graceful stop) and wait until its heartbeat is stale or its stop "
+        "acknowledgement is written; nothing was copied or removed."
+    )
+
+
+class ArchiveError(CheckpointError):
+    summary = "archive error"
+    default_action = "Nothing was removed from the checkpoint; fix the cause and retry."
+
+
+class ArchiveNotFound(ArchiveError):
+    summary = "archive not found"
+    default_action = "Check the archive location; `ckpt archives ROOT` lists the archives."
+
+
+class ArchiveIncomplete(ArchiveError):
+    summary = "archive incomplete"
+    default_action = (
+        "The copy never finished (no manifest). Re-run the archive with the same upgrade id to "
+        "complete it, or delete it; never restore from it."
+    )
+
+
+class ArchiveCorrupt(ArchiveError):
+    """A file of an archive (or a restored copy) that does not match the manifest; ``file`` names it."""
+
+    summary = "archive corrupt"
+    default_action = (
+        "Do not restore from this archive or remove the original checkpoint; re-archive from the "
+        "original if it still exists, else restore from an older archive."
+    )
+
+    def __init__(
+        self, *, file: str, found: str, expected: str, action: str | None = None, path: str | None = None
+    ) -> None:
+        self.file = file
+        super().__init__(found=found, expected=expected, action=action, path=path)
+
+    def _where(self) -> str:
+        return f" ({self.path}: {self.file})" if self.path else f" ({self.file})"
+
+
+class CheckpointChanged(ArchiveError):
+    summary = "checkpoint changed during the archive"
+    default_action = (
+        "Something still writes to the checkpoint; stop the query, then re-run the archive with "
+        "the same upgrade id (it resumes and re-checks every file)."
+    )
+
+
+class HandoverMismatch(ArchiveError):
+    summary = "handover does not match the checkpoint"
+    default_action = (
+        "The handover was taken from another checkpoint or before the query ran further; extract "
+        "the handover again from the stopped query."
+    )
+
+
+class ArchiveConflict(ArchiveError):
+    summary = "archive conflict"
+    default_action = "Use another upgrade id, or archive the checkpoint the existing archive was made from."
+
+
+class TargetNotEmpty(ArchiveError):
+    summary = "target not empty"
+    default_action = (
+        "Restore only into an empty or missing location; move or delete what is there (a partial "
+        "restore included) and retry."
+    )
+
+
+class UnsafeStreamName(ArchiveError, ValueError):
+    summary = "unsafe name"
+    default_action = "Use letters, digits, '.', '_' and '-' only (no '/', no '..', not empty)."
+
+
+class ArchiveInsideCheckpoint(ArchiveError):
+    summary = "archive inside the checkpoint"
+    default_action = "Choose an archive root outside the checkpoint directory (and not containing it)."
+
+
+# -- graceful stop (checkpoint/stop.py, hooks/escalation.py) -----------------------------------------
+
+
+class StopTimeout(CheckpointError):
+    summary = "no stop acknowledgement"
+    default_action = (
+        "The query did not acknowledge the stop request in time and nothing says how to kill it; "
+        "pass launch_handle (the launch operator's XCom) or --pid, or stop the driver by hand, "
+        "then run the stop again."
+    )
+
+
+class CheckpointNotQuiet(CheckpointError):
+    summary = "checkpoint not quiet after the stop"
+    default_action = (
+        "Something still plans batches on this checkpoint (a second query?); find and stop it "
+        "before any handover, then run the stop again."
+    )
+
+
+class QueryNotRunning(CheckpointError):
+    summary = "no running query"
+    default_action = (
+        "Nothing to stop: check the checkpoint location, or allow this case (fail_if_not_running=False)."
+    )
+
+
+class EscalationFailed(CheckpointError):
+    summary = "escalation failed"
+    default_action = (
+        "Kill the driver by hand (kill -KILL -<pgid>, spark-submit --kill, yarn application -kill), "
+        "then run the stop again to check that the checkpoint is quiet."
+    )
+
+
+# -- launch and verification (checkpoint/verify.py, hooks/launcher.py, operators/launch.py) ---------
+
+
+class StartMismatch(CheckpointError):
+    """The new query did not start where the handover says; ``details`` holds one
+    (topic, partition, expected, recorded, problem) per differing partition; offsets are None when
+    absent and problem is one of gap, overlap, missing, unexpected."""
+
+    summary = "new query did not start at the handover"
+    default_action = (
+        "Stop the new query now (a gap loses records, an overlap duplicates them), roll back to the "
+        "old version on its own checkpoint, and start the new version again on an EMPTY checkpoint "
+        "with the handed-over startingOffsets."
+    )
+
+    def __init__(
+        self,
+        *,
+        details: tuple[tuple[str, int, int | None, int | None, str], ...],
+        found: str,
+        expected: str,
+        action: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.details = details
+        super().__init__(found=found, expected=expected, action=action, path=path)
+
+
+class NotStartedYet(CheckpointError):
+    summary = "new query has not recorded its start"
+    default_action = "Wait until the new query has committed its first batch, then verify again."
+
+
+class NoProgress(CheckpointError):
+    summary = "new query makes no progress"
+    default_action = (
+        "Read the driver log; if records keep arriving in Kafka and no batch commits, stop the new "
+        "query and roll back. On an idle topic, verify with progress_window_s=0."
+    )
+
+
+class CheckpointNotEmpty(CheckpointError):
+    summary = "new checkpoint location not empty"
+    default_action = (
+        "Queries never share a checkpoint: choose an empty or missing location for the new version "
+        "(or pass allow_existing_checkpoint=True to restart a version on its own checkpoint). "
+        "Nothing was started."
+    )
+
+
+class SharedCheckpoint(CheckpointError):
+    summary = "new checkpoint equals the old one"
+    default_action = (
+        "Give the new version its own checkpoint location; reusing the old one would ignore "
+        "startingOffsets. Nothing was started."
+    )
+
+
+class FileSinkHazard(CheckpointError):
+    summary = "file sink would skip batches"
+    default_action = (
+        "The output path has a _spark_metadata log from the old query; batches of a new checkpoint "
+        "restart at 0 and would be skipped silently. Write to a new output path (or move the old "
+        "output away). Nothing was started."
+    )
+
+
+class LaunchFailed(CheckpointError):
+    """The job could not be submitted or died before its first commit; ``log_tail`` holds the end of its log."""
+
+    summary = "launch failed"
+    default_action = "Read the driver log tail above, fix the job or its configuration and launch again."
+
+    def __init__(
+        self,
+        *,
+        found: str,
+        expected: str,
+        log_tail: str = "",
+        action: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.log_tail = log_tail
+        super().__init__(found=found, expected=expected, action=action, path=path)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n--- driver log tail ---\n{self.log_tail}" if self.log_tail else text
+
+
+class FirstCommitTimeout(CheckpointError):
+    summary = "no first commit in time"
+    default_action = (
+        "The job runs but did not commit a batch in time (slow start, no data, stuck source?); it "
+        "was killed unless told otherwise. Read the driver log, then launch again with a longer "
+        "first_commit_timeout."
+    )

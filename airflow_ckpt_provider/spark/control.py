@@ -86,6 +86,13 @@ class StopRequest(_ControlRecord):
     requested_at: str
     requested_by: str = ""
     reason: str = ""
+    expires_at: str = ""  # after this the requester has escalated or given up; "" = never
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        """True once ``expires_at`` (when set) has passed: a query must no longer honour it."""
+        if not self.expires_at:
+            return False
+        return (now or datetime.now(timezone.utc)) > parse_time(self.expires_at)
 
 
 @dataclass(frozen=True)

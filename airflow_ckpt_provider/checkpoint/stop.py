@@ -1,0 +1,552 @@
+"""Graceful stop, the pure part: value objects, decisions, and the control files through fsspec.
+
+The running query (see :mod:`airflow_ckpt_provider.spark.graceful_stop`) and the requester (the
+Airflow operator and trigger, or ``ckpt stop``) talk through three small JSON files under the
+checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.spark.control`). This module holds:
+
+* :class:`StopResult` — what a stop achieved (graceful, escalated, not running), as XCom JSON;
+* :class:`StopReason` — why waiting ended (shared by the trigger, the operator and the CLI);
+* pure decisions: :func:`heartbeat_alive`, :func:`ack_answers`, :func:`wait_decision`,
+  :func:`quiet_verdict`;
+* :class:`ControlFiles` — read/write the control files and list ``offsets/`` and ``commits/``
+  through any fsspec filesystem, and :func:`wait_quiet`, the bounded post-stop check;
+* the steps every requester takes: :func:`begin_stop` (write or join the request, or find
+  nothing running), :func:`wait_for_ack` (the synchronous twin of the trigger),
+  :func:`finish_stop` (escalate through an injected ``kill`` on timeout, then check the quiet).
+
+Protocol rules: a request carries ``expires_at`` (request time + stop timeout) so a driver
+started later never honours a request its requester gave up on; a pending request is joined,
+not replaced, so concurrent callers wait for the same acknowledgement; after an escalation the
+request is withdrawn.
+
+Imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
+    CheckpointNotQuiet,
+    QueryStillRunning,
+    StopTimeout,
+)
+from airflow_ckpt_provider.spark.control import (
+    HEARTBEAT,
+    STOP_ACK,
+    STOP_REQUEST,
+    Heartbeat,
+    StopAck,
+    StopRequest,
+)
+
+log = logging.getLogger(__name__)
+_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
+DEFAULT_MISSED_BEATS = 3.0
+
+
+class StopOutcome(str, Enum):
+    """How the query ended up stopped."""
+
+    GRACEFUL = "graceful"  # the query acknowledged the request (clean or interrupted: see the ack)
+    ESCALATED = "escalated"  # no acknowledgement in time: the job was killed
+    NOT_RUNNING = "not_running"  # nothing ran (or it went away by itself): nothing was stopped
+
+
+class StopReason(str, Enum):
+    """Why waiting for the acknowledgement ended (trigger event reasons, shared with the operator)."""
+
+    ACKNOWLEDGED = "acknowledged"
+    TIMEOUT = "timeout"
+    NOT_RUNNING = "not_running"  # the heartbeat stopped (or went stale) without an acknowledgement
+
+
+class InvalidStopResult(CheckpointError, ValueError):
+    summary = "invalid stop result"
+    default_action = "Pass the JSON returned by the graceful stop operator (or `ckpt stop --json`), unchanged."
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """The highest batch ids in ``offsets/`` (planned) and ``commits/`` (committed); None if none."""
+
+    last_planned_batch: int | None
+    last_committed_batch: int | None
+
+    @property
+    def interrupted_batch(self) -> int | None:
+        """The planned batch that never committed (its offsets must not be handed over), else None."""
+        planned, committed = self.last_planned_batch, self.last_committed_batch
+        if planned is not None and (committed is None or planned > committed):
+            return planned
+        return None
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What a graceful stop achieved; returned as XCom (``to_dict``) and by ``ckpt stop --json``.
+
+    ``last_committed_batch`` / ``interrupted_batch`` come from listing the checkpoint AFTER the
+    stop (not from the acknowledgement, which is kept in ``ack``); ``waited_s`` runs from the
+    stop request to the end of the quiet check.
+    """
+
+    checkpoint_uri: str
+    outcome: StopOutcome
+    last_committed_batch: int | None
+    interrupted_batch: int | None
+    waited_s: float
+    last_planned_batch: int | None = None
+    request_id: str | None = None
+    query_id: str | None = None
+    ack: Mapping[str, Any] | None = field(default=None, hash=False)
+    escalation: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "outcome", StopOutcome(self.outcome))
+        except ValueError:
+            raise InvalidStopResult(
+                found=f"outcome {self.outcome!r}", expected=f"one of {', '.join(o.value for o in StopOutcome)}"
+            ) from None
+        if self.ack is not None:
+            object.__setattr__(self, "ack", dict(self.ack))
+
+    @property
+    def clean(self) -> bool:
+        """Stopped between two batches: nothing planned is left uncommitted."""
+        return self.interrupted_batch is None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> StopResult:
+        """Rebuild from :meth:`to_json` output or its dict; :class:`InvalidStopResult` otherwise."""
+        try:
+            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidStopResult(found=f"unreadable JSON ({exc})", expected="a StopResult JSON object") from None
+        if not isinstance(raw, dict):
+            raise InvalidStopResult(found=f"a JSON {type(raw).__name__}", expected="a StopResult JSON object")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise InvalidStopResult(found=f"unknown keys {unknown}", expected=f"only {sorted(known)}")
+        try:
+            return cls(**raw)
+        except TypeError as exc:
+            raise InvalidStopResult(found=str(exc), expected=f"keys {sorted(known)}") from None
+
+
+# -- pure decisions ---------------------------------------------------------------------------------
+
+
+def heartbeat_alive(
+    heartbeat: Heartbeat | None, now: datetime | None = None, missed_beats: float = DEFAULT_MISSED_BEATS
+) -> bool:
+    """A heartbeat in state running, refreshed within ``missed_beats`` of its intervals."""
+    return heartbeat is not None and heartbeat.is_alive(now, missed_beats)
+
+
+def ack_answers(ack: StopAck | None, request_id: str, run_id: str = "") -> bool:
+    """Whether ``ack`` answers our request: same request id, or written by the run we asked.
+
+    The run id covers a concurrent second requester whose request replaced ours before the
+    query read it: the query stopped once and acknowledged the request it saw.
+    """
+    if ack is None:
+        return False
+    return ack.request_id == request_id or bool(run_id) and ack.run_id == run_id
+
+
+def wait_decision(
+    *,
+    ack: StopAck | None,
+    heartbeat: Heartbeat | None,
+    request_id: str,
+    run_id: str,
+    now: float,
+    deadline: float,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> StopReason | None:
+    """One poll of the wait for an acknowledgement; None means keep waiting.
+
+    ``run_id`` is the run whose live heartbeat we saw when we asked ("" if there was none: a
+    driver that does not heartbeat can only acknowledge or time out). ``now`` and ``deadline``
+    are epoch seconds. An acknowledgement wins over everything; then a heartbeat that stopped,
+    went stale or belongs to another run means our query ended without acknowledging; then the
+    deadline. A missing heartbeat file alone never ends the wait.
+    """
+    if ack_answers(ack, request_id, run_id):
+        return StopReason.ACKNOWLEDGED
+    if run_id and heartbeat is not None:  # a missing file is "not yet readable", not "gone"
+        moment = datetime.fromtimestamp(now, timezone.utc)
+        if heartbeat.run_id != run_id or not heartbeat_alive(heartbeat, moment, missed_beats):
+            return StopReason.NOT_RUNNING
+    if now >= deadline:
+        return StopReason.TIMEOUT
+    return None
+
+
+def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | None:
+    """None when the checkpoint is quiet; else what is wrong, in words.
+
+    Quiet means: no offsets file newer than ``before`` appeared, and no live heartbeat.
+    """
+    old = -1 if before.last_planned_batch is None else before.last_planned_batch
+    if after.last_planned_batch is not None and after.last_planned_batch > old:
+        return (f"offsets/{after.last_planned_batch} appeared after the stop "
+                f"(last planned batch was {before.last_planned_batch})")
+    if alive:
+        return "the heartbeat is still being refreshed"
+    return None
+
+
+def batch_id(name: str) -> int | None:
+    """The batch id of a canonical file name in ``offsets/`` or ``commits/``, else None."""
+    return int(name) if _CANONICAL.match(name) else None
+
+
+def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
+    """A fresh :class:`StopRequest` that expires ``timeout_s`` after ``now``."""
+    moment = now or datetime.now(timezone.utc)
+    return StopRequest(
+        request_id=uuid.uuid4().hex,
+        requested_at=moment.isoformat(timespec="milliseconds"),
+        requested_by=requested_by,
+        reason=reason,
+        expires_at=(moment + timedelta(seconds=timeout_s)).isoformat(timespec="milliseconds"),
+    )
+
+
+def pending_request(request: StopRequest | None, ack: StopAck | None, now: datetime | None = None) -> bool:
+    """A request still waiting for the query: present, not acknowledged, not expired."""
+    return request is not None and not request.is_expired(now) and (ack is None or ack.request_id != request.request_id)
+
+
+# -- I/O edge: control files and batch listings through fsspec ---------------------------------------
+
+
+class ControlFiles:
+    """The ``_ckpt/`` control files and the batch listings of one checkpoint, through fsspec.
+
+    Reads return None for a missing file and log (then return None) for an unparsable one,
+    so a half-visible file on an eventually consistent store reads as "not yet". I/O errors
+    other than a missing file propagate.
+    """
+
+    def __init__(self, fs: AbstractFileSystem, root: str, uri: str | None = None) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+        self.uri = uri or root
+
+    def _path(self, rel: str) -> str:
+        return posixpath.join(self.root, rel)
+
+    def _read(self, rel: str) -> bytes | None:
+        path = self._path(rel)
+        try:
+            self.fs.invalidate_cache(posixpath.dirname(path))
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+
+    def _record(self, rel: str, cls: type[Any]) -> Any:
+        data = self._read(rel)
+        if data is None:
+            return None
+        try:
+            return cls.from_json(data)
+        except (ValueError, TypeError) as exc:
+            log.warning("ignoring unreadable %s in %s: %s", rel, self.uri, exc)
+            return None
+
+    def heartbeat(self) -> Heartbeat | None:
+        return self._record(HEARTBEAT, Heartbeat)
+
+    def request(self) -> StopRequest | None:
+        return self._record(STOP_REQUEST, StopRequest)
+
+    def ack(self) -> StopAck | None:
+        return self._record(STOP_ACK, StopAck)
+
+    def write_request(self, request: StopRequest) -> None:
+        """Write the request whole (temporary name, then move where the filesystem allows)."""
+        path = self._path(STOP_REQUEST)
+        self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        tmp = self._path(f"{posixpath.dirname(STOP_REQUEST)}/.stop-request.{uuid.uuid4().hex}.tmp")
+        self.fs.pipe_file(tmp, request.to_json().encode())
+        try:
+            self.fs.mv(tmp, path)
+        except Exception:  # noqa: BLE001 - some stores cannot move; a direct write is whole there
+            self.fs.pipe_file(path, request.to_json().encode())
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+
+    def remove_request(self, request_id: str) -> bool:
+        """Delete the request if it is still ``request_id`` (a later caller's request is kept)."""
+        current = self.request()
+        if current is None or current.request_id != request_id:
+            return False
+        try:
+            self.fs.rm(self._path(STOP_REQUEST))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def request_stop(self, requested_by: str, reason: str, timeout_s: float) -> tuple[StopRequest, bool]:
+        """Ask the query to stop; returns (the request in force, whether this call wrote it).
+
+        A request that is pending already (not acknowledged, not expired) is adopted instead of
+        replaced, so two concurrent callers wait for the same acknowledgement.
+        """
+        existing = self.request()
+        if pending_request(existing, self.ack()):
+            assert existing is not None
+            log.info("a stop request is pending already (%s, by %s): waiting for it too",
+                     existing.request_id, existing.requested_by or "unknown")
+            return existing, False
+        request = new_request(requested_by, reason, timeout_s)
+        self.write_request(request)
+        return request, True
+
+    def _batches(self, folder: str) -> int | None:
+        path = self._path(folder)
+        try:
+            self.fs.invalidate_cache(path)
+            names = self.fs.ls(path, detail=False)
+        except FileNotFoundError:
+            return None
+        ids = (batch_id(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
+        return max((i for i in ids if i is not None), default=None)
+
+    def batch_state(self) -> BatchState:
+        """List ``offsets/`` and ``commits/`` once each (names only)."""
+        return BatchState(last_planned_batch=self._batches("offsets"),
+                          last_committed_batch=self._batches("commits"))
+
+
+def wait_quiet(
+    control: ControlFiles,
+    quiet_period: float,
+    *,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> BatchState:
+    """Check for ``quiet_period`` seconds that nothing writes to the checkpoint any more.
+
+    Raises :class:`CheckpointNotQuiet` as soon as a new ``offsets/N`` appears, and
+    :class:`QueryStillRunning` if a heartbeat is still alive at the end. A heartbeat that merely
+    has not aged yet (the writer was killed) is given up to ``missed_beats`` intervals more.
+    Returns the batch state at the end.
+    """
+    before = control.batch_state()
+    start = clock()
+    end = start + max(quiet_period, 0.0)
+    last_update: str | None = None
+    while True:
+        now = clock()
+        after = control.batch_state()
+        problem = quiet_verdict(before, after, alive=False)
+        if problem:
+            raise CheckpointNotQuiet(found=problem, expected=f"no new batch for {quiet_period:g} s after the stop",
+                                     path=control.uri)
+        heartbeat = control.heartbeat()
+        alive = heartbeat_alive(heartbeat, missed_beats=missed_beats)
+        if now >= end and not alive:
+            return after
+        if now >= end and heartbeat is not None:
+            refreshed = last_update is not None and heartbeat.updated_at != last_update
+            grace = end + heartbeat.interval_s * missed_beats + poll_interval
+            if refreshed or now >= grace:
+                raise QueryStillRunning(
+                    found=f"heartbeat of run {heartbeat.run_id} updated at {heartbeat.updated_at}, "
+                          f"{quiet_period:g} s after the stop",
+                    expected="no live heartbeat once the query stopped",
+                    action="Another driver runs on this checkpoint (or the kill did not reach it); stop it "
+                           "by hand before the handover.",
+                    path=control.uri,
+                )
+            last_update = heartbeat.updated_at
+        elif heartbeat is not None:
+            last_update = heartbeat.updated_at
+        sleep(poll_interval)
+
+
+# -- the stop, step by step (shared by the operator, the trigger and ``ckpt stop``) ------------------
+
+
+@dataclass(frozen=True)
+class StopStart:
+    """The first step's answer: the request in force (None: nothing runs) and the run asked."""
+
+    request: StopRequest | None
+    run_id: str
+    wrote_request: bool
+    heartbeat: Heartbeat | None
+    requested_at: float  # epoch seconds when this caller asked (or found nothing running)
+
+
+def begin_stop(
+    control: ControlFiles,
+    *,
+    requested_by: str,
+    timeout_s: float,
+    launched_job_running: bool = False,
+    reason: str = "graceful stop",
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> StopStart:
+    """Write (or adopt) a stop request if a query runs; ``request`` None when nothing runs.
+
+    A query runs when its heartbeat is alive, or when the caller knows a launched job still
+    runs (``launched_job_running``: a driver without :class:`GracefulStop` never heartbeats;
+    the request is written anyway, and the wait will end in a timeout and an escalation).
+    """
+    heartbeat = control.heartbeat()
+    alive = heartbeat_alive(heartbeat, missed_beats=missed_beats)
+    requested_at = time.time()
+    if not alive and not launched_job_running:
+        return StopStart(None, "", False, heartbeat, requested_at)
+    if not alive:
+        log.warning("no live heartbeat on %s but the launched job still runs: its driver cannot acknowledge; "
+                     "asking anyway, escalation after %.0f s", control.uri, timeout_s)
+    request, wrote = control.request_stop(requested_by, reason, timeout_s)
+    run_id = heartbeat.run_id if alive and heartbeat is not None else ""
+    if alive and heartbeat is not None:
+        log.info("asked query %s (run %s) to stop between batches (request %s); waiting up to %.0f s",
+                 heartbeat.query_id, run_id, request.request_id, timeout_s)
+    return StopStart(request, run_id, wrote, heartbeat, requested_at)
+
+
+def wait_for_ack(
+    control: ControlFiles,
+    start: StopStart,
+    deadline: float,
+    *,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> tuple[StopReason, StopAck | None]:
+    """Synchronous twin of the trigger: poll until acknowledged, not running or ``deadline`` (epoch)."""
+    assert start.request is not None
+    while True:
+        ack, heartbeat = control.ack(), control.heartbeat()
+        reason = wait_decision(ack=ack, heartbeat=heartbeat, request_id=start.request.request_id,
+                               run_id=start.run_id, now=time.time(), deadline=deadline, missed_beats=missed_beats)
+        if reason is StopReason.NOT_RUNNING:  # the ack is written just before the stopped beat
+            ack = control.ack()
+            if ack_answers(ack, start.request.request_id, start.run_id):
+                reason = StopReason.ACKNOWLEDGED
+        if reason is not None:
+            return reason, ack if reason is StopReason.ACKNOWLEDGED else None
+        time.sleep(max(0.01, min(poll_interval, deadline - time.time())))
+
+
+def finish_stop(
+    control: ControlFiles,
+    *,
+    reason: StopReason,
+    request_id: str,
+    requested_at: float,
+    ack: StopAck | None,
+    kill: Callable[[], str] | None,
+    timeout_s: float,
+    quiet_period: float,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> StopResult:
+    """After the wait: escalate on timeout (``kill`` returns what it did), then check the quiet.
+
+    Raises :class:`StopTimeout` on a timeout without ``kill`` (the request is withdrawn),
+    :class:`CheckpointNotQuiet` / :class:`QueryStillRunning` from :func:`wait_quiet`.
+    """
+    escalation = None
+    if reason is StopReason.ACKNOWLEDGED:
+        outcome = StopOutcome.GRACEFUL
+        assert ack is not None
+        log.info("query %s acknowledged: stopped %s at batch %s (last planned %s)",
+                 ack.query_id, ack.outcome, ack.last_committed_batch, ack.last_planned_batch)
+    elif reason is StopReason.TIMEOUT:
+        control.remove_request(request_id)  # a late driver must not stop a later run
+        if kill is None:
+            raise StopTimeout(found=f"no acknowledgement of request {request_id} within {timeout_s:g} s",
+                              expected="the query to stop between batches and acknowledge", path=control.uri)
+        log.warning("no acknowledgement within %.0f s: escalating", timeout_s)
+        escalation = kill()
+        outcome = StopOutcome.ESCALATED
+    else:
+        log.warning("the query ended without acknowledging request %s", request_id)
+        outcome = StopOutcome.NOT_RUNNING
+    state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats)
+    if ack is not None and ack.last_planned_batch != state.last_planned_batch:
+        log.warning("the ack says last planned batch %s but the checkpoint shows %s",
+                    ack.last_planned_batch, state.last_planned_batch)
+    result = StopResult(
+        checkpoint_uri=control.uri,
+        outcome=outcome,
+        last_committed_batch=state.last_committed_batch,
+        interrupted_batch=state.interrupted_batch,
+        waited_s=round(time.time() - requested_at, 3),
+        last_planned_batch=state.last_planned_batch,
+        request_id=request_id,
+        query_id=ack.query_id if ack is not None else None,
+        ack=json.loads(ack.to_json()) if ack is not None else None,
+        escalation=escalation,
+    )
+    log.info("stop %s after %.1f s: last committed batch %s, interrupted batch %s; checkpoint quiet for %g s",
+             outcome.value, result.waited_s, result.last_committed_batch, result.interrupted_batch, quiet_period)
+    return result
+
+
+def not_running_result(
+    control: ControlFiles,
+    heartbeat: Heartbeat | None,
+    *,
+    quiet_period: float = 0.0,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> StopResult:
+    """The result when nothing runs: the checkpoint as it is after ``quiet_period`` of quiet.
+
+    The quiet check (see :func:`wait_quiet`) catches a query that runs without a heartbeat we
+    can see (a driver without GracefulStop, or one whose beats are late). When the last run
+    ended by acknowledging a stop request (a caller arriving just after another caller's
+    graceful stop), that ack is included.
+    """
+    started = time.time()
+    state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats)
+    ack = control.ack()
+    if ack is None or heartbeat is None or ack.run_id != heartbeat.run_id:
+        ack = None
+    log.info("no query runs on %s (heartbeat %s): nothing to stop; last committed batch %s%s",
+             control.uri, "missing" if heartbeat is None else f"{heartbeat.state}, updated {heartbeat.updated_at}",
+             state.last_committed_batch,
+             f"; its last run stopped {ack.outcome} on request {ack.request_id}" if ack is not None else "")
+    return StopResult(
+        checkpoint_uri=control.uri, outcome=StopOutcome.NOT_RUNNING,
+        last_committed_batch=state.last_committed_batch, interrupted_batch=state.interrupted_batch,
+        waited_s=round(time.time() - started, 3), last_planned_batch=state.last_planned_batch,
+        request_id=ack.request_id if ack is not None else None,
+        query_id=heartbeat.query_id if heartbeat is not None else None,
+        ack=json.loads(ack.to_json()) if ack is not None else None,
+    )

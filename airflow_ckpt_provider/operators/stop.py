@@ -1,0 +1,167 @@
+"""Stop a running streaming query between batches: ask, wait (deferred), escalate, check quiet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.stop import (
+    DEFAULT_MISSED_BEATS,
+    ControlFiles,
+    StopReason,
+    begin_stop,
+    finish_stop,
+    not_running_result,
+)
+from airflow_ckpt_provider.hooks.escalation import job_alive
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.spark.control import StopAck
+from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger
+
+#: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).
+DEFER_GRACE_S = 120.0
+
+
+def _handle_json(value: str | Mapping[str, Any] | LaunchHandle | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, LaunchHandle):
+        return value.to_json()
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value), sort_keys=True)
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, not {type(value).__name__}")
+
+
+class GracefulStopOperator(BaseOperator):
+    """Stop the query running on ``checkpoint_uri`` between two batches, for certain.
+
+    Reads ``_ckpt/heartbeat.json``. Nothing alive (and no live launched job in ``launch_handle``)
+    -> returns outcome ``not_running`` once the checkpoint stayed quiet for ``quiet_period``
+    (raises :class:`QueryNotRunning` instead if ``fail_if_not_running``). Otherwise writes ``_ckpt/stop-request.json`` (or joins a pending
+    one) and defers to :class:`GracefulStopTrigger` until the query acknowledges. On timeout
+    (``stop_timeout`` seconds) it kills the job through ``launch_handle`` (the launch
+    operator's XCom: a LaunchHandle JSON string, dict or template); without one it raises
+    :class:`StopTimeout`. In every case it then checks for ``quiet_period`` seconds that no new
+    ``offsets/N`` appears and no heartbeat is alive (:class:`CheckpointNotQuiet`,
+    :class:`QueryStillRunning`).
+
+    Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running),
+    last committed batch, interrupted batch or None, seconds waited, the ack.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "storage_conn_id")
+    ui_color = "#fde8e8"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str,
+        launch_handle: str | Mapping[str, Any] | LaunchHandle | None = None,
+        stop_timeout: float = 300.0,
+        quiet_period: float = 10.0,
+        storage_conn_id: str | None = None,
+        poll_interval: float = 2.0,
+        fail_if_not_running: bool = False,
+        missed_beats: float = DEFAULT_MISSED_BEATS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0:
+            raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, quiet_period >= 0")
+        self.checkpoint_uri = checkpoint_uri
+        self.launch_handle = _handle_json(launch_handle)
+        self.stop_timeout = float(stop_timeout)
+        self.quiet_period = float(quiet_period)
+        self.storage_conn_id = storage_conn_id
+        self.poll_interval = float(poll_interval)
+        self.fail_if_not_running = bool(fail_if_not_running)
+        self.missed_beats = float(missed_beats)
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    def _control(self) -> ControlFiles:
+        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
+        return ControlFiles(fs, path, uri=self.checkpoint_uri)
+
+    def _handle(self) -> LaunchHandle | None:
+        text = (self.launch_handle or "").strip()
+        if text in ("", "None", "null"):
+            return None
+        handle = LaunchHandle.from_json(text)
+        if handle.checkpoint_uri and handle.checkpoint_uri.rstrip("/") != self.checkpoint_uri.rstrip("/"):
+            self.log.warning("launch handle is for checkpoint %s, stopping %s", handle.checkpoint_uri,
+                             self.checkpoint_uri)
+        return handle
+
+    def kill(self, handle: LaunchHandle) -> str:
+        """Escalation: kill the launched job through :meth:`SparkLauncherHook.kill` (local process
+        group, standalone driver through the master, YARN application); say what was done."""
+        from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+
+        hook = SparkLauncherHook(master=handle.master or "local", master_ui_url=handle.extra.get("master_ui_url"))
+        return hook.kill(handle)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        handle = self._handle()
+        control = self._control()
+        launched = bool(handle is not None and job_alive(handle) is not False)
+        start = begin_stop(control, requested_by=f"airflow:{self.dag_id}.{self.task_id}", timeout_s=self.stop_timeout,
+                           launched_job_running=launched, missed_beats=self.missed_beats)
+        if start.request is None:
+            if self.fail_if_not_running:
+                raise QueryNotRunning(found="no live heartbeat and no running launched job",
+                                      expected="a query running on this checkpoint", path=self.checkpoint_uri)
+            return not_running_result(control, start.heartbeat, quiet_period=self.quiet_period,
+                                      poll_interval=min(self.poll_interval, 0.5),
+                                      missed_beats=self.missed_beats).to_dict()
+        self.defer(
+            trigger=GracefulStopTrigger(
+                checkpoint_uri=self.checkpoint_uri,
+                request_id=start.request.request_id,
+                deadline=start.requested_at + self.stop_timeout,
+                requested_at=start.requested_at,
+                run_id=start.run_id,
+                poll_interval=self.poll_interval,
+                storage_conn_id=self.storage_conn_id,
+                missed_beats=self.missed_beats,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.stop_timeout + self.quiet_period + DEFER_GRACE_S),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger: validate the event, escalate if needed, check the quiet."""
+        if not isinstance(event, dict) or set(event) != EVENT_KEYS:
+            raise ValueError(f"unexpected trigger event {event!r}: expected keys {sorted(EVENT_KEYS)}")
+        reason = StopReason(event["reason"])
+        ack = StopAck.from_json(event["ack"]) if event["ack"] else None
+        if reason is StopReason.ACKNOWLEDGED and ack is None:
+            raise ValueError(f"trigger event {event!r} acknowledges without an ack")
+        handle = self._handle() if reason is StopReason.TIMEOUT else None
+        requested_at = float(event["requested_at"])
+        return finish_stop(
+            self._control(),
+            reason=reason,
+            request_id=str(event["request_id"]),
+            requested_at=requested_at,
+            ack=ack,
+            kill=(lambda: self.kill(handle)) if handle is not None else None,
+            timeout_s=self.stop_timeout,
+            quiet_period=self.quiet_period,
+            poll_interval=min(self.poll_interval, 0.5),
+            missed_beats=self.missed_beats,
+        ).to_dict()
+
+
+__all__ = ["GracefulStopOperator", "StopReason"]

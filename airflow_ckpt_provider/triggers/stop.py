@@ -1,0 +1,121 @@
+"""Deferrable wait for a graceful stop's acknowledgement (runs in the triggerer)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_ckpt_provider.checkpoint.stop import (
+    DEFAULT_MISSED_BEATS,
+    ControlFiles,
+    StopReason,
+    ack_answers,
+    wait_decision,
+)
+from airflow_ckpt_provider.spark.control import Heartbeat, StopAck
+
+__all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason"]
+
+#: Keys of every event this trigger fires; the operator checks them on resume.
+EVENT_KEYS = frozenset({"reason", "request_id", "run_id", "ack", "heartbeat", "requested_at", "waited_s"})
+
+
+class GracefulStopTrigger(BaseTrigger):
+    """Poll ``_ckpt/stop-ack.json`` (and the heartbeat) until the query answers or time runs out.
+
+    Fires exactly one event ``{"reason": StopReason value, "request_id", "run_id", "ack": StopAck
+    JSON or None, "heartbeat": Heartbeat JSON or None, "requested_at" (epoch s), "waited_s"}``:
+    ``acknowledged`` when an ack answers ``request_id`` (or comes from ``run_id``);
+    ``not_running`` when the heartbeat of ``run_id`` stopped or went stale without an ack;
+    ``timeout`` at ``deadline`` (epoch seconds, so a restarted triggerer keeps it).
+    Storage errors are retried until the deadline; blocking I/O runs in a thread.
+    """
+
+    def __init__(
+        self,
+        checkpoint_uri: str,
+        request_id: str,
+        deadline: float,
+        requested_at: float,
+        run_id: str = "",
+        poll_interval: float = 2.0,
+        storage_conn_id: str | None = None,
+        missed_beats: float = DEFAULT_MISSED_BEATS,
+    ) -> None:
+        super().__init__()
+        self.checkpoint_uri = checkpoint_uri
+        self.request_id = request_id
+        self.deadline = float(deadline)
+        self.requested_at = float(requested_at)
+        self.run_id = run_id
+        self.poll_interval = float(poll_interval)
+        self.storage_conn_id = storage_conn_id
+        self.missed_beats = float(missed_beats)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "checkpoint_uri": self.checkpoint_uri,
+                "request_id": self.request_id,
+                "deadline": self.deadline,
+                "requested_at": self.requested_at,
+                "run_id": self.run_id,
+                "poll_interval": self.poll_interval,
+                "storage_conn_id": self.storage_conn_id,
+                "missed_beats": self.missed_beats,
+            },
+        )
+
+    def _control(self) -> ControlFiles:
+        from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+
+        fs, path = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+        return ControlFiles(fs, path, uri=self.checkpoint_uri)
+
+    def _poll(self, control: ControlFiles) -> dict[str, Any] | None:
+        ack, heartbeat = control.ack(), control.heartbeat()
+        now = time.time()
+        reason = wait_decision(ack=ack, heartbeat=heartbeat, request_id=self.request_id, run_id=self.run_id,
+                               now=now, deadline=self.deadline, missed_beats=self.missed_beats)
+        if reason is StopReason.NOT_RUNNING:  # the ack is written just before the stopped beat
+            ack = control.ack()
+            if ack_answers(ack, self.request_id, self.run_id):
+                reason = StopReason.ACKNOWLEDGED
+        if reason is None:
+            return None
+        return self._event(reason, ack if reason is StopReason.ACKNOWLEDGED else None, heartbeat, now)
+
+    def _event(self, reason: StopReason, ack: StopAck | None, heartbeat: Heartbeat | None,
+               now: float) -> dict[str, Any]:
+        return {
+            "reason": reason.value,
+            "request_id": self.request_id,
+            "run_id": self.run_id,
+            "ack": ack.to_json() if ack is not None else None,
+            "heartbeat": heartbeat.to_json() if heartbeat is not None else None,
+            "requested_at": self.requested_at,
+            "waited_s": round(now - self.requested_at, 3),
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        control: ControlFiles | None = None
+        while True:
+            try:
+                if control is None:
+                    control = await asyncio.to_thread(self._control)
+                event = await asyncio.to_thread(self._poll, control)
+            except OSError as exc:
+                self.log.warning("reading the control files of %s failed (%s); retrying", self.checkpoint_uri, exc)
+                event = None
+                if time.time() >= self.deadline:
+                    event = self._event(StopReason.TIMEOUT, None, None, time.time())
+            if event is not None:
+                self.log.info("stop request %s: %s after %.1f s", self.request_id, event["reason"], event["waited_s"])
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())) or 0.05)

@@ -1,0 +1,182 @@
+"""Graceful stop of real streaming jobs (Spark subprocess, Kafka -> Parquet, producer running).
+
+No mocks: the jobs are ``tests/integration/jobs/stop_job.py`` started as their own process
+group; the stop goes through GracefulStopOperator in ``dag.test()`` and through ``ckpt stop``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.hooks.escalation import local_job_alive
+from airflow_ckpt_provider.local.records import ContinuousProducer
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
+from tests.integration.streams import batch_ids
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).parent / "jobs" / "stop_job.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Job:
+    proc: subprocess.Popen[bytes]
+    checkpoint: Path
+    sink: Path
+    topic: str
+    log: Path
+
+    def handle(self) -> LaunchHandle:
+        return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=str(self.checkpoint), app_name="stop-job",
+                            started_at=datetime.now(timezone.utc).isoformat(), pid=self.proc.pid,
+                            log_path=str(self.log))
+
+    def committed(self) -> list[int]:
+        folder = self.checkpoint / "commits"
+        return batch_ids(folder) if folder.is_dir() else []
+
+    def heartbeat(self) -> Heartbeat | None:
+        path = self.checkpoint / HEARTBEAT
+        return Heartbeat.from_json(path.read_text()) if path.exists() else None
+
+    def wait_for_batches(self, count: int, *, heartbeat: bool, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.committed()) < count or (heartbeat and not (self.heartbeat() and self.heartbeat().is_alive())):
+            assert self.proc.poll() is None, f"the job exited early:\n{self.log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {count} committed batches within {timeout} s"
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def start_job(kafka, new_topic, tmp_path: Path) -> Iterator[Callable[[str], Job]]:  # noqa: ANN001
+    """Start stop_job.py in its own process group with a producer that keeps producing."""
+    started: list[tuple[Job, ContinuousProducer]] = []
+
+    def start(mode: str) -> Job:
+        topic = new_topic(2)
+        producer = ContinuousProducer(kafka.bootstrap_servers, topic, rate=100).start()
+        base = tmp_path / mode
+        base.mkdir()
+        log = base / "job.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, str(JOB), kafka.bootstrap_servers, topic, str(base / "cp"), str(base / "sink"),
+                 mode],
+                start_new_session=True, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+            )
+        job = Job(proc, base / "cp", base / "sink", topic, log)
+        started.append((job, producer))
+        return job
+
+    yield start
+    for job, producer in started:
+        producer.stop()
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+        job.proc.wait(timeout=30)
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def sink_rows(sink: Path) -> list[tuple[int, int]]:
+    table = ds.dataset(str(sink), format="parquet").to_table(columns=["partition", "offset"])
+    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+
+
+def test_operator_stops_a_running_job_between_batches(airflow_home, start_job, tmp_path: Path) -> None:  # noqa: ANN001
+    from tests.dags.graceful_stop import dag
+
+    job = start_job("graceful")
+    job.wait_for_batches(2, heartbeat=True)
+
+    # a second requester (an on-call engineer's `ckpt stop`) arriving once the operator asked
+    second: dict[str, tuple[int, str, str]] = {}
+
+    def on_call() -> None:
+        deadline = time.monotonic() + 120
+        while not (job.checkpoint / STOP_REQUEST).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second["cli"] = run_cli("stop", str(job.checkpoint), "--timeout", "90", "--quiet-period", "1", "--json")
+
+    thread = threading.Thread(target=on_call)
+    thread.start()
+    result_file = tmp_path / "result.json"
+    run = dag.test(run_conf={"checkpoint_uri": str(job.checkpoint), "launch_handle": job.handle().to_json(),
+                             "result_file": str(result_file)})
+    thread.join(timeout=120)
+    assert run.state == "success", job.log.read_text()[-3000:]
+
+    result = StopResult.from_json(json.loads(result_file.read_text()))
+    assert result.outcome.value == "graceful", result
+    assert result.interrupted_batch is None and result.escalation is None
+    assert job.proc.wait(timeout=60) == 0, "the driver exits by itself after the stop"
+
+    ack = StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+    assert ack.outcome == "clean"
+    planned, committed = batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits")
+    assert planned[-1] == committed[-1] == ack.last_committed_batch == result.last_committed_batch
+    assert ack.last_planned_batch == planned[-1] and result.ack == json.loads(ack.to_json())
+    heartbeat = job.heartbeat()
+    assert heartbeat is not None and heartbeat.state == "stopped" and heartbeat.run_id == ack.run_id
+
+    # it joined the pending request (exit 0, graceful) or came after the stop (exit 4): either
+    # way it saw the one acknowledgement and did not stop anything twice
+    code, out, err = second["cli"]
+    other = StopResult.from_json(out)
+    assert (code, other.outcome.value) in ((0, "graceful"), (4, "not_running")), err
+    assert other.ack == result.ack and other.request_id == result.request_id
+
+    # clean means the sink holds exactly the committed offsets: nothing in flight, nothing twice
+    offsets = CheckpointReader(str(job.checkpoint)).handover().kafka_offsets()
+    rows = sink_rows(job.sink)
+    assert len(rows) == len(set(rows)) == offsets.total() > 0
+    assert set(rows) == {(p, o) for (_, p) in offsets.partitions() for o in range(offsets.get(job.topic, p))}
+
+    code, out, err = run_cli("stop", str(job.checkpoint), "--quiet-period", "1")
+    assert code == 4 and "nothing to stop" in err
+
+
+def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: ANN001
+    job = start_job("ignore")
+    job.wait_for_batches(1, heartbeat=False)
+    assert job.heartbeat() is None, "this driver does not use GracefulStop"
+
+    started = time.monotonic()
+    code, out, err = run_cli("stop", str(job.checkpoint), "--timeout", "4", "--quiet-period", "3",
+                             "--pid", str(job.proc.pid), "--json")
+    assert code == 0, err
+    result = StopResult.from_json(out)
+    assert result.outcome.value == "escalated" and "SIGTERM" in (result.escalation or "")
+    assert result.ack is None and result.waited_s >= 4 + 3
+    assert time.monotonic() - started < 60
+    assert job.proc.wait(timeout=30) != 0
+    assert not local_job_alive(job.proc.pid), "the driver's JVM must be gone too"
+    assert not (job.checkpoint / STOP_REQUEST).exists(), "the request is withdrawn after the kill"
+
+    before = (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits"))
+    time.sleep(1.5)  # the process group is gone; prove nothing writes after the report either
+    assert (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits")) == before
+    assert before[0][-1] == result.last_planned_batch and before[1][-1] == result.last_committed_batch
+    assert result.interrupted_batch == (before[0][-1] if before[0][-1] != before[1][-1] else None)

@@ -1,0 +1,373 @@
+"""Graceful stop core: value objects, decisions, control files, quiet check, escalation, ``ckpt stop``."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotQuiet,
+    EscalationFailed,
+    QueryStillRunning,
+    StopTimeout,
+)
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.stop import (
+    BatchState,
+    ControlFiles,
+    InvalidStopResult,
+    StopOutcome,
+    StopReason,
+    StopResult,
+    ack_answers,
+    finish_stop,
+    heartbeat_alive,
+    new_request,
+    pending_request,
+    quiet_verdict,
+    wait_decision,
+    wait_quiet,
+)
+from airflow_ckpt_provider.hooks import escalation
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
+from tests.unit.conftest import write_checkpoint
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def beat(state: str = "running", age: float = 0.0, run_id: str = "r1", interval: float = 1.0,
+         now: datetime = NOW) -> Heartbeat:
+    at = (now - timedelta(seconds=age)).isoformat(timespec="milliseconds")
+    return Heartbeat(query_id="q", run_id=run_id, state=state, started_at=at, updated_at=at, interval_s=interval)
+
+
+def an_ack(request_id: str = "req", run_id: str = "r1") -> StopAck:
+    return StopAck(request_id=request_id, query_id="q", run_id=run_id, outcome="clean",
+                   last_committed_batch=3, last_planned_batch=3, stopped_at=NOW.isoformat())
+
+
+def control_at(tmp_path: Path, **kwargs: Any) -> ControlFiles:
+    uri = str(tmp_path / "ck")
+    write_checkpoint(uri, **kwargs)
+    fs, root = fsspec.core.url_to_fs(uri)
+    return ControlFiles(fs, root, uri=uri)
+
+
+def put(control: ControlFiles, rel: str, text: str) -> None:
+    path = Path(control.root) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# -- value objects and pure decisions -------------------------------------------------------------
+
+
+def test_stop_result_round_trip_and_validation() -> None:
+    result = StopResult(checkpoint_uri="s3://b/cp", outcome=StopOutcome.GRACEFUL, last_committed_batch=7,
+                        interrupted_batch=None, waited_s=1.25, last_planned_batch=7, request_id="r",
+                        query_id="q", ack={"outcome": "clean"}, escalation=None)
+    assert StopResult.from_json(result.to_json()) == result
+    assert StopResult.from_json(result.to_dict()) == result
+    assert json.loads(result.to_json())["outcome"] == "graceful" and result.clean
+    with pytest.raises(InvalidStopResult):
+        StopResult.from_json('{"outcome": "graceful", "surprise": 1}')
+    with pytest.raises(InvalidStopResult):
+        StopResult.from_json({**result.to_dict(), "outcome": "maybe"})
+    with pytest.raises(InvalidStopResult):
+        StopResult.from_json("[1]")
+
+
+@pytest.mark.parametrize(("planned", "committed", "interrupted"),
+                         [(None, None, None), (3, 3, None), (4, 3, 4), (0, None, 0)])
+def test_interrupted_batch(planned: int | None, committed: int | None, interrupted: int | None) -> None:
+    assert BatchState(planned, committed).interrupted_batch == interrupted
+
+
+@pytest.mark.parametrize(("heartbeat", "alive"), [
+    (None, False), (beat(), True), (beat(age=2.9), True), (beat(age=3.5), False),
+    (beat("stopped"), False), (beat(age=25, interval=10), True),
+])
+def test_heartbeat_alive(heartbeat: Heartbeat | None, alive: bool) -> None:
+    assert heartbeat_alive(heartbeat, NOW) is alive
+
+
+def test_ack_answers_request_or_run() -> None:
+    assert ack_answers(an_ack("req"), "req")
+    assert ack_answers(an_ack("other", run_id="r1"), "req", "r1")
+    assert not ack_answers(an_ack("other", run_id="r0"), "req", "r1")
+    assert not ack_answers(an_ack("other", run_id=""), "req", "")
+    assert not ack_answers(None, "req", "r1")
+
+
+T = NOW.timestamp()
+
+
+@pytest.mark.parametrize(("ack", "heartbeat", "run_id", "now", "expected"), [
+    (an_ack(), beat(), "r1", T, StopReason.ACKNOWLEDGED),
+    (an_ack(), beat(), "r1", T + 999, StopReason.ACKNOWLEDGED),  # an ack wins over the deadline
+    (None, beat(), "r1", T, None),
+    (None, beat(), "r1", T + 60, StopReason.NOT_RUNNING),  # heartbeat 60 s old: stale
+    (None, beat("stopped"), "r1", T, StopReason.NOT_RUNNING),
+    (None, beat(run_id="r2"), "r1", T, StopReason.NOT_RUNNING),
+    (None, None, "r1", T, None),  # a missing file is not proof of anything
+    (None, None, "", T + 10, StopReason.TIMEOUT),
+    (None, beat("stopped"), "", T + 5, None),  # no heartbeat seen when asking: wait for ack or timeout
+    (an_ack("old", run_id="r0"), beat(), "r1", T, None),
+])
+def test_wait_decision(ack: StopAck | None, heartbeat: Heartbeat | None, run_id: str, now: float,
+                       expected: StopReason | None) -> None:
+    assert wait_decision(ack=ack, heartbeat=heartbeat, request_id="req", run_id=run_id, now=now,
+                         deadline=T + 10) is expected
+
+
+@pytest.mark.parametrize(("before", "after", "alive", "quiet"), [
+    (BatchState(3, 3), BatchState(3, 3), False, True),
+    (BatchState(3, 3), BatchState(3, 3), True, False),
+    (BatchState(3, 3), BatchState(4, 3), False, False),
+    (BatchState(4, 3), BatchState(4, 4), False, True),  # a commit of the planned batch is no new batch
+    (BatchState(None, None), BatchState(0, None), False, False),
+])
+def test_quiet_verdict(before: BatchState, after: BatchState, alive: bool, quiet: bool) -> None:
+    assert (quiet_verdict(before, after, alive) is None) is quiet
+
+
+def test_pending_request() -> None:
+    request = new_request("me", "test", 60, now=NOW)
+    assert pending_request(request, None, NOW)
+    assert not pending_request(request, an_ack(request.request_id), NOW)
+    assert pending_request(request, an_ack("older"), NOW)
+    assert not pending_request(request, None, NOW + timedelta(seconds=61))
+    assert not pending_request(None, None, NOW)
+
+
+# -- control files and the quiet check ------------------------------------------------------------
+
+
+def test_control_files_request_is_adopted_replaced_or_withdrawn(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    assert control.request() is None and control.ack() is None and control.heartbeat() is None
+    first, wrote = control.request_stop("a", "x", 60)
+    assert wrote and control.request() == first
+    second, wrote = control.request_stop("b", "x", 60)
+    assert not wrote and second == first, "a pending request is joined, not replaced"
+    put(control, STOP_ACK, an_ack(first.request_id).to_json())
+    third, wrote = control.request_stop("c", "x", 60)
+    assert wrote and third.request_id != first.request_id, "an acknowledged request is not reused"
+    assert not control.remove_request(first.request_id) and control.request() == third
+    assert control.remove_request(third.request_id) and control.request() is None
+    assert control.batch_state() == BatchState(2, 2)
+    assert [p.name for p in (Path(control.root) / "_ckpt").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_unreadable_control_file_reads_as_missing(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    put(control, HEARTBEAT, '{"query_id": ')
+    assert control.heartbeat() is None
+
+
+class FakeClock:
+    def __init__(self, on_sleep: Any = None) -> None:
+        self.now = 0.0
+        self.sleeps = 0
+        self.on_sleep = on_sleep
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        if self.on_sleep:
+            self.on_sleep(self.sleeps)
+
+
+def test_wait_quiet_passes_on_a_quiet_checkpoint(tmp_path: Path) -> None:
+    control = control_at(tmp_path, batches=range(4), committed=range(3))
+    put(control, HEARTBEAT, beat("stopped", now=datetime.now(timezone.utc)).to_json())
+    clock = FakeClock()
+    state = wait_quiet(control, 2.0, poll_interval=0.5, clock=clock, sleep=clock.sleep)
+    assert state == BatchState(3, 2) and state.interrupted_batch == 3
+    assert clock.now >= 2.0
+
+
+def test_wait_quiet_fails_when_a_batch_is_planned(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+
+    def planner(sleeps: int) -> None:
+        if sleeps == 2:
+            put(control, "offsets/3", "v1\n{}\n" + '{"events":{"0":1}}')
+
+    clock = FakeClock(planner)
+    with pytest.raises(CheckpointNotQuiet) as error:
+        wait_quiet(control, 5.0, poll_interval=0.5, clock=clock, sleep=clock.sleep)
+    assert "offsets/3" in str(error.value)
+
+
+def test_wait_quiet_fails_while_a_heartbeat_is_refreshed(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+
+    def beater(_: int) -> None:
+        put(control, HEARTBEAT, beat(now=datetime.now(timezone.utc) + timedelta(milliseconds=_)).to_json())
+
+    beater(0)
+    clock = FakeClock(beater)
+    with pytest.raises(QueryStillRunning):
+        wait_quiet(control, 1.0, poll_interval=0.5, clock=clock, sleep=clock.sleep)
+
+
+def test_finish_stop_timeout_without_kill_withdraws_the_request(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    request, _ = control.request_stop("me", "x", 60)
+    with pytest.raises(StopTimeout):
+        finish_stop(control, reason=StopReason.TIMEOUT, request_id=request.request_id, requested_at=time.time(),
+                    ack=None, kill=None, timeout_s=60, quiet_period=0)
+    assert control.request() is None
+
+
+# -- escalation (real processes for the local mode) -----------------------------------------------
+
+
+def start_group(script: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not escalation.local_job_alive(proc.pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def local(pid: int) -> LaunchHandle:
+    return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="t", pid=pid)
+
+
+def test_kill_local_terminates_the_process_group() -> None:
+    proc = start_group("import subprocess, sys, time; "
+                       "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
+    result = escalation.kill_launched_job(local(proc.pid), term_timeout=10)
+    assert not result.forced and "SIGTERM" in result.action
+    assert proc.wait(timeout=10) == -signal.SIGTERM
+    assert not escalation.local_job_alive(proc.pid), "the child in the group must be gone too"
+    assert escalation.job_alive(local(proc.pid)) is False
+    again = escalation.kill_launched_job(local(proc.pid))
+    assert again.already_gone
+
+
+def test_kill_local_escalates_to_sigkill() -> None:
+    proc = start_group("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                       "open(1, 'w').write(''); time.sleep(120)")
+    time.sleep(0.3)  # let the handler be installed
+    result = escalation.kill_launched_job(local(proc.pid), term_timeout=0.5)
+    assert result.forced
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_kill_local_refuses_a_driver_on_another_host() -> None:
+    handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="t",
+                          pid=999_999, extra={"host": "some-other-worker.example"})
+    with pytest.raises(EscalationFailed) as error:
+        escalation.kill_launched_job(handle)
+    assert "some-other-worker.example" in str(error.value)
+    assert escalation.job_alive(handle) is None
+
+
+class Runner:
+    def __init__(self, returncode: int = 0) -> None:
+        self.commands: list[list[str]] = []
+        self.returncode = returncode
+
+    def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert "shell" not in kwargs
+        self.commands.append(command)
+        return subprocess.CompletedProcess(command, self.returncode, "", "driver not found")
+
+
+def test_kill_standalone_and_yarn_commands() -> None:
+    runner = Runner()
+    standalone = LaunchHandle(mode=LaunchMode.STANDALONE_CLUSTER, checkpoint_uri="/cp", app_name="a",
+                              started_at="t", driver_id="driver-2026-0001", master="spark://m:7077")
+    yarn = LaunchHandle(mode=LaunchMode.YARN_CLUSTER, checkpoint_uri="/cp", app_name="a", started_at="t",
+                        application_id="application_1_0002")
+    escalation.kill_launched_job(standalone, spark_submit="/opt/spark/bin/spark-submit", runner=runner)
+    escalation.kill_launched_job(yarn, yarn="/opt/hadoop/bin/yarn", runner=runner)
+    assert runner.commands == [
+        ["/opt/spark/bin/spark-submit", "--master", "spark://m:7077", "--kill", "driver-2026-0001"],
+        ["/opt/hadoop/bin/yarn", "application", "-kill", "application_1_0002"],
+    ]
+    assert escalation.job_alive(standalone) is None
+    with pytest.raises(EscalationFailed) as error:
+        escalation.kill_launched_job(yarn, yarn="yarn", runner=Runner(returncode=1))
+    assert "driver not found" in str(error.value)
+
+
+# -- the Spark side imports only pyspark, the stdlib and airflow_ckpt_provider.spark ---------------
+
+
+def test_graceful_stop_module_imports_only_what_a_driver_has() -> None:
+    tree = ast.parse((REPO / "airflow_ckpt_provider" / "spark" / "graceful_stop.py").read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    for name in names:
+        top = name.split(".")[0]
+        assert (top in sys.stdlib_module_names or top == "pyspark"
+                or name.startswith("airflow_ckpt_provider.spark")), name
+
+
+# -- ckpt stop without Spark ----------------------------------------------------------------------
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(list(argv), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+def test_cli_stop_nothing_running_exits_4(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    code, out, err = run_cli("stop", control.uri, "--quiet-period", "0.2", "--json")
+    assert code == 4 and "nothing to stop" in err
+    assert StopResult.from_json(out).outcome is StopOutcome.NOT_RUNNING
+    assert control.request() is None
+
+
+def test_cli_stop_acknowledged_by_a_driver(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    put(control, HEARTBEAT, beat(now=datetime.now(timezone.utc), interval=30).to_json())
+
+    def driver() -> None:  # what GracefulStop does: see the request, ack it, then beat "stopped"
+        deadline = time.monotonic() + 10
+        while (request := control.request()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert request is not None
+        put(control, STOP_ACK, an_ack(request.request_id, run_id="r1").to_json())
+        put(control, HEARTBEAT, beat("stopped", now=datetime.now(timezone.utc), interval=30).to_json())
+
+    thread = threading.Thread(target=driver)
+    thread.start()
+    code, out, err = run_cli("stop", control.uri, "--timeout", "10", "--quiet-period", "0.2", "--json")
+    thread.join()
+    assert (code, err) == (0, ""), err
+    result = StopResult.from_json(out)
+    assert result.outcome is StopOutcome.GRACEFUL and result.last_committed_batch == 2
+    assert result.ack is not None and result.request_id == result.ack["request_id"]
+
+
+def test_cli_stop_timeout_without_pid_exits_2(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    put(control, HEARTBEAT, beat(now=datetime.now(timezone.utc), interval=30).to_json())
+    code, out, err = run_cli("stop", control.uri, "--timeout", "0.3", "--quiet-period", "0")
+    assert code == 2 and out == "" and "--pid" in err and err.count("\n") == 1
+    assert not os.path.exists(Path(control.root) / "_ckpt" / "stop-request.json")
