@@ -1,0 +1,296 @@
+"""Verify that a new query started exactly at the handover (pure; no Spark, no Kafka client).
+
+A Kafka source of a query started on a fresh checkpoint writes ``sources/<i>/0`` once: the
+offsets it really starts from, with Spark's sentinels already RESOLVED (a partition given as
+-2 is recorded at the earliest offset the broker had then). :func:`verify_start` compares that
+record with the ``startingOffsets`` the job was given (and, when known, with the old checkpoint's
+handover):
+
+* a partition given an offset must start exactly there: recorded > given is a GAP (records
+  skipped), recorded < given an OVERLAP (records processed twice);
+* a partition given -2 (earliest: added since the handover) must start at the earliest offset;
+  with a :class:`BrokerView` the record may not be above the broker's earliest now (retention
+  only moves the earliest up, so a record above it skipped records);
+* every given partition must be recorded (MISSING) and nothing else (UNEXPECTED);
+* when the handover is known, a handed-over partition must start exactly at the handed-over
+  offset, whatever was given, except partitions whose loss was accepted explicitly
+  (``accepted_loss``: they start where they were given, the then earliest offset).
+
+Any difference raises :class:`StartMismatch` naming every partition and offset.
+
+:func:`check_launch_target` is the launch preflight: queries never share a checkpoint, and a
+file sink must not already hold a ``_spark_metadata`` log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotEmpty,
+    FileSinkHazard,
+    InvalidHandover,
+    NotStartedYet,
+    SharedCheckpoint,
+    SourceNotKafka,
+    StartMismatch,
+)
+from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets, parse_json
+from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+
+EXACT = "exact"
+AT_EARLIEST = "earliest"
+AT_LATEST = "latest"  # -1 given: where "latest" was cannot be checked afterwards
+GAP = "gap"
+OVERLAP = "overlap"
+MISSING = "missing"
+UNEXPECTED = "unexpected"
+PROBLEMS = (GAP, OVERLAP, MISSING, UNEXPECTED)
+
+
+@dataclass(frozen=True)
+class PartitionStart:
+    """One partition: the offset it was given, the one recorded (None if absent), the verdict."""
+
+    topic: str
+    partition: int
+    given: int | None
+    recorded: int | None
+    status: str
+    handed_over: int | None = None
+    broker_earliest: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in PROBLEMS
+
+    def describe(self) -> str:
+        text = f"{self.topic}-{self.partition}: {self.status}, given {_fmt(self.given)}, recorded {_fmt(self.recorded)}"
+        if self.handed_over is not None and self.handed_over != self.given:
+            text += f", handed over {self.handed_over}"
+        if self.broker_earliest is not None and self.given == EARLIEST:
+            text += f", broker earliest {self.broker_earliest}"
+        return text
+
+
+def _fmt(offset: int | None) -> str:
+    if offset is None:
+        return "nothing"
+    return {EARLIEST: "-2 (earliest)", LATEST: "-1 (latest)"}.get(offset, str(offset))
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of a successful verification (a failed one raises); JSON-able for XCom."""
+
+    checkpoint_uri: str
+    query_id: str | None
+    source: int
+    starting_offsets: KafkaOffsets
+    recorded: KafkaOffsets
+    partitions: tuple[PartitionStart, ...]
+    last_committed_batch: int | None = None
+    progress_batches: tuple[int, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.partitions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint_uri": self.checkpoint_uri,
+            "query_id": self.query_id,
+            "source": self.source,
+            "ok": self.ok,
+            "starting_offsets": self.starting_offsets.to_dict(),
+            "recorded": self.recorded.to_dict(),
+            "partitions": [
+                {"topic": p.topic, "partition": p.partition, "given": p.given, "recorded": p.recorded,
+                 "status": p.status, "handed_over": p.handed_over, "broker_earliest": p.broker_earliest}
+                for p in self.partitions
+            ],
+            "last_committed_batch": self.last_committed_batch,
+            "progress_batches": list(self.progress_batches),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def with_progress(self, last_committed_batch: int | None, batches: tuple[int, ...]) -> VerifyResult:
+        return VerifyResult(self.checkpoint_uri, self.query_id, self.source, self.starting_offsets,
+                            self.recorded, self.partitions, last_committed_batch, tuple(batches))
+
+
+def compare_starts(
+    recorded: KafkaOffsets,
+    starting_offsets: KafkaOffsets,
+    *,
+    handover: KafkaOffsets | None = None,
+    broker: BrokerView | None = None,
+    accepted_loss: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
+) -> tuple[PartitionStart, ...]:
+    """Classify every partition (see the module doc); never raises."""
+    result: list[PartitionStart] = []
+    for topic, partition, given in starting_offsets.items():
+        got = recorded.get(topic, partition)
+        before = handover.get(topic, partition) if handover is not None else None
+        # the truth is the old checkpoint's end; the given offset only for new partitions and
+        # for partitions whose loss was accepted (they start at the then earliest offset)
+        target = before if before is not None and (topic, partition) not in accepted_loss else given
+        earliest = None
+        if broker is not None and partition in broker.partitions(topic):
+            earliest = broker.partitions(topic)[partition][0]
+        if got is None:
+            status = MISSING
+        elif target == EARLIEST:
+            status = GAP if (got < 0 or (earliest is not None and got > earliest)) else AT_EARLIEST
+        elif target == LATEST:
+            status = AT_LATEST
+        else:
+            status = EXACT if got == target else GAP if got > target else OVERLAP
+        result.append(PartitionStart(topic, partition, given, got, status, before, earliest))
+    if handover is not None:
+        for topic, partition, before in handover.items():
+            if starting_offsets.get(topic, partition) is None:
+                result.append(PartitionStart(topic, partition, None, recorded.get(topic, partition),
+                                             MISSING, before))
+    for topic, partition, got in recorded.items():
+        if starting_offsets.get(topic, partition) is None and (
+            handover is None or handover.get(topic, partition) is None
+        ):
+            result.append(PartitionStart(topic, partition, None, got, UNEXPECTED))
+    return tuple(sorted(result, key=lambda p: (p.topic, p.partition)))
+
+
+def recorded_start(snapshot: CheckpointSnapshot, source: int | str | None = None) -> tuple[int, KafkaOffsets]:
+    """(source index, offsets) of the Kafka source's ``sources/<i>/0`` in a snapshot taken with
+    ``include_initial=True``. Raises :class:`NotStartedYet` when nothing is recorded,
+    :class:`SourceNotKafka` when the chosen source is absent or not Kafka or several qualify."""
+    kafka = [s for s in snapshot.initial_sources if s.kafka is not None]
+    if source is not None:
+        key = int(source) if isinstance(source, str) and source.isdigit() else source
+        kafka = [s for s in kafka if (s.index if isinstance(key, int) else s.name) == key]
+    if not kafka:
+        if not snapshot.initial_sources:
+            raise NotStartedYet(found="no sources/<i>/0 in the new checkpoint",
+                                expected="the start offsets Spark records when a query starts fresh",
+                                path=snapshot.uri)
+        raise SourceNotKafka(found=f"no Kafka source {'' if source is None else source!r} under sources/",
+                             expected="a Kafka source's recorded start", )
+    if len(kafka) > 1:
+        raise SourceNotKafka(found=f"Kafka sources {', '.join(s.label for s in kafka)} under sources/",
+                             expected="one Kafka source; choose it with source=N")
+    assert kafka[0].kafka is not None
+    return kafka[0].index, kafka[0].kafka
+
+
+def verify_start(
+    snapshot: CheckpointSnapshot,
+    starting_offsets: KafkaOffsets,
+    *,
+    handover: Handover | KafkaOffsets | None = None,
+    broker: BrokerView | None = None,
+    accepted_loss: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
+    source: int | str | None = None,
+) -> VerifyResult:
+    """Verify the new checkpoint's recorded start; returns :class:`VerifyResult` or raises
+    :class:`StartMismatch` (every differing partition named), :class:`NotStartedYet` or
+    :class:`SourceNotKafka`."""
+    index, recorded = recorded_start(snapshot, source)
+    before = handover.kafka_offsets() if isinstance(handover, Handover) else handover
+    parts = compare_starts(recorded, starting_offsets, handover=before, broker=broker,
+                           accepted_loss=frozenset(accepted_loss))
+    bad = [p for p in parts if not p.ok]
+    if bad:
+        shown = "; ".join(p.describe() for p in bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise StartMismatch(
+            details=tuple((p.topic, p.partition, p.given if p.given is not None else p.handed_over,
+                           p.recorded, p.status) for p in bad),
+            found=shown, expected="every partition to start exactly at the handed-over offset "
+            "(partitions added since: at earliest)", path=snapshot.uri,
+        )
+    return VerifyResult(snapshot.uri, snapshot.query_id, index, starting_offsets, recorded, parts,
+                        snapshot.last_committed_batch)
+
+
+def parse_handover_input(
+    data: str | bytes | Mapping[str, Any],
+) -> tuple[Handover, KafkaOffsets | None, frozenset[tuple[str, int]]]:
+    """Accept a Handover JSON or the handover operator's XCom (``{"handover",
+    "starting_offsets", "reconciliation"}``, dict or JSON); returns (handover, the XCom's
+    starting_offsets or None, partitions whose data loss was accepted). Raises
+    :class:`InvalidHandover` or :class:`InvalidOffsets`."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+        except ValueError:
+            return Handover.from_json(data), None, frozenset()  # raises InvalidHandover with details
+    if not (isinstance(data, Mapping) and "handover" in data):
+        return Handover.from_json(data), None, frozenset()
+    handover = Handover.from_json(data["handover"])
+    raw = data.get("starting_offsets")
+    starting = KafkaOffsets.from_json(raw) if raw else None
+    recon = data.get("reconciliation") or {}
+    try:
+        accepted = frozenset(
+            (str(e["topic"]), int(e["partition"])) for e in recon.get("expired", []) if recon.get("acceptDataLoss")
+        )
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise InvalidHandover(found=f"reconciliation {recon!r:.80}",
+                              expected="the handover operator's reconciliation dict") from None
+    return handover, starting, accepted
+
+
+def _location(fs: Any, path: str) -> tuple[str, str]:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    path = fs._strip_protocol(path).rstrip("/") or "/"
+    if protocol in ("file", "local"):
+        path = os.path.realpath(path)
+    return protocol, path
+
+
+def check_launch_target(
+    target: tuple[Any, str],
+    uri: str,
+    *,
+    old: tuple[Any, str] | None = None,
+    sink: tuple[Any, str] | None = None,
+    allow_existing_checkpoint: bool = False,
+) -> bool:
+    """Refuse an unsafe launch target; reads only, creates nothing. Each location is an fsspec
+    ``(filesystem, path)``. Returns whether the checkpoint already holds something (only possible
+    with ``allow_existing_checkpoint``).
+
+    Raises :class:`SharedCheckpoint` when the new checkpoint is the old one and
+    :class:`CheckpointNotEmpty` when it holds anything (both unless ``allow_existing_checkpoint``),
+    :class:`FileSinkHazard` when ``sink`` has ``_spark_metadata`` (unless the query restarts on its
+    own, non-empty checkpoint, whose batch ids continue).
+    """
+    fs, path = target
+    if old is not None and _location(*old) == _location(fs, path) and not allow_existing_checkpoint:
+        raise SharedCheckpoint(found=f"{uri} for both the old and the new query",
+                               expected="a new checkpoint location for the new query", path=uri)
+    fs.invalidate_cache(path)
+    existing: list[str] = []
+    if fs.exists(path):
+        entries = fs.ls(path, detail=False) if fs.isdir(path) else [path]
+        existing = [posixpath.basename(str(e).rstrip("/")) for e in entries]
+        existing = [e for e in existing if e and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]
+    if existing and not allow_existing_checkpoint:
+        raise CheckpointNotEmpty(found=f"{len(existing)} entries ({', '.join(sorted(existing)[:5])})",
+                                 expected="an empty or missing location", path=uri)
+    if sink is not None and not (existing and allow_existing_checkpoint):
+        sink_fs, sink_path = sink
+        metadata = posixpath.join(sink_path.rstrip("/"), "_spark_metadata")
+        sink_fs.invalidate_cache(metadata)
+        if sink_fs.exists(metadata):
+            raise FileSinkHazard(found=f"{metadata} from an earlier query",
+                                 expected="a file sink output path without _spark_metadata", path=sink_path)
+    return bool(existing)

@@ -1,0 +1,366 @@
+"""Start the new job version detached on a new checkpoint, and verify it started at the handover."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, BaseOperatorLink, Context
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
+    FirstCommitTimeout,
+    InvalidOffsets,
+    LaunchFailed,
+    NoProgress,
+)
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.checkpoint.verify import (
+    VerifyResult,
+    check_launch_target,
+    parse_handover_input,
+    verify_start,
+)
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger, committed_batches
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import TaskInstanceKey
+
+#: XCom key of the LaunchHandle, pushed BEFORE deferring so a failed launch can still be killed.
+HANDLE_XCOM_KEY = "launch_handle"
+#: Airflow's own deferral timeout is a backstop past the trigger's deadline.
+DEFER_GRACE_S = 120.0
+
+
+class SparkUILink(BaseOperatorLink):
+    """The launched driver's Spark UI, when the driver logged its address."""
+
+    name = "Spark UI"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.providers.common.compat.sdk import XCom
+
+        return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
+
+
+def _check_event(event: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not isinstance(event, Mapping) or set(event) != EVENT_KEYS:
+        keys = sorted(event) if isinstance(event, Mapping) else type(event).__name__
+        raise ValueError(f"unexpected trigger event {keys}; expected keys {sorted(EVENT_KEYS)}")
+    LaunchEvent(event["reason"])  # ValueError on an unknown reason
+    return dict(event)
+
+
+def _json_value(value: str | Mapping[str, Any]) -> Any:
+    """A dict as it is; a JSON string parsed; the Python repr a plain ``{{ ti.xcom_pull(...) }}``
+    renders to (use ``| tojson`` instead) parsed as a literal."""
+    if not isinstance(value, str):
+        return dict(value)
+    try:
+        return json.loads(value)
+    except ValueError:
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value  # the core raises a typed error naming what is wrong
+
+
+def _offsets_text(value: str | None) -> str | None:
+    """Validated startingOffsets text: None/'' -> None, 'earliest'/'latest' as they are, else JSON."""
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    if text in ("earliest", "latest"):
+        return text
+    return KafkaOffsets.from_json(text).to_json()
+
+
+class StreamLaunchOperator(BaseOperator):
+    """Launch ``application`` detached on the NEW checkpoint and wait (deferred) for its first commit.
+
+    Refuses, before starting anything or creating anything: a checkpoint equal to
+    ``old_checkpoint_uri`` (:class:`SharedCheckpoint`) or not empty (:class:`CheckpointNotEmpty`)
+    unless ``allow_existing_checkpoint`` (to restart a version on its own checkpoint during a
+    rollback); a file sink whose ``sink_path`` already holds ``_spark_metadata``
+    (:class:`FileSinkHazard`: batch ids restart at 0 and would be skipped silently); invalid
+    ``starting_offsets`` (:class:`InvalidOffsets`).
+
+    The job gets ``spark.ckpt.checkpointLocation``, ``spark.ckpt.startingOffsets`` (and
+    ``spark.ckpt.handoverJson`` when ``handover_json`` is given) as Spark conf; see
+    :mod:`airflow_ckpt_provider.spark.kafka`. The spark-submit comes from ``spark_conn_id`` or
+    ``master``/``deploy_mode`` (see :class:`SparkLauncherHook`). The handle is pushed to XCom
+    (key ``launch_handle``) before deferring. Fails with :class:`LaunchFailed` (driver log
+    tail included) when the job dies before its first commit, with :class:`FirstCommitTimeout`
+    after ``first_commit_timeout`` seconds (the job is killed unless ``kill_on_timeout=False``).
+    Returns the LaunchHandle dict (with the Spark UI address when the driver logged it).
+    """
+
+    # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
+    template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
+                                      "old_checkpoint_uri", "starting_offsets", "handover_json", "sink_path",
+                                      "master", "deploy_mode", "master_ui_url", "log_dir")
+    operator_extra_links = (SparkUILink(),)
+    ui_color = "#fdf2e8"
+
+    def __init__(
+        self,
+        *,
+        application: str,
+        checkpoint_uri: str,
+        application_args: Sequence[str] = (),
+        old_checkpoint_uri: str | None = None,
+        starting_offsets: str | None = None,
+        handover_json: str | None = None,
+        conf: Mapping[str, str] | None = None,
+        spark_conn_id: str | None = None,
+        master: str | None = None,
+        deploy_mode: str | None = None,
+        sink_path: str | None = None,
+        allow_existing_checkpoint: bool = False,
+        first_commit_timeout: float = 600.0,
+        poll_interval: float = 5.0,
+        kill_on_timeout: bool = True,
+        storage_conn_id: str | None = None,
+        app_name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        log_dir: str | None = None,
+        master_ui_url: str | None = None,
+        spark_binary: str | None = None,
+        python_launcher_jar: str | None = None,
+        submit_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if first_commit_timeout <= 0 or poll_interval <= 0:
+            raise ValueError("first_commit_timeout and poll_interval must be positive")
+        if isinstance(application_args, str):
+            raise TypeError("application_args must be a list of strings, not one string")
+        self.application = application
+        self.checkpoint_uri = checkpoint_uri
+        self.application_args = list(application_args) if isinstance(application_args, (list, tuple)) \
+            else application_args
+        self.old_checkpoint_uri = old_checkpoint_uri
+        self.starting_offsets = starting_offsets
+        self.handover_json = handover_json
+        self.conf = dict(conf) if isinstance(conf, Mapping) else conf if conf is not None else {}
+        self.spark_conn_id = spark_conn_id
+        self.master = master
+        self.deploy_mode = deploy_mode
+        self.sink_path = sink_path
+        self.allow_existing_checkpoint = bool(allow_existing_checkpoint)
+        self._resume_after: int | None = None  # last batch of an existing checkpoint (preflight)
+        self.first_commit_timeout = float(first_commit_timeout)
+        self.poll_interval = float(poll_interval)
+        self.kill_on_timeout = bool(kill_on_timeout)
+        self.storage_conn_id = storage_conn_id
+        self.app_name = app_name
+        self.env = dict(env or {})
+        self.log_dir = log_dir
+        self.master_ui_url = master_ui_url
+        self.spark_binary = spark_binary
+        self.python_launcher_jar = python_launcher_jar
+        self.submit_options = dict(submit_options or {})
+
+    @cached_property
+    def launcher_hook(self) -> SparkLauncherHook:
+        return SparkLauncherHook(  # templated fields rendered empty mean "not set"
+            self.spark_conn_id, master=self.master or None, deploy_mode=self.deploy_mode or None,
+            spark_binary=self.spark_binary, master_ui_url=self.master_ui_url or None, env=self.env,
+            log_dir=self.log_dir or None,
+            python_launcher_jar=self.python_launcher_jar, submit_options=self.submit_options,
+        )
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    def preflight(self) -> str | None:
+        """Run every refusal check (nothing is created); returns the validated startingOffsets.
+
+        On an existing checkpoint (``allow_existing_checkpoint``) it also records the last
+        committed batch, so the wait is for a batch committed by THIS launch."""
+        starting = _offsets_text(self.starting_offsets)
+        storage = self.storage_hook
+        existing = check_launch_target(
+            storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
+            old=storage.filesystem(self.old_checkpoint_uri) if self.old_checkpoint_uri else None,
+            sink=storage.filesystem(self.sink_path) if self.sink_path else None,
+            allow_existing_checkpoint=self.allow_existing_checkpoint,
+        )
+        self._resume_after = None
+        if existing:
+            self.log.warning("%s is not empty (allow_existing_checkpoint): the query resumes from it and "
+                             "Spark ignores startingOffsets", self.checkpoint_uri)
+            fs, _ = storage.filesystem(self.checkpoint_uri)
+            try:
+                self._resume_after = CheckpointReader(self.checkpoint_uri, fs=fs).snapshot().last_committed_batch
+            except CheckpointError as exc:
+                self.log.warning("cannot read the last committed batch of %s (%s)", self.checkpoint_uri, exc)
+        return starting
+
+    def execute(self, context: Context) -> None:
+        if not isinstance(self.conf, Mapping) or isinstance(self.application_args, (str, bytes)):
+            raise TypeError("conf must render to a dict and application_args to a list of strings")
+        conf = {str(k): str(v) for k, v in self.conf.items()}
+        args = [str(a) for a in self.application_args]
+        starting = self.preflight()
+        name = self.app_name or f"{self.dag_id}.{self.task_id}"
+        if starting is None:
+            self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is latest)")
+        handover_json = None
+        if self.handover_json:
+            handover_json = json.dumps(_json_value(self.handover_json), sort_keys=True, separators=(",", ":"))
+        handle = self.launcher_hook.launch(
+            self.application, checkpoint_uri=self.checkpoint_uri, application_args=args, conf=conf, name=name,
+            starting_offsets=starting, handover_json=handover_json,
+        )
+        context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
+        self.log.info("started %s; waiting up to %.0f s for its first committed batch in %s",
+                      name, self.first_commit_timeout, self.checkpoint_uri)
+        self.defer(
+            trigger=LaunchTrigger(
+                checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
+                handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
+                min_batch=0 if self._resume_after is None else self._resume_after + 1,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        event = _check_event(event)
+        handle = LaunchHandle.from_json(event["handle"])
+        reason = LaunchEvent(event["reason"])
+        if reason is LaunchEvent.COMMITTED:
+            ui_url = self.launcher_hook.discover_ui_url(handle)
+            handle = dataclasses.replace(handle, ui_url=ui_url)
+            if ui_url:
+                context["ti"].xcom_push(key=SparkUILink().xcom_key, value=ui_url)
+            self.log.info("%s committed batch %s after %.1f s; it keeps running%s", handle.app_name,
+                          event["batch"], event["waited_s"], f" (Spark UI {ui_url})" if ui_url else "")
+            return handle.to_dict()
+        if reason is LaunchEvent.DIED:
+            raise LaunchFailed(
+                found=f"the job ended ({event['state']}) before committing a batch",
+                expected=f"a first committed batch in {self.checkpoint_uri}/commits",
+                log_tail=event["log_tail"] or self.launcher_hook.log_tail(handle, 60), path=handle.log_path,
+            )
+        action = None
+        if self.kill_on_timeout:
+            self.log.warning("no committed batch after %.0f s: killing %s", event["waited_s"], handle.app_name)
+            done = self.launcher_hook.kill(handle)
+            self.log.info("killed: %s", done)
+        else:
+            action = ("The job was left running (kill_on_timeout=False); stop it with the launch_handle "
+                      "XCom, or wait and verify.")
+        raise FirstCommitTimeout(found=f"no commits/N after {event['waited_s']:.0f} s (state {event['state']})",
+                                 expected=f"a committed batch within {self.first_commit_timeout:.0f} s",
+                                 action=action, path=self.checkpoint_uri)
+
+
+class HandoverVerifyOperator(BaseOperator):
+    """Prove the new query started exactly at the handover and keeps committing batches.
+
+    ``handover``: a Handover JSON or the handover operator's XCom (dict or JSON, templated);
+    ``starting_offsets``: the JSON given to the job (default: the XCom's ``starting_offsets``,
+    else the handover's offsets). Reads the new checkpoint's ``sources/<i>/0`` and compares
+    (see :mod:`airflow_ckpt_provider.checkpoint.verify`); with ``kafka_conn_id`` partitions
+    started at earliest are checked against the broker. Then, unless ``progress_window_s`` is
+    0, defers until a batch newer than the current last commit is committed (new records must
+    arrive in that window). Raises :class:`StartMismatch` naming partitions and offsets,
+    :class:`NotStartedYet`, or :class:`NoProgress`. Returns :meth:`VerifyResult.to_dict`.
+    """
+
+    template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id")
+    ui_color = "#e8fde9"
+
+    def __init__(
+        self,
+        *,
+        handover: str | Mapping[str, Any],
+        checkpoint_uri: str,
+        starting_offsets: str | None = None,
+        kafka_conn_id: str | None = None,
+        progress_window_s: float = 60.0,
+        poll_interval: float = 2.0,
+        source: int | str | None = None,
+        storage_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if progress_window_s < 0:
+            raise ValueError("progress_window_s must be >= 0")
+        self.handover = handover
+        self.checkpoint_uri = checkpoint_uri
+        self.starting_offsets = starting_offsets
+        self.kafka_conn_id = kafka_conn_id
+        self.progress_window_s = float(progress_window_s)
+        self.poll_interval = float(poll_interval)
+        self.source = source
+        self.storage_conn_id = storage_conn_id
+
+    def verify(self) -> VerifyResult:
+        """The start check alone (no waiting)."""
+        handover, xcom_offsets, accepted = parse_handover_input(_json_value(self.handover))
+        text = _offsets_text(self.starting_offsets) if self.starting_offsets else None
+        if text in ("earliest", "latest"):
+            raise InvalidOffsets(found=f"startingOffsets {text!r}", expected="per-partition offsets JSON to verify")
+        starting = KafkaOffsets.from_json(text) if text else xcom_offsets or handover.kafka_offsets(self.source)
+        fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+        snapshot = CheckpointReader(self.checkpoint_uri, fs=fs).snapshot(include_initial=True)
+        broker = None
+        if self.kafka_conn_id:
+            from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+            broker = KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id).broker_view(starting.topics)
+        result = verify_start(snapshot, starting, handover=handover.kafka_offsets(self.source), broker=broker,
+                              accepted_loss=accepted, source=self.source)
+        for part in result.partitions:
+            self.log.info("%s", part.describe())
+        return result
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        result = self.verify()
+        self.log.info("the new query started exactly at the handover (%d partitions)", len(result.partitions))
+        if self.progress_window_s == 0:
+            return result.to_dict()
+        after = result.last_committed_batch if result.last_committed_batch is not None else -1
+        context["ti"].xcom_push(key="start_verified", value=result.to_dict())
+        self.defer(
+            trigger=LaunchTrigger(checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.progress_window_s,
+                                  min_batch=after + 1, poll_interval=self.poll_interval,
+                                  storage_conn_id=self.storage_conn_id),
+            method_name="execute_complete",
+            kwargs={"result": result.to_dict(), "after": after},
+            timeout=timedelta(seconds=self.progress_window_s + DEFER_GRACE_S),
+        )
+        return None
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
+                         result: dict[str, Any] | None = None, after: int | None = None) -> dict[str, Any]:
+        event = _check_event(event)
+        if result is None:  # the kwargs do not always come back (dag.test passes only the event)
+            result = context["ti"].xcom_pull(task_ids=self.task_id, key="start_verified")
+        if not isinstance(result, Mapping):
+            raise ValueError("the verified start is missing (XCom start_verified); run the task again")
+        if after is None:
+            last = result.get("last_committed_batch")
+            after = last if isinstance(last, int) else -1
+        if LaunchEvent(event["reason"]) is not LaunchEvent.COMMITTED:
+            raise NoProgress(found=f"no batch after {after} committed in {self.progress_window_s:.0f} s "
+                             f"(job state {event['state']})",
+                             expected="the new query to keep committing batches", path=self.checkpoint_uri)
+        fs, root = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+        batches = [b for b in committed_batches(fs, root) if b > after]
+        self.log.info("the new query committed batch(es) %s during the progress window", batches)
+        return {**result, "last_committed_batch": event["batch"], "progress_batches": batches}

@@ -1,0 +1,106 @@
+"""Apply the handover inside the user's Spark driver (imports only pyspark and the stdlib).
+
+The launcher passes the handover as Spark conf keys (``--conf``), so the job's code needs no
+extra arguments::
+
+    spark.ckpt.checkpointLocation   the NEW checkpoint location
+    spark.ckpt.startingOffsets      Kafka startingOffsets JSON ({"topic": {"0": 23}}; -2 earliest)
+    spark.ckpt.handoverJson         optional: the full handover, for the job's own records
+
+In the job::
+
+    from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
+
+    frame = read_kafka(spark, topics="orders", bootstrap_servers="broker:9092")
+    frame.writeStream.option("checkpointLocation", checkpoint_location(spark)) ...
+
+``startingOffsets`` is only honoured by Spark on a checkpoint without offsets, which is why the
+launcher refuses to start on a non-empty checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+CONF_CHECKPOINT_LOCATION = "spark.ckpt.checkpointLocation"
+CONF_STARTING_OFFSETS = "spark.ckpt.startingOffsets"
+CONF_HANDOVER_JSON = "spark.ckpt.handoverJson"
+
+
+def _conf(spark: SparkSession, key: str) -> str | None:
+    value = spark.conf.get(key, None)
+    return value if value not in (None, "") else None
+
+
+def checkpoint_location(spark: SparkSession, default: str | None = None) -> str:
+    """The checkpoint location the launcher chose (``spark.ckpt.checkpointLocation``), else
+    ``default``; ``ValueError`` when neither is set."""
+    value = _conf(spark, CONF_CHECKPOINT_LOCATION) or default
+    if not value:
+        raise ValueError(f"no checkpoint location: set --conf {CONF_CHECKPOINT_LOCATION}=<uri> or pass default=")
+    return value
+
+
+def handed_over_starting_offsets(spark: SparkSession) -> str | None:
+    """The ``startingOffsets`` JSON the launcher passed, or None."""
+    return _conf(spark, CONF_STARTING_OFFSETS)
+
+
+def handover_json(spark: SparkSession) -> dict[str, Any] | None:
+    """The handover the launcher passed (``spark.ckpt.handoverJson``) as a dict, or None."""
+    raw = _conf(spark, CONF_HANDOVER_JSON)
+    return json.loads(raw) if raw else None
+
+
+def _topics(topics: str | Iterable[str]) -> list[str]:
+    names = [t.strip() for t in ([topics] if isinstance(topics, str) else list(topics))]
+    names = [n for part in names for n in part.split(",") if n.strip()]
+    if not names:
+        raise ValueError("read_kafka needs at least one topic")
+    return [n.strip() for n in names]
+
+
+def read_kafka(
+    spark: SparkSession,
+    *,
+    topics: str | Iterable[str],
+    bootstrap_servers: str,
+    starting_offsets: str | None = None,
+    **options: Any,
+) -> DataFrame:
+    """``spark.readStream`` of Kafka ``topics`` starting where the handover says.
+
+    ``startingOffsets`` precedence: the ``starting_offsets`` argument (or a ``startingOffsets``
+    option), then the conf key ``spark.ckpt.startingOffsets``, else Spark's default (latest).
+    A handed-over JSON must name exactly the subscribed topics (``ValueError`` otherwise, before
+    anything starts). When offsets come from the handover, ``failOnDataLoss`` defaults to true:
+    offsets deleted by retention then fail the query instead of silently skipping records.
+    Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``).
+    """
+    names = _topics(topics)
+    explicit = starting_offsets if starting_offsets is not None else options.pop("startingOffsets", None)
+    chosen, origin = explicit, "argument"
+    if chosen is None:
+        chosen, origin = handed_over_starting_offsets(spark), f"conf {CONF_STARTING_OFFSETS}"
+    reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+    reader = reader.option("subscribe", ",".join(names))
+    if chosen is not None:
+        if chosen.strip().startswith("{"):
+            given = sorted(json.loads(chosen))
+            if given != sorted(set(names)):
+                raise ValueError(f"startingOffsets from the {origin} name topics {given}, but the job "
+                                 f"subscribes to {sorted(set(names))}")
+            options.setdefault("failOnDataLoss", "true")
+        log.info("Kafka source %s starts at %s (from the %s)", ",".join(names), chosen, origin)
+        reader = reader.option("startingOffsets", chosen)
+    for key, value in options.items():
+        reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
+    return reader.load()

@@ -1,0 +1,37 @@
+"""The "new version" of a streaming job, launched by spark-submit: Kafka -> Parquet.
+
+Usage: kafka_to_parquet.py BOOTSTRAP TOPIC SINK [--crash-on-start]
+The checkpoint location and the startingOffsets come from the launcher's Spark conf
+(spark.ckpt.checkpointLocation, spark.ckpt.startingOffsets) through read_kafka and
+checkpoint_location. ``--crash-on-start`` raises before the query starts (launch failure test).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import SparkSession
+
+from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
+
+
+def main() -> None:
+    bootstrap, topic, sink = sys.argv[1:4]
+    spark = SparkSession.builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if "--crash-on-start" in sys.argv[4:]:
+        raise RuntimeError("deliberate crash on start: the new version cannot read its configuration")
+    frame = read_kafka(spark, topics=topic, bootstrap_servers=bootstrap, maxOffsetsPerTrigger=200)
+    query = (
+        frame.selectExpr("topic", "partition", "offset")
+        .writeStream.format("parquet")
+        .option("path", sink)
+        .option("checkpointLocation", checkpoint_location(spark))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""airflow_ckpt_provider.spark.kafka: which startingOffsets the job's Kafka reader gets.
+
+The SparkSession is replaced by a recorder of reader options (the pyspark boundary); the real
+path runs in tests/integration/test_launch_real.py through spark-submit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ckpt_provider.spark import kafka as spark_kafka
+from airflow_ckpt_provider.spark.kafka import checkpoint_location, handover_json, read_kafka
+
+HANDED = '{"orders":{"0":5,"1":-2}}'
+
+
+class Reader:
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+
+    def format(self, name: str) -> Reader:
+        self.options["format"] = name
+        return self
+
+    def option(self, key: str, value: str) -> Reader:
+        assert isinstance(value, str), f"{key}={value!r} must be passed as a string"
+        self.options[key] = value
+        return self
+
+    def load(self) -> dict[str, str]:
+        return self.options
+
+
+class Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+class Session:
+    def __init__(self) -> None:
+        self.conf = Conf({})
+        self.readStream = Reader()
+
+
+def session(offsets: str | None = None, location: str | None = None) -> Session:
+    spark = Session()
+    if offsets is not None:
+        spark.conf.values["spark.ckpt.startingOffsets"] = offsets
+    if location is not None:
+        spark.conf.values["spark.ckpt.checkpointLocation"] = location
+    return spark
+
+
+def test_conf_offsets_applied_with_fail_on_data_loss() -> None:
+    options = read_kafka(session(HANDED), topics="orders", bootstrap_servers="b:9092", maxOffsetsPerTrigger=100)
+    assert options == {"format": "kafka", "kafka.bootstrap.servers": "b:9092", "subscribe": "orders",
+                       "startingOffsets": HANDED, "failOnDataLoss": "true", "maxOffsetsPerTrigger": "100"}
+
+
+def test_explicit_argument_wins() -> None:
+    options = read_kafka(session(HANDED), topics=["orders"], bootstrap_servers="b", starting_offsets="earliest")
+    assert options["startingOffsets"] == "earliest" and "failOnDataLoss" not in options
+    options = read_kafka(session(HANDED), topics="orders", bootstrap_servers="b", startingOffsets="latest")
+    assert options["startingOffsets"] == "latest"
+
+
+def test_no_handover_leaves_spark_default() -> None:
+    options = read_kafka(session(), topics="a,b", bootstrap_servers="b", failOnDataLoss=False)
+    assert "startingOffsets" not in options and options["subscribe"] == "a,b"
+    assert options["failOnDataLoss"] == "false"
+
+
+def test_handover_for_other_topics_is_refused() -> None:
+    with pytest.raises(ValueError, match="subscribes to"):
+        read_kafka(session(HANDED), topics=["orders", "refunds"], bootstrap_servers="b")
+    with pytest.raises(ValueError, match="at least one topic"):
+        read_kafka(session(), topics=[], bootstrap_servers="b")
+
+
+def test_checkpoint_location_and_handover_json() -> None:
+    assert checkpoint_location(session(location="s3://b/cp")) == "s3://b/cp"
+    assert checkpoint_location(session(), default="/tmp/cp") == "/tmp/cp"
+    with pytest.raises(ValueError, match="spark.ckpt.checkpointLocation"):
+        checkpoint_location(session())
+    spark = session()
+    assert handover_json(spark) is None
+    spark.conf.values["spark.ckpt.handoverJson"] = '{"format": 1}'
+    assert handover_json(spark) == {"format": 1}
+
+
+def test_spark_side_imports_only_pyspark_and_stdlib() -> None:
+    tree = ast.parse(Path(spark_kafka.__file__).read_text())
+    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert modules <= {"__future__", "json", "logging", "collections", "typing", "pyspark"}, modules
