@@ -3,7 +3,9 @@
 Without a connection id the URI's own scheme decides (local paths, ``file://``,
 ``memory://``, or any fsspec protocol with ambient credentials). With one, the filesystem
 comes from Airflow's object storage registry (``airflow.sdk.io.attach``), so ``s3://``,
-``gs://`` and ``abfs://`` use the credentials of that Airflow connection.
+``gs://`` and ``abfs://`` use the credentials of that Airflow connection. Schemes Airflow has
+no object storage for (``hdfs://``, ``webhdfs://``) get a plain fsspec filesystem built from the
+connection (extra as storage options, plus host, port and login as user).
 """
 
 from __future__ import annotations
@@ -35,7 +37,22 @@ class CheckpointStorageHook(BaseHook):
             from airflow.sdk.io import attach
 
             protocol = fsspec.utils.get_protocol(uri)
-            fs = attach(protocol, self.storage_conn_id).fs
+            try:
+                fs = attach(protocol, self.storage_conn_id).fs
+            except ValueError:  # Airflow registers no filesystem for this scheme (hdfs, webhdfs, ...)
+                fs = self._fsspec_from_connection(protocol)
             return fs, fs._strip_protocol(uri)
         fs, path = fsspec.core.url_to_fs(uri, **self.storage_options)
         return fs, path
+
+    def _fsspec_from_connection(self, protocol: str) -> AbstractFileSystem:
+        """fsspec filesystem for ``protocol`` built from the connection: its extra as storage
+        options, plus ``host``/``port``/``user`` when set (what fsspec's hdfs and webhdfs take)."""
+        conn = self.get_connection(self.storage_conn_id)  # type: ignore[arg-type]
+        options: dict[str, Any] = {**conn.extra_dejson, **self.storage_options}
+        for key, value in (("host", conn.host), ("port", conn.port), ("user", conn.login)):
+            if value and key not in options:
+                options[key] = value
+        self.log.info("no Airflow object storage for %s://; using fsspec with connection %s",
+                      protocol, self.storage_conn_id)
+        return fsspec.filesystem(protocol, **options)

@@ -1,0 +1,474 @@
+"""Archive a stopped query's checkpoint with a verified manifest; list, prune and restore archives.
+
+Works on any pair of fsspec filesystems (the checkpoint and the archive may live on different
+stores): local paths, ``memory://``, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``.
+Layout and manifest: :mod:`airflow_ckpt_provider.checkpoint.manifest`.
+
+Safety rules: nothing is copied while the query runs (live heartbeat, or an offsets file newer
+than the stop acknowledgement); the manifest is written last, only after every copied byte was
+re-read and matched; the original is removed only after that and only when asked; a re-run with
+the same upgrade id completes the same archive instead of starting another one.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import posixpath
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    ArchiveConflict,
+    ArchiveCorrupt,
+    ArchiveInsideCheckpoint,
+    CheckpointChanged,
+    CheckpointError,
+    CheckpointNotFound,
+    HandoverMismatch,
+    NotACheckpoint,
+    QueryStillRunning,
+    UnreadableCheckpoint,
+)
+from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.manifest import (
+    DATA_DIR,
+    INTENT,
+    MANIFEST,
+    ArchivedFile,
+    ArchiveInfo,
+    ArchiveManifest,
+    RetentionPlan,
+    archive_dir_name,
+    check_name,
+    human_bytes,
+    parse_dir_name,
+    plan_retention,
+)
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
+from airflow_ckpt_provider.checkpoint.restore import norm_path as _norm
+from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_archive, verify_archive
+from airflow_ckpt_provider.checkpoint.transfer import (
+    CHUNK,
+    Progress,
+    copy_file,
+    default_workers,
+    hash_file,
+    list_tree,
+    make_dirs,
+    run_parallel,
+    scan_tree,
+    verify_files,
+)
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, parse_time
+
+log = logging.getLogger(__name__)
+CLOCK_SKEW = timedelta(seconds=2)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def default_actor() -> str:
+    """``user@host`` of this process."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _protocols(fs: AbstractFileSystem) -> set[str]:
+    proto = fs.protocol
+    return {proto} if isinstance(proto, str) else set(proto)
+
+
+def _inside(child: str, parent: str) -> bool:
+    return child == parent or child.startswith(parent.rstrip("/") + "/")
+
+
+def _modified(info: Mapping[str, Any]) -> datetime | None:
+    """Modification time of an fsspec ``info`` dict (keys differ per filesystem), as UTC."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modificationTime", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
+        try:
+            stamp = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+    return None
+
+
+def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | None = None, uri: str = "") -> None:
+    """:class:`QueryStillRunning` if the checkpoint's query looks alive.
+
+    Alive means a live heartbeat (``_ckpt/heartbeat.json``, :meth:`Heartbeat.is_alive`), or, when
+    a stop acknowledgement exists, an offsets file planned after it (higher batch than it
+    recorded, or modified after ``stopped_at``).
+    """
+    now, where = now or _utc_now(), uri or root
+    try:
+        beat = Heartbeat.from_json(fs.cat_file(posixpath.join(root, HEARTBEAT)))
+    except FileNotFoundError:
+        beat = None
+    except (ValueError, TypeError):
+        log.warning("unreadable heartbeat in %s; judging by the stop acknowledgement only", where)
+        beat = None
+    if beat is not None and beat.is_alive(now):
+        raise QueryStillRunning(
+            found=f"a live heartbeat of query {beat.query_id} (run {beat.run_id}), updated "
+            f"{beat.updated_at}, every {beat.interval_s:g}s", expected="a stopped query", path=where)
+    try:
+        ack = StopAck.from_json(fs.cat_file(posixpath.join(root, STOP_ACK)))
+    except FileNotFoundError:
+        return
+    except (ValueError, TypeError):
+        log.warning("unreadable stop acknowledgement in %s; ignoring it", where)
+        return
+    try:
+        entries = fs.ls(posixpath.join(root, "offsets"), detail=True)
+    except FileNotFoundError:
+        return
+    batches = [(int(n), e) for e in entries if (n := e["name"].rstrip("/").rsplit("/", 1)[-1]).isdigit()]
+    if not batches:
+        return
+    newest, info = max(batches, key=lambda b: b[0])
+    if ack.last_planned_batch is not None and newest > ack.last_planned_batch:
+        raise QueryStillRunning(
+            found=f"offsets/{newest} planned after the stop acknowledgement (last planned "
+            f"{ack.last_planned_batch} at {ack.stopped_at})", expected="no batch after the stop", path=where)
+    modified = _modified(info) or _modified(fs.info(info["name"]))
+    if modified is not None and modified > parse_time(ack.stopped_at) + CLOCK_SKEW:
+        raise QueryStillRunning(
+            found=f"offsets/{newest} modified {modified.isoformat()} after the stop acknowledgement "
+            f"({ack.stopped_at})", expected="a checkpoint untouched since the stop", path=where)
+
+
+def check_archive_location(
+    source: tuple[AbstractFileSystem, str],
+    archive: tuple[AbstractFileSystem, str],
+    stream_name: str,
+    *,
+    source_uri: str = "",
+    archive_uri: str = "",
+) -> str:
+    """Refuse an unsafe stream name (:class:`UnsafeStreamName`) or an archive location that
+    overlaps the checkpoint (:class:`ArchiveInsideCheckpoint`); return the stream name. Reads
+    nothing."""
+    stream_name = check_name(stream_name)
+    (source_fs, source_path), (archive_fs, archive_root) = source, archive
+    src, stream_dir = _norm(source_fs, source_path), posixpath.join(_norm(archive_fs, archive_root), stream_name)
+    if _protocols(source_fs) & _protocols(archive_fs) and (_inside(stream_dir, src) or _inside(src, stream_dir)):
+        where = source_uri or source_path
+        raise ArchiveInsideCheckpoint(
+            found=f"archive {(archive_uri or archive_root).rstrip('/')}/{stream_name} and checkpoint {where} overlap",
+            expected="separate locations", path=where)
+    return stream_name
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The archive directory chosen for this run and whether it resumes an earlier one."""
+
+    name: str
+    path: str
+    started_at: datetime
+    resumed: bool
+    complete: bool
+
+
+class CheckpointArchive:
+    """Archives under ``archive_root`` on ``archive_fs``: create, verify, list, prune, restore.
+
+    ``workers`` threads copy and hash (default: 4 on local disks, 16 with an object store);
+    progress is logged every ``progress_every_files`` files or ``progress_every_s`` seconds.
+    ``on_file_copied(rel_path)`` is called after each copied file (a test hook for crashes).
+    """
+
+    def __init__(
+        self,
+        archive_fs: AbstractFileSystem,
+        archive_root: str,
+        *,
+        archive_uri: str | None = None,
+        workers: int | None = None,
+        chunk_size: int = CHUNK,
+        progress_every_files: int = 1000,
+        progress_every_s: float = 10.0,
+        clock: Callable[[], datetime] = _utc_now,
+        on_file_copied: Callable[[str], None] | None = None,
+    ) -> None:
+        self.fs = archive_fs
+        self.root = _norm(archive_fs, archive_root)
+        self.uri = (archive_uri or archive_root).rstrip("/")
+        self.workers = workers
+        self.chunk = chunk_size
+        self.every_files, self.every_s = progress_every_files, progress_every_s
+        self.clock = clock
+        self.on_file_copied = on_file_copied
+
+    # -- archive ---------------------------------------------------------------------------------
+
+    def archive(
+        self,
+        source_fs: AbstractFileSystem,
+        source_path: str,
+        *,
+        stream_name: str,
+        upgrade_id: str,
+        source_uri: str | None = None,
+        handover: Handover | None = None,
+        created_by: str | None = None,
+        reason: str = "",
+        dag_run_id: str = "",
+        remove_source: bool = False,
+    ) -> ArchiveManifest:
+        """Copy the checkpoint, verify it, write the manifest; returns it.
+
+        Raises :class:`UnsafeStreamName`, :class:`ArchiveInsideCheckpoint`,
+        :class:`QueryStillRunning`, :class:`HandoverMismatch` before anything is written;
+        :class:`CheckpointChanged` if the checkpoint changed during the copy;
+        :class:`ArchiveCorrupt` if the copy does not verify; :class:`ArchiveConflict` if the
+        upgrade id's archive was made from another checkpoint. A complete archive for the same
+        upgrade id is verified and returned (no second copy).
+        """
+        upgrade_id = check_name(upgrade_id, "upgrade id")
+        source = _norm(source_fs, source_path)
+        source_uri = (source_uri or source_path).rstrip("/")
+        stream_name = check_archive_location((source_fs, source), (self.fs, self.root), stream_name,
+                                             source_uri=source_uri, archive_uri=self.uri)
+        check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
+        snapshot = self._snapshot(source_fs, source, source_uri)
+        handover = self._handover(snapshot, handover, source_uri)
+        workers = self.workers or default_workers(source_fs, self.fs)
+
+        plan = self._plan(stream_name, upgrade_id)
+        if plan.complete:
+            return self._reuse(plan, source_fs, source, source_uri, remove_source, workers)
+        intent = {"stream_name": stream_name, "upgrade_id": upgrade_id, "source_uri": source_uri,
+                  "started_at": plan.started_at.isoformat(), "created_by": created_by or default_actor(),
+                  "reason": reason, "dag_run_id": dag_run_id}
+        self._write_intent(plan, intent)
+        data = posixpath.join(plan.path, DATA_DIR)
+        files, stamps, empty_dirs = scan_tree(source_fs, source)
+        log.info("archiving %s files (%s) of query %s from %s to %s/%s/%s%s", f"{len(files):,}",
+                 human_bytes(sum(files.values())), snapshot.query_id, source_uri, self.uri, stream_name,
+                 plan.name, " (resuming)" if plan.resumed else "")
+        entries = self._copy_tree(source_fs, source, files, empty_dirs, data, workers, plan.resumed)
+
+        after, after_stamps, _ = scan_tree(source_fs, source)
+        if (after, after_stamps) != (files, stamps):
+            changed = sorted(set(after) ^ set(files) | {
+                p for p in files if (after.get(p), after_stamps.get(p)) != (files[p], stamps[p])})
+            raise CheckpointChanged(found=f"{len(changed)} files added, removed or rewritten during the copy "
+                                    f"(first: {changed[0]})", expected="a quiet checkpoint", path=source_uri)
+        check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
+
+        manifest = ArchiveManifest(
+            stream_name=stream_name, upgrade_id=upgrade_id, name=plan.name, source_uri=source_uri,
+            archive_uri=f"{self.uri}/{stream_name}/{plan.name}", query_id=snapshot.query_id,
+            last_committed_batch=snapshot.last_committed_batch, handover=handover,
+            spark_conf=snapshot.conf, files=tuple(entries), empty_dirs=tuple(empty_dirs),
+            created_by=intent["created_by"], reason=reason, dag_run_id=dag_run_id,
+            started_at=plan.started_at.isoformat(), completed_at="", provider_version=_version(),
+        )
+        verify_files(self.fs, data, manifest.files, where=manifest.archive_uri,
+                     workers=workers, log=log, verb="verified")
+        manifest = replace(manifest, completed_at=self.clock().isoformat())
+        self._write_manifest(plan.path, manifest)
+        log.info("archive complete and verified: %s (%s files, %s)", manifest.archive_uri,
+                 f"{manifest.file_count:,}", human_bytes(manifest.total_bytes))
+        if remove_source:
+            self._remove_source(source_fs, source, source_uri)
+        return manifest
+
+    def _snapshot(self, fs: AbstractFileSystem, root: str, uri: str) -> CheckpointSnapshot:
+        reader = CheckpointReader(root, fs=fs)
+        try:
+            return reader.snapshot()
+        except (CheckpointNotFound, NotACheckpoint, UnreadableCheckpoint):
+            raise
+        except CheckpointError as exc:  # archive a damaged checkpoint as it is: it is evidence
+            log.warning("archiving %s although it cannot be fully read: %s", uri, exc)
+            return CheckpointSnapshot(uri=uri, query_id=None, last_committed_batch=None, last_planned_batch=None,
+                                      in_flight_batch=None, sources=(), initial_sources=())
+
+    @staticmethod
+    def _handover(snapshot: CheckpointSnapshot, given: Handover | None, uri: str) -> Handover | None:
+        if given is None:
+            try:
+                return handover_from_snapshot(snapshot)
+            except CheckpointError:
+                return None
+        if given.query_id and snapshot.query_id and given.query_id != snapshot.query_id:
+            raise HandoverMismatch(found=f"handover of query {given.query_id}",
+                                   expected=f"query {snapshot.query_id} of this checkpoint", path=uri)
+        if given.batch_id is not None and given.batch_id != snapshot.last_committed_batch:
+            raise HandoverMismatch(found=f"handover at batch {given.batch_id}, checkpoint committed up to "
+                                   f"{snapshot.last_committed_batch}", expected="the same batch", path=uri)
+        return given
+
+    def _plan(self, stream: str, upgrade_id: str) -> _Plan:
+        """The directory of this upgrade id if one exists (complete first), else a new one."""
+        for info in sorted(self.list(stream), key=lambda a: not a.complete):
+            if info.upgrade_id == upgrade_id:
+                return _Plan(info.name, info.path, info.started_at, resumed=True, complete=info.complete)
+        started = self.clock().replace(microsecond=0)
+        name = archive_dir_name(started, upgrade_id)
+        return _Plan(name, posixpath.join(self.root, stream, name), started, resumed=False, complete=False)
+
+    def _write_intent(self, plan: _Plan, intent: dict[str, str]) -> None:
+        """Record what this archive is for before copying; a resumed run must match it."""
+        path = posixpath.join(plan.path, INTENT)
+        if plan.resumed:
+            try:
+                before = json.loads(self.fs.cat_file(path))
+            except (FileNotFoundError, ValueError):
+                before = None
+            if before is not None:
+                if before.get("source_uri") != intent["source_uri"]:
+                    raise ArchiveConflict(found=f"upgrade {intent['upgrade_id']} archiving {before.get('source_uri')}",
+                                          expected=f"the same checkpoint {intent['source_uri']}", path=plan.path)
+                intent.update(started_at=before.get("started_at", intent["started_at"]))
+                return
+        self.fs.makedirs(plan.path, exist_ok=True)
+        self.fs.pipe_file(path, json.dumps(intent, sort_keys=True).encode())
+
+    def _copy_tree(self, src_fs: AbstractFileSystem, src: str, files: Mapping[str, int], empty_dirs: list[str],
+                   dst: str, workers: int, resumed: bool) -> list[ArchivedFile]:
+        existing = list_tree(self.fs, dst)[0] if resumed and self.fs.exists(dst) else {}
+        for extra in sorted(set(existing) - set(files)):
+            log.info("removing %s from the earlier attempt: no longer in the checkpoint", extra)
+            self.fs.rm_file(posixpath.join(dst, extra))
+        make_dirs(self.fs, dst, files, empty_dirs)
+        progress = Progress(log, "copied", len(files), sum(files.values()),
+                            every_files=self.every_files, every_s=self.every_s)
+
+        def copy(rel: str) -> ArchivedFile:
+            src_path, dst_path = posixpath.join(src, rel), posixpath.join(dst, rel)
+            if existing.get(rel) == files[rel]:
+                size, digest = hash_file(src_fs, src_path, self.chunk)
+                if hash_file(self.fs, dst_path, self.chunk) == (size, digest):
+                    progress.add(size, skipped=True)
+                    return ArchivedFile(rel, size, digest)
+            size, digest = copy_file(src_fs, src_path, self.fs, dst_path, self.chunk)
+            progress.add(size)
+            if self.on_file_copied is not None:
+                self.on_file_copied(rel)
+            return ArchivedFile(rel, size, digest)
+
+        entries = run_parallel(sorted(files), copy, workers)
+        progress.finish()
+        return entries
+
+    def _write_manifest(self, path: str, manifest: ArchiveManifest) -> None:
+        """Temp name then move: the manifest appears whole or not at all."""
+        final, temp = posixpath.join(path, MANIFEST), posixpath.join(path, f".{MANIFEST}.tmp")
+        self.fs.pipe_file(temp, manifest.to_json().encode())
+        self.fs.mv(temp, final)
+
+    def _reuse(self, plan: _Plan, source_fs: AbstractFileSystem, source: str, source_uri: str,
+               remove_source: bool, workers: int) -> ArchiveManifest:
+        manifest = verify_archive(self.fs, plan.path, workers=workers)
+        if manifest.source_uri != source_uri:
+            raise ArchiveConflict(found=f"upgrade {manifest.upgrade_id} archived {manifest.source_uri}",
+                                  expected=f"the same checkpoint {source_uri}", path=manifest.archive_uri)
+        files, _ = list_tree(source_fs, source)
+        if files != {f.path: f.size for f in manifest.files}:
+            raise CheckpointChanged(found="a checkpoint that differs from its complete archive",
+                                    expected="the files the archive holds", path=source_uri,
+                                    action="Archive it under a new upgrade id; nothing was removed.")
+        log.info("already archived and verified: %s", manifest.archive_uri)
+        if remove_source:
+            self._remove_source(source_fs, source, source_uri)
+        return manifest
+
+    def _remove_source(self, fs: AbstractFileSystem, source: str, uri: str) -> None:
+        check_query_stopped(fs, source, now=self.clock(), uri=uri)
+        fs.rm(source, recursive=True)
+        log.info("removed the original checkpoint %s after its archive was verified", uri)
+
+    # -- listing and retention -------------------------------------------------------------------
+
+    def list(self, stream_name: str | None = None) -> list[ArchiveInfo]:
+        """Archives of one stream (or all streams), oldest first; incomplete ones included."""
+        streams = [check_name(stream_name)] if stream_name else self._dirs(self.root)
+        result: list[ArchiveInfo] = []
+        for stream in streams:
+            for name in self._dirs(posixpath.join(self.root, stream)):
+                parsed = parse_dir_name(name)
+                if parsed is None:
+                    continue
+                path = posixpath.join(self.root, stream, name)
+                count = total = None
+                complete = self.fs.exists(posixpath.join(path, MANIFEST))
+                if complete:
+                    try:
+                        manifest = read_manifest(self.fs, path)
+                        count, total = manifest.file_count, manifest.total_bytes
+                    except ArchiveCorrupt:
+                        complete = False
+                result.append(ArchiveInfo(stream, name, path, parsed[0], parsed[1], complete, count, total,
+                                          uri=f"{self.uri}/{stream}/{name}"))
+        return sorted(result, key=lambda a: (a.stream_name, a.started_at, a.name))
+
+    def _dirs(self, path: str) -> list[str]:
+        try:
+            entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+
+    def prune(
+        self,
+        stream_name: str,
+        *,
+        keep_last: int | None = None,
+        keep_newer_than: timedelta | None = None,
+        incomplete_older_than: timedelta | None = None,
+        remove_incomplete: bool = False,
+        dry_run: bool = False,
+    ) -> RetentionPlan:
+        """Apply :func:`plan_retention` to one stream; returns the plan (what was removed).
+
+        The manifest of a removed archive goes first, so an interrupted removal leaves an
+        incomplete archive, never a complete-looking broken one.
+        """
+        plan = plan_retention(self.list(stream_name), keep_last=keep_last, keep_newer_than=keep_newer_than,
+                              incomplete_older_than=incomplete_older_than, now=self.clock())
+        for info in plan.stale_incomplete:
+            log.warning("incomplete archive %s started %s (never finished)%s", info.uri,
+                        info.started_at.isoformat(), "" if remove_incomplete and not dry_run else "; kept")
+        doomed = list(plan.remove) + (list(plan.stale_incomplete) if remove_incomplete else [])
+        for info in doomed:
+            if dry_run:
+                log.info("would remove archive %s", info.uri)
+                continue
+            if info.complete:
+                self.fs.rm_file(posixpath.join(info.path, MANIFEST))
+            self.fs.rm(info.path, recursive=True)
+            log.info("removed archive %s (retention)", info.uri)
+        return plan
+
+
+def _version() -> str:
+    from airflow_ckpt_provider import __version__
+
+    return __version__
+
+
+__all__ = ["CheckpointArchive", "check_query_stopped", "default_actor", "read_manifest",
+           "restore_archive", "verify_archive"]

@@ -1,0 +1,185 @@
+"""Archive a stopped query's checkpoint (verified, with a manifest) and restore it for a rollback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_actor
+from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
+from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
+from airflow_ckpt_provider.checkpoint.restore import restore_archive
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+
+
+def _who(context: Context) -> str:
+    dag_run = context.get("dag_run")
+    user = getattr(dag_run, "triggering_user_name", None) if dag_run is not None else None
+    return f"{user} (Airflow)" if user else f"{default_actor()} (Airflow)"
+
+
+def _run_label(context: Context) -> str:
+    dag = context.get("dag")
+    run_id = context.get("run_id") or ""
+    return f"{dag.dag_id}/{run_id}" if dag is not None else str(run_id)
+
+
+def _seconds(value: timedelta | float | None, name: str) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a timedelta or a number of seconds >= 0, not {value!r}")
+    return timedelta(seconds=value)
+
+
+class CheckpointArchiveOperator(BaseOperator):
+    """Copy the checkpoint of a STOPPED query to ``<archive_root>/<stream_name>/<time>-<upgrade_id>/``.
+
+    Writes a manifest (handover, query id, per-file SHA-256, Spark conf, who / why / which DAG
+    run) only after re-reading and verifying every copied byte. ``upgrade_id`` defaults to the
+    sanitised DAG run id, so a retried task resumes the same archive instead of making another.
+    ``remove_source`` deletes the original after verification. ``keep_last`` /
+    ``keep_newer_than`` (timedelta or seconds) prune older archives of the stream afterwards
+    (the newest verified one is always kept).
+
+    Returns (XCom) the manifest summary: ``location``, ``file_count``, ``total_bytes``,
+    ``handover``, ``query_id`` ... Raises QueryStillRunning, ArchiveCorrupt, UnsafeStreamName,
+    ArchiveInsideCheckpoint, HandoverMismatch, CheckpointChanged (all CheckpointError).
+    """
+
+    template_fields: Sequence[str] = (
+        "checkpoint_uri", "archive_root", "stream_name", "handover", "upgrade_id", "reason",
+        "storage_conn_id", "archive_conn_id",
+    )
+    ui_color = "#fdf2e8"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str,
+        archive_root: str,
+        stream_name: str,
+        handover: str | None = None,
+        upgrade_id: str | None = None,
+        reason: str = "",
+        remove_source: bool = False,
+        storage_conn_id: str | None = None,
+        archive_conn_id: str | None = None,
+        keep_last: int | None = None,
+        keep_newer_than: timedelta | float | None = None,
+        workers: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0):
+            raise ValueError(f"keep_last must be a non-negative integer or None, not {keep_last!r}")
+        if "{{" not in stream_name:
+            check_name(stream_name)
+        self.checkpoint_uri = checkpoint_uri
+        self.archive_root = archive_root
+        self.stream_name = stream_name
+        self.handover = handover
+        self.upgrade_id = upgrade_id
+        self.reason = reason
+        self.remove_source = bool(remove_source)
+        self.storage_conn_id = storage_conn_id
+        self.archive_conn_id = archive_conn_id
+        self.keep_last = keep_last
+        self.keep_newer_than = _seconds(keep_newer_than, "keep_newer_than")
+        self.workers = workers
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    @cached_property
+    def archive_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
+
+    def _handover(self) -> Handover | None:
+        value: Any = self.handover
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, Mapping) and "handover" in value and "format" not in value:
+            value = value["handover"]  # the whole XCom of CheckpointHandoverOperator
+        return value if isinstance(value, Handover) else Handover.from_json(value)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        stream = check_name(self.stream_name)
+        upgrade_id = sanitize_upgrade_id(self.upgrade_id or str(context.get("run_id") or "run"))
+        src_fs, src = self.storage_hook.filesystem(self.checkpoint_uri)
+        dst_fs, root = self.archive_hook.filesystem(self.archive_root)
+        archive = CheckpointArchive(dst_fs, root, archive_uri=self.archive_root, workers=self.workers)
+        manifest = archive.archive(
+            src_fs, src, stream_name=stream, upgrade_id=upgrade_id, source_uri=self.checkpoint_uri,
+            handover=self._handover(), created_by=_who(context), reason=self.reason,
+            dag_run_id=_run_label(context), remove_source=self.remove_source,
+        )
+        result = manifest.summary()
+        if self.keep_last is not None or self.keep_newer_than is not None:
+            plan = archive.prune(stream, keep_last=self.keep_last, keep_newer_than=self.keep_newer_than)
+            result["removed_archives"] = [info.uri for info in plan.remove]
+            result["stale_incomplete_archives"] = [info.uri for info in plan.stale_incomplete]
+        self.log.info("archive %s holds %d files, %s; handover batch %s", manifest.archive_uri,
+                      manifest.file_count, human_bytes(manifest.total_bytes),
+                      manifest.handover.batch_id if manifest.handover else None)
+        return result
+
+
+class CheckpointRestoreOperator(BaseOperator):
+    """Restore an archive's checkpoint to ``target_uri`` (empty or missing) and verify every file.
+
+    Used by a rollback: with ``skip_if_target_exists`` a target that still holds files is left
+    alone (the checkpoint was never removed). Returns (XCom) the archive's manifest summary plus
+    ``restored_to``.
+    Raises TargetNotEmpty (nothing written), ArchiveIncomplete, ArchiveCorrupt naming the file.
+    """
+
+    template_fields: Sequence[str] = ("archive_uri", "target_uri", "archive_conn_id", "storage_conn_id")
+    ui_color = "#fdf2e8"
+
+    def __init__(
+        self,
+        *,
+        archive_uri: str,
+        target_uri: str,
+        archive_conn_id: str | None = None,
+        storage_conn_id: str | None = None,
+        workers: int | None = None,
+        skip_if_target_exists: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.archive_uri = archive_uri
+        self.target_uri = target_uri
+        self.archive_conn_id = archive_conn_id
+        self.storage_conn_id = storage_conn_id
+        self.workers = workers
+        self.skip_if_target_exists = bool(skip_if_target_exists)
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    @cached_property
+    def archive_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        target_fs, target = self.storage_hook.filesystem(self.target_uri)
+        if self.skip_if_target_exists and target_fs.exists(target) and target_fs.ls(target, detail=False):
+            self.log.info("%s is still in place: nothing to restore", self.target_uri)
+            return {"restored_to": None, "target_in_place": True}
+        if not self.archive_uri:
+            raise ArchiveNotFound(found="no archive location", expected=f"an archive to restore {self.target_uri} from",
+                                  action="The checkpoint is gone and was never archived: restore it from a backup.")
+        archive_fs, archive_path = self.archive_hook.filesystem(self.archive_uri)
+        manifest = restore_archive(archive_fs, archive_path, target_fs, target, workers=self.workers)
+        self.log.info("restored %d files (%s) of query %s to %s", manifest.file_count,
+                      human_bytes(manifest.total_bytes), manifest.query_id, self.target_uri)
+        return {**manifest.summary(), "restored_to": self.target_uri}
