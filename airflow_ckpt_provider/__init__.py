@@ -39,15 +39,34 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_ckpt_provider.hooks.kafka",
                     "airflow_ckpt_provider.hooks.storage",
+                    "airflow_ckpt_provider.hooks.launcher",
+                    "airflow_ckpt_provider.hooks.escalation",
                 ],
             }
         ],
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_ckpt_provider.operators.handover"],
+                "python-modules": [
+                    "airflow_ckpt_provider.operators.preflight",
+                    "airflow_ckpt_provider.operators.stop",
+                    "airflow_ckpt_provider.operators.handover",
+                    "airflow_ckpt_provider.operators.archive",
+                    "airflow_ckpt_provider.operators.launch",
+                    "airflow_ckpt_provider.operators.report",
+                ],
             }
         ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_ckpt_provider.triggers.stop",
+                    "airflow_ckpt_provider.triggers.launch",
+                ],
+            }
+        ],
+        "extra-links": ["airflow_ckpt_provider.operators.launch.SparkUILink"],
         "connection-types": [
             {
                 "connection-type": "ckpt_kafka",

@@ -1,10 +1,12 @@
-"""``make demo``: the embedded local stack end to end.
+"""``make demo``: the reference upgrade end to end on the embedded local stack, with its proof.
 
-Starts a KRaft broker on 127.0.0.1, creates a 3-partition topic, keeps a producer running
-while a Spark Structured Streaming query reads the topic into a Parquet sink with a checkpoint,
-stops the producer, lets the query catch up, stops it between batches and prints what the
-checkpoint says: the last committed batch and the ``startingOffsets`` a new checkpoint would
-take over. Everything lives under ``.work/demo/`` (removed and recreated on each run).
+A KRaft broker on 127.0.0.1, a 3-partition topic and a producer that keeps running; version 1
+of the demo job reads it into a Parquet sink. The reference DAG (``dags/stream_upgrade.py``,
+``dag.test()`` on SQLite, approval answered automatically) stops v1 between batches, hands its
+offsets over, archives its checkpoint, starts v2 on a new checkpoint and verifies the start.
+The producer keeps going, then stops; v2 catches up; every Kafka (partition, offset) in the
+sink is counted. Prints the upgrade report and writes ``demo-report.json``.
+Everything lives under ``.work/demo/`` (recreated on each run).
 """
 
 from __future__ import annotations
@@ -12,100 +14,65 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
+import os
 import sys
 import time
 from pathlib import Path
 
-from airflow_ckpt_provider.checkpoint import CheckpointError, CheckpointReader
-from airflow_ckpt_provider.local.errors import LocalStackError
-from airflow_ckpt_provider.local.kafka import LocalKafka
-from airflow_ckpt_provider.local.records import ContinuousProducer
-from airflow_ckpt_provider.local.spark import local_spark_session
+from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
 
 log = logging.getLogger("ckpt.demo")
-
-
-def run(work: Path, seconds: float, rate: float) -> dict[str, object]:
-    """Run the flow in ``work`` and return its facts (also printed by :func:`main`)."""
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    checkpoint, sink = work / "checkpoint", work / "sink"
-    topic = "demo-events"
-
-    with LocalKafka(work / "kafka") as kafka:
-        kafka.create_topic(topic, 3)
-        log.info("topic %s with 3 partitions on %s", topic, kafka.bootstrap_servers)
-        spark = local_spark_session("ckpt-demo")
-        producer = ContinuousProducer(kafka.bootstrap_servers, topic, rate=rate).start()
-        query = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
-            .writeStream.format("parquet")
-            .option("path", str(sink))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="1 second")
-            .queryName("demo_v1")
-            .start()
-        )
-        log.info("query %s running; producing for %.0f s at ~%.0f records/s", query.id, seconds, rate)
-        time.sleep(seconds)
-        produced = producer.stop()
-        log.info("producer stopped: %d records acknowledged; letting the query catch up", produced)
-        query.processAllAvailable()
-        query.stop()
-        rows = spark.read.parquet(str(sink)).select("partition", "offset").collect()
-        spark.stop()
-
-    reader = CheckpointReader(str(checkpoint))
-    handover = reader.handover()
-    offsets = handover.kafka_offsets()
-    return {
-        "checkpoint": str(checkpoint),
-        "query_id": handover.query_id,
-        "last_committed_batch": handover.batch_id,
-        "in_flight_batch": handover.in_flight_batch,
-        "starting_offsets": json.loads(offsets.to_json()),
-        "produced": produced,
-        "offsets_total": offsets.total(),
-        "in_sink": len(rows),
-        "distinct_in_sink": len({(r.partition, r.offset) for r in rows}),
-        "files_opened": reader.files_opened,
-    }
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path(".work/demo"))
-    parser.add_argument("--seconds", type=float, default=15.0, help="how long to produce")
-    parser.add_argument("--rate", type=float, default=300.0, help="records per second")
+    parser.add_argument("--work", type=Path, default=REPO / ".work" / "demo")
+    parser.add_argument("--rate", type=float, default=100.0, help="records per second")
+    parser.add_argument("--report", type=Path, default=REPO / "demo-report.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    work = args.work.resolve()
+    # Airflow reads its environment at import: point it at the demo's SQLite home first.
+    home = REPO / ".airflow" / "demo"
+    os.environ.update(airflow_env(home, REPO / "dags"))
+    prepare_airflow_home(home, REPO / "dags")
+
+    from airflow_ckpt_provider.local.errors import LocalStackError
+    from airflow_ckpt_provider.local.upgrade_demo import DemoResult, UpgradeDemo, read_dag_report
+
+    started = time.monotonic()
     try:
-        facts = run(args.work.resolve(), args.seconds, args.rate)
-    except (LocalStackError, CheckpointError) as exc:
+        with UpgradeDemo(work, rate=args.rate) as demo:
+            v1 = demo.start()
+            run = demo.upgrade_with_dag(v1)
+            sink_audit = demo.finish(demo.new_cp)
+    except LocalStackError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 2
+    report = read_dag_report(demo.archive_root) or {}
+    result = DemoResult(
+        mode="reference DAG", outcome=report.get("outcome", "no report"), audit=sink_audit,
+        downtime_s=report.get("downtime_s"), dag_state=str(run.state),
+        steps={s["name"]: s["seconds"] for s in report.get("steps", []) if s["state"] != "not run"},
+        extra={"handover_batch": (report.get("handover") or {}).get("batch_id"),
+               "archive": report.get("archive"), "total_s": round(time.monotonic() - started, 1)},
+    )
+    args.report.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+    md = sorted((demo.archive_root / "demo-events").glob("*/report/upgrade-report.md"))
     print()
-    print("Checkpoint facts")
-    print(f"  checkpoint            {facts['checkpoint']}")
-    print(f"  query id              {facts['query_id']}")
-    print(f"  last committed batch  {facts['last_committed_batch']}")
-    print(f"  in-flight batch       {facts['in_flight_batch']}")
-    print(f"  startingOffsets       {json.dumps(facts['starting_offsets'])}")
-    print(f"  records produced      {facts['produced']}")
-    print(f"  sum of offsets        {facts['offsets_total']}")
-    print(f"  rows in sink          {facts['in_sink']} ({facts['distinct_in_sink']} distinct (partition, offset))")
-    print(f"  checkpoint files read {facts['files_opened']}")
-    ok = facts["produced"] == facts["offsets_total"] == facts["in_sink"] == facts["distinct_in_sink"]
-    print("  check                 " + ("OK: every record is in the sink once" if ok else "MISMATCH"))
+    print(md[-1].read_text() if md else "(the DAG stored no report)")
+    print("## Proof from the sink")
+    print()
+    for key in ("produced", "in_sink", "lost", "duplicated", "unexpected"):
+        print(f"- {key}: {getattr(sink_audit, key)}")
+    print(f"- DAG run: {run.state}; outcome: {result.outcome}; downtime: {result.downtime_s} s")
+    print(f"- written: {args.report}")
+    ok = sink_audit.ok and result.outcome == "upgraded"
+    print("\nOK: every record reached the sink exactly once" if ok else "\nFAILED: see above")
     return 0 if ok else 1
 
 

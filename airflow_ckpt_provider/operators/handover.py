@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
+from airflow_ckpt_provider.checkpoint import CheckpointReader, Handover, Reconciliation, reconcile
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 
@@ -59,30 +60,44 @@ class CheckpointHandoverOperator(BaseOperator):
         return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
-        reader = CheckpointReader(self.checkpoint_uri, fs=fs)
-        handover = reader.handover()
-        offsets = handover.kafka_offsets(self.source)
-        if handover.from_initial:
-            self.log.info("no batch committed yet in %s: handing over the initial offsets", path)
-        else:
-            self.log.info(
-                "query %s: last committed batch %s, in-flight batch %s; %d partitions of %s",
-                handover.query_id, handover.batch_id, handover.in_flight_batch,
-                len(offsets.partitions()), ", ".join(offsets.topics),
-            )
-        view = self.kafka_hook.broker_view(offsets.topics)
-        result = reconcile(offsets, view, accept_data_loss=self.accept_data_loss)
-        for topic, partition in sorted(result.added_partitions):
-            self.log.info("partition %s-%d is new since the handover: it starts at earliest", topic, partition)
-        for topic, partition, offset, earliest in result.expired:
-            self.log.warning(
-                "DATA LOSS ACCEPTED: %s-%d handed over at %d but the broker keeps only from %d",
-                topic, partition, offset, earliest,
-            )
-        self.log.info("startingOffsets: %s", result.starting_offsets.to_json())
+        fs, _ = self.storage_hook.filesystem(self.checkpoint_uri)
+        handover, result = reconciled_handover(
+            CheckpointReader(self.checkpoint_uri, fs=fs), self.kafka_hook,
+            source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
+        )
         return {
             "handover": handover.to_dict(),
             "starting_offsets": result.starting_offsets.to_json(),
             "reconciliation": result.to_dict(),
         }
+
+
+def reconciled_handover(
+    reader: CheckpointReader,
+    kafka_hook: KafkaBrokerHook,
+    *,
+    source: int | str | None,
+    accept_data_loss: bool,
+    log: logging.Logger,
+) -> tuple[Handover, Reconciliation]:
+    """The handover of ``reader``'s checkpoint, reconciled with the live cluster (logged)."""
+    handover = reader.handover()
+    offsets = handover.kafka_offsets(source)
+    if handover.from_initial:
+        log.info("no batch committed yet in %s: handing over the initial offsets", reader.uri)
+    else:
+        log.info(
+            "query %s: last committed batch %s, in-flight batch %s; %d partitions of %s",
+            handover.query_id, handover.batch_id, handover.in_flight_batch,
+            len(offsets.partitions()), ", ".join(offsets.topics),
+        )
+    result = reconcile(offsets, kafka_hook.broker_view(offsets.topics), accept_data_loss=accept_data_loss)
+    for topic, partition in sorted(result.added_partitions):
+        log.info("partition %s-%d is new since the handover: it starts at earliest", topic, partition)
+    for topic, partition, offset, earliest in result.expired:
+        log.warning(
+            "DATA LOSS ACCEPTED: %s-%d handed over at %d but the broker keeps only from %d",
+            topic, partition, offset, earliest,
+        )
+    log.info("startingOffsets: %s", result.starting_offsets.to_json())
+    return handover, result

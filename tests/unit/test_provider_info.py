@@ -32,10 +32,13 @@ def test_entry_point_is_registered() -> None:
 
 def test_listed_modules_and_hooks_import() -> None:
     info = get_provider_info()
-    for group in ("hooks", "operators"):
+    for group in ("hooks", "operators", "triggers"):
         for entry in info[group]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)
+    for link in info["extra-links"]:
+        module, _, name = link.rpartition(".")
+        assert getattr(importlib.import_module(module), name)
     for conn in info["connection-types"]:
         module, _, name = conn["hook-class-name"].rpartition(".")
         hook = getattr(importlib.import_module(module), name)

@@ -1,0 +1,242 @@
+"""The reference upgrade on the embedded stack, with the proof: ``make demo`` and the system tests.
+
+:class:`UpgradeDemo` starts a KRaft broker and a 3-partition topic, keeps a producer running,
+launches version 1 of the demo job (``dags/jobs/stream_v1.py``, detached spark-submit in local
+mode), then upgrades it to version 2 either with the reference DAG (``dags/stream_upgrade.py``,
+run by ``dag.test()`` on a SQLite Airflow home) or with a naive relaunch (the negative
+control). It keeps producing through the upgrade, stops the producer, waits until the running
+version has read everything, stops it and counts every Kafka (partition, offset) in the sink.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint import CheckpointError, CheckpointReader, LaunchHandle
+from airflow_ckpt_provider.local.audit import SinkAudit, audit, broker_ranges, read_sink_records
+from airflow_ckpt_provider.local.kafka import LocalKafka
+from airflow_ckpt_provider.local.records import ContinuousProducer
+from airflow_ckpt_provider.local.spark import local_spark_conf
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+V1, V2 = DAGS / "jobs" / "stream_v1.py", DAGS / "jobs" / "stream_v2.py"
+TOPIC = "demo-events"
+STREAM = "demo-events"
+DAG_ID = "stream_upgrade"
+
+
+@dataclass
+class DemoResult:
+    """What the run proved. ``lost`` and ``duplicated`` come from the sink, not from the DAG."""
+
+    mode: str
+    outcome: str
+    audit: SinkAudit
+    downtime_s: float | None = None
+    steps: dict[str, float | None] = field(default_factory=dict)
+    report_md: str = ""
+    dag_state: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "outcome": self.outcome, "dag_state": self.dag_state,
+            "produced": self.audit.produced, "in_sink": self.audit.in_sink,
+            "lost": self.audit.lost, "duplicated": self.audit.duplicated,
+            "unexpected": self.audit.unexpected, "downtime_s": self.downtime_s,
+            "steps": self.steps, "audit": self.audit.to_dict(), **self.extra,
+        }
+
+
+class UpgradeDemo:
+    """One topic, one sink, old and new checkpoints under ``work``; close() stops everything."""
+
+    def __init__(self, work: Path, *, partitions: int = 3, rate: float = 100.0, trigger: str = "1 second",
+                 kafka: LocalKafka | None = None) -> None:
+        self.work = work.resolve()
+        self.partitions = partitions
+        self.rate = rate
+        self.trigger = trigger
+        self.old_cp, self.new_cp = self.work / "checkpoints" / "v1", self.work / "checkpoints" / "v2"
+        self.archive_root, self.sink = self.work / "archive", self.work / "sink"
+        self.logs = self.work / "logs"
+        self._own_kafka = kafka is None
+        self.kafka = kafka or LocalKafka(self.work / "kafka")
+        self.topic = TOPIC if kafka is None else f"{TOPIC}-{os.urandom(4).hex()}"
+        self.producer: ContinuousProducer | None = None
+        self.produced_acked = 0
+        self.handles: list[LaunchHandle] = []
+
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def start(self, *, min_batches: int = 2, timeout: float = 240.0) -> LaunchHandle:
+        """Kafka, topic, producer, then version 1 until it committed ``min_batches`` batches."""
+        if self.work.exists() and self._own_kafka:
+            shutil.rmtree(self.work)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.kafka.start()
+        self.kafka.create_topic(self.topic, self.partitions)
+        self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate).start()
+        handle = self.launch(V1, self.old_cp, starting_offsets="earliest")
+        self.wait_for_commits(self.old_cp, min_batches, timeout, handle)
+        log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)
+        return handle
+
+    def spark_conf(self) -> dict[str, str]:
+        conf = local_spark_conf("demo")
+        conf.pop("spark.app.name")
+        conf.pop("spark.master")
+        # the jobs import this package: run their Python in this virtualenv
+        conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
+        return conf
+
+    def job_args(self) -> list[str]:
+        return ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic,
+                "--sink", str(self.sink), "--trigger", self.trigger]
+
+    def launch(self, application: Path, checkpoint: Path, *, starting_offsets: str | None) -> LaunchHandle:
+        from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+
+        hook = SparkLauncherHook(master="local[2]", deploy_mode="client", log_dir=str(self.logs))
+        handle = hook.launch(str(application), checkpoint_uri=str(checkpoint), application_args=self.job_args(),
+                             conf=self.spark_conf(), name=application.stem, starting_offsets=starting_offsets)
+        self.handles.append(handle)
+        return handle
+
+    def wait_for_commits(self, checkpoint: Path, count: int, timeout: float,
+                         handle: LaunchHandle | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            commits = checkpoint / "commits"
+            if commits.is_dir() and sum(1 for p in commits.iterdir() if p.name.isdigit()) >= count:
+                return
+            if handle is not None and handle.pid and not _alive(handle.pid):
+                raise RuntimeError(f"{handle.app_name} exited; see {handle.log_path}")
+            time.sleep(0.5)
+        raise TimeoutError(f"{checkpoint} has fewer than {count} commits after {timeout:.0f} s")
+
+    # -- the upgrade --------------------------------------------------------------------------------
+
+    def dag_conf(self, v1: LaunchHandle, **overrides: Any) -> dict[str, Any]:
+        conf = {
+            "stream_name": STREAM, "old_checkpoint": str(self.old_cp), "new_checkpoint": str(self.new_cp),
+            "archive_root": str(self.archive_root), "kafka_conn_id": "kafka_default",
+            "spark_master": "local[2]", "spark_deploy_mode": "client", "spark_conf": self.spark_conf(),
+            "old_application": str(V1), "old_application_args": self.job_args(),
+            "new_application": str(V2), "new_application_args": self.job_args(),
+            "old_launch_handle": v1.to_json(), "require_approval": True, "stop_timeout": 120,
+        }
+        conf.update(overrides)
+        return conf
+
+    def kafka_connection(self) -> str:
+        """``AIRFLOW_CONN_KAFKA_DEFAULT`` value for this broker."""
+        return json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": self.kafka.bootstrap_servers}})
+
+    def upgrade_with_dag(self, v1: LaunchHandle, *, auto_approve: bool = True, **overrides: Any) -> Any:
+        """Run the reference DAG in this process with ``dag.test()``; returns the DAG run.
+
+        With ``auto_approve`` the approval task is marked successful without waiting (demo mode).
+        The caller has pointed Airflow at a migrated home before ``airflow`` was first imported
+        (:func:`airflow_ckpt_provider.local.airflow_home.prepare_airflow_home`).
+        """
+        os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka_connection()
+        dag = load_reference_dag()
+        run = dag.test(run_conf=self.dag_conf(v1, **overrides),
+                       mark_success_pattern="approve" if auto_approve else None)
+        for ti in run.get_task_instances():
+            log.info("task %-22s %s", ti.task_id, ti.state)
+        return run
+
+    def naive_upgrade(self, v1: LaunchHandle, starting_offsets: str) -> LaunchHandle:
+        """The negative control: stop v1, start v2 on a new checkpoint from ``latest``/``earliest``."""
+        from airflow_ckpt_provider.cli import main as ckpt
+
+        code = ckpt(["stop", str(self.old_cp), "--timeout", "120", "--pid", str(v1.pid)])
+        if code != 0:
+            raise RuntimeError(f"ckpt stop exited {code}")
+        return self.launch(V2, self.new_cp, starting_offsets=starting_offsets)
+
+    # -- the proof -------------------------------------------------------------------------------
+
+    def finish(self, checkpoint: Path, *, produce_after_s: float = 8.0, timeout: float = 300.0) -> SinkAudit:
+        """Produce a while longer, stop the producer, wait until ``checkpoint``'s query read
+        everything, stop it, and audit the sink."""
+        from airflow_ckpt_provider.cli import main as ckpt
+
+        time.sleep(produce_after_s)
+        assert self.producer is not None
+        self.produced_acked = self.producer.stop()
+        ranges = broker_ranges(self.kafka.bootstrap_servers, [self.topic])
+        log.info("producer stopped: %d records acknowledged; waiting for %s to catch up",
+                 self.produced_acked, checkpoint)
+        ends = {key: end for key, (_, end) in ranges.items()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                offsets = CheckpointReader(str(checkpoint)).handover().kafka_offsets()
+                if all(offsets.get(t, p) == end for (t, p), end in ends.items()):
+                    break
+            except CheckpointError:
+                pass
+            time.sleep(1)
+        else:
+            log.warning("%s did not catch up within %.0f s; auditing what is there", checkpoint, timeout)
+        running = [h for h in self.handles if h.pid and _alive(h.pid) and Path(h.checkpoint_uri) == checkpoint]
+        ckpt(["stop", str(checkpoint), "--timeout", "60", *(["--pid", str(running[-1].pid)] if running else [])])
+        return audit(read_sink_records(self.sink), ranges)
+
+    def close(self) -> None:
+        from airflow_ckpt_provider.hooks.escalation import kill_local
+
+        if self.producer is not None:
+            self.producer.stop()
+        for handle in self.handles:
+            if handle.pid and _alive(handle.pid):
+                kill_local(handle.pid)
+        if self._own_kafka:
+            self.kafka.stop()
+
+    def __enter__(self) -> UpgradeDemo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _alive(pid: int) -> bool:
+    from airflow_ckpt_provider.hooks.escalation import local_job_alive
+
+    return local_job_alive(pid)
+
+
+def load_reference_dag(dag_id: str = DAG_ID) -> Any:
+    """Import ``dags/stream_upgrade.py`` (as Airflow's DAG processor would) and return a DAG."""
+    spec = importlib.util.spec_from_file_location("stream_upgrade", DAGS / "stream_upgrade.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("stream_upgrade", module)
+    spec.loader.exec_module(module)
+    for value in vars(module).values():
+        if getattr(value, "dag_id", None) == dag_id:
+            return value
+    raise LookupError(f"no DAG {dag_id} in {DAGS / 'stream_upgrade.py'}")
+
+
+def read_dag_report(archive_root: Path, stream: str = STREAM) -> Mapping[str, Any] | None:
+    """The newest ``upgrade-report.json`` the DAG stored in an archive of ``stream``."""
+    reports = sorted((archive_root / stream).glob("*/report/upgrade-report.json"))
+    return json.loads(reports[-1].read_text()) if reports else None

@@ -1,0 +1,127 @@
+"""Preflight of an upgrade: every refusal happens here, before anything is stopped or copied."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.archive import check_archive_location
+from airflow_ckpt_provider.checkpoint.verify import check_launch_target
+from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.handover import reconciled_handover
+from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+
+_OFFSETS_SHOWN = 400
+
+
+class UpgradePreflightOperator(BaseOperator):
+    """Check that an upgrade of ``stream_name`` can run, and summarise it for the approver.
+
+    Read-only. Refuses with a typed error, changing nothing, when: the old checkpoint cannot be
+    handed over (missing, corrupt, no Kafka source), its offsets fell out of retention (unless
+    ``accept_data_loss``), topics or partitions vanished or offsets are past the log end, the new
+    checkpoint is the old one or is not empty, the new sink path already has
+    ``_spark_metadata`` (file sink), the archive location overlaps the checkpoint or the stream
+    name is unsafe as a folder name.
+
+    Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
+    "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool}``. The offsets
+    are those of NOW; the upgrade takes them again after the graceful stop.
+    """
+
+    template_fields: Sequence[str] = (
+        "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
+        "kafka_conn_id", "storage_conn_id", "archive_conn_id",
+    )
+    ui_color = "#eef7ee"
+
+    def __init__(
+        self,
+        *,
+        stream_name: str,
+        old_checkpoint_uri: str,
+        new_checkpoint_uri: str,
+        archive_root: str,
+        new_sink_path: str | None = None,
+        kafka_conn_id: str = KafkaBrokerHook.default_conn_name,
+        storage_conn_id: str | None = None,
+        archive_conn_id: str | None = None,
+        source: int | str | None = None,
+        accept_data_loss: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream_name = stream_name
+        self.old_checkpoint_uri = old_checkpoint_uri
+        self.new_checkpoint_uri = new_checkpoint_uri
+        self.archive_root = archive_root
+        self.new_sink_path = new_sink_path
+        self.kafka_conn_id = kafka_conn_id
+        self.storage_conn_id = storage_conn_id
+        self.archive_conn_id = archive_conn_id
+        self.source = source
+        self.accept_data_loss = bool(accept_data_loss)
+
+    @cached_property
+    def kafka_hook(self) -> KafkaBrokerHook:
+        return KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+        old = storage.filesystem(self.old_checkpoint_uri)
+        new = storage.filesystem(self.new_checkpoint_uri)
+        archive = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(self.archive_root)
+        sink = storage.filesystem(self.new_sink_path) if self.new_sink_path else None
+
+        handover, result = reconciled_handover(
+            CheckpointReader(self.old_checkpoint_uri, fs=old[0]), self.kafka_hook,
+            source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
+        )
+        check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
+        check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
+        heartbeat = _heartbeat(*old)
+        running = heartbeat is not None and heartbeat.is_alive()
+        self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
+
+        offsets = result.starting_offsets.to_json()
+        rows = [
+            ("old checkpoint", f"`{self.old_checkpoint_uri}`"),
+            ("query id", str(handover.query_id)),
+            ("last committed batch", str(handover.batch_id)),
+            ("in-flight batch", str(handover.in_flight_batch or "none")),
+            ("old query", "running" if running else "**not running** (no live heartbeat)"),
+            ("new checkpoint", f"`{self.new_checkpoint_uri}` (empty)"),
+            ("archive", f"`{self.archive_root}/{self.stream_name}/`"),
+            ("partitions", f"{len(result.starting_offsets.partitions())} of "
+                           f"{', '.join(result.starting_offsets.topics)}"),
+            ("new partitions (start at earliest)",
+             ", ".join(f"{t}-{p}" for t, p in sorted(result.added_partitions)) or "none"),
+            ("data loss accepted", ", ".join(f"{t}-{p}" for t, p, _, _ in result.expired) or "no"),
+        ]
+        summary = "\n".join(
+            [f"### Upgrade of stream `{self.stream_name}`", "", "| | |", "| --- | --- |"]
+            + [f"| {k} | {v} |" for k, v in rows]
+            + ["", "startingOffsets now (taken again after the graceful stop):", "",
+               f"`{offsets[:_OFFSETS_SHOWN]}{'…' if len(offsets) > _OFFSETS_SHOWN else ''}`",
+               "", "All preflight checks passed: nothing has been changed yet."]
+        )
+        return {
+            "summary_md": summary,
+            "handover": handover.to_dict(),
+            "starting_offsets": offsets,
+            "reconciliation": result.to_dict(),
+            "old_query_running": running,
+        }
+
+
+def _heartbeat(fs: Any, root: str) -> Heartbeat | None:
+    try:
+        return Heartbeat.from_json(fs.cat_file(posixpath.join(root.rstrip("/"), HEARTBEAT)))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None

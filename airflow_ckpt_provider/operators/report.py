@@ -1,0 +1,129 @@
+"""The last task of an upgrade: what happened, with proof, stored next to the archive."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
+from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.timing import step_error, step_timings
+
+UPGRADED, ROLLED_BACK, REJECTED, FAILED = "upgraded", "rolled back", "rejected", "failed"
+
+
+class UpgradeFailed(CheckpointError):
+    summary = "upgrade did not complete"
+    default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
+
+
+class UpgradeReportOperator(BaseOperator):
+    """Build the upgrade report from the steps' XComs and the two checkpoints' histories.
+
+    Runs whatever happened before it (use ``trigger_rule="all_done"``). Logs the report as
+    Markdown and, when the archive step produced an archive, writes ``report/upgrade-report.md``,
+    ``.html``, ``.json`` and ``timeline.png`` into it. Fails with :class:`UpgradeFailed` unless
+    the outcome is ``upgraded`` or ``rejected``, so a rolled-back or broken upgrade fails the
+    DAG run loudly. Returns the report as a dict (XCom).
+    """
+
+    template_fields: Sequence[str] = ("stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "storage_conn_id",
+                                      "archive_conn_id")
+
+    def __init__(
+        self,
+        *,
+        stream_name: str,
+        old_checkpoint_uri: str,
+        new_checkpoint_uri: str,
+        step_task_ids: Sequence[str],
+        upgrade_task_ids: Sequence[str],
+        handover_task_id: str,
+        archive_task_id: str,
+        approval_task_id: str | None = None,
+        rollback_task_id: str | None = None,
+        storage_conn_id: str | None = None,
+        archive_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream_name = stream_name
+        self.old_checkpoint_uri = old_checkpoint_uri
+        self.new_checkpoint_uri = new_checkpoint_uri
+        self.step_task_ids = list(step_task_ids)
+        self.upgrade_task_ids = list(upgrade_task_ids)
+        self.handover_task_id = handover_task_id
+        self.archive_task_id = archive_task_id
+        self.approval_task_id = approval_task_id
+        self.rollback_task_id = rollback_task_id
+        self.storage_conn_id = storage_conn_id
+        self.archive_conn_id = archive_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        steps = step_timings(ti, self.step_task_ids)
+        states = {s.name: s.state for s in steps}
+        outcome = self._outcome(ti, states)
+        extract = ti.xcom_pull(task_ids=self.handover_task_id) or {}
+        archive = ti.xcom_pull(task_ids=self.archive_task_id) or {}
+        archive_uri = archive.get("location", "")
+        notes = [f"{name} failed: {step_error(ti, name)}" for name, state in states.items() if state == "failed"]
+
+        storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+        old_batches = self._history(storage, self.old_checkpoint_uri, notes)
+        new_batches = self._history(storage, self.new_checkpoint_uri, notes) if outcome != REJECTED else []
+        report = UpgradeReport(
+            stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
+            old_checkpoint=self.old_checkpoint_uri, new_checkpoint=self.new_checkpoint_uri,
+            archive=archive_uri, handover=extract.get("handover"),
+            starting_offsets=extract.get("starting_offsets", ""), steps=tuple(steps),
+            downtime_s=downtime_seconds(old_batches, new_batches) if outcome == UPGRADED else None,
+            old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
+        )
+        self.log.info("upgrade report\n%s", report.to_markdown())
+        if archive_uri:
+            self._store(report, archive_uri)
+        if outcome not in (UPGRADED, REJECTED):
+            raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
+                                expected="outcome 'upgraded'")
+        return report.to_dict()
+
+    def _outcome(self, ti: Any, states: dict[str, str]) -> str:
+        if self.approval_task_id:
+            answer = ti.xcom_pull(task_ids=self.approval_task_id) or {}
+            if "Reject" in (answer.get("chosen_options") or []):
+                return REJECTED
+        if all(states.get(t) == "success" for t in self.upgrade_task_ids):
+            return UPGRADED
+        if self.rollback_task_id and states.get(self.rollback_task_id) == "success":
+            return ROLLED_BACK
+        return FAILED
+
+    def _history(self, storage: CheckpointStorageHook, uri: str, notes: list[str]) -> list[BatchRecord]:
+        try:
+            fs, path = storage.filesystem(uri)
+            return batch_history(fs, path) if fs.exists(path.rstrip("/") + "/offsets") else []
+        except (CheckpointError, OSError) as exc:
+            notes.append(f"history of {uri} unreadable: {exc}")
+            return []
+
+    def _store(self, report: UpgradeReport, archive_uri: str) -> None:
+        fs, root = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(archive_uri)
+        folder = root.rstrip("/") + "/report"
+        fs.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            png = os.path.join(tmp, "timeline.png")
+            has_png = render_timeline_png(report, png)
+            if has_png:
+                fs.put_file(png, f"{folder}/timeline.png")
+        name = "timeline.png" if has_png else None
+        fs.pipe_file(f"{folder}/upgrade-report.md", report.to_markdown(name).encode())
+        fs.pipe_file(f"{folder}/upgrade-report.html", report.to_html(name).encode())
+        fs.pipe_file(f"{folder}/upgrade-report.json", report.to_json().encode())
+        self.log.info("report stored in %s/report/", archive_uri)

@@ -1,0 +1,180 @@
+"""Reference DAG: move a Spark Structured Streaming job reading Kafka to a new checkpoint and a new
+version, with nothing lost and nothing duplicated, and prove it.
+
+preflight -> approval (HITL, can be switched off) -> graceful stop -> handover -> archive ->
+relaunch -> verify; on a failure after the stop: rollback (stop the new job, restore the old
+checkpoint if it was removed, restart the old version on it); always: the upgrade report.
+
+Two DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` for manual runs (trigger
+form), and ``stream_upgrade_on_artifact``, scheduled on the Asset of the new application
+artifact, whose defaults come from the Airflow Variable ``stream_upgrade_defaults`` (JSON).
+Copy this file and change the defaults to upgrade your own streams; the operators can also be
+used one by one (see the docs' XCom contract).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import DAG, Asset, Param, chain, task
+
+from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+from airflow_ckpt_provider.operators.launch import HandoverVerifyOperator, StreamLaunchOperator
+from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS
+
+PARAMS: dict[str, Param] = {
+    "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
+    "old_checkpoint": Param("", type="string", description="checkpoint of the running (old) version"),
+    "new_checkpoint": Param("", type="string", description="new, empty checkpoint location"),
+    "archive_root": Param("", type="string", description="archives go to <root>/<stream_name>/"),
+    "kafka_conn_id": Param("kafka_default", type="string"),
+    "spark_master": Param("local[2]", type="string", description="spark-submit --master"),
+    "spark_deploy_mode": Param("client", enum=["client", "cluster"]),
+    "spark_conf": Param({}, type="object", description="extra --conf for both versions"),
+    "old_application": Param("", type="string", description="the old version, for a rollback"),
+    "old_application_args": Param([], type="array"),
+    "new_application": Param("", type="string", description="the new version"),
+    "new_application_args": Param([], type="array"),
+    "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
+    "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
+    "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
+}
+
+STEPS = ["preflight", "approve", "graceful_stop", "extract_handover", "archive", "relaunch", "verify",
+         "rollback_stop_new", "rollback_restore", "rollback_restart_old"]
+UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
+HANDOVER = "{{ ti.xcom_pull(task_ids='extract_handover') }}"
+
+
+def build_stream_upgrade_dag(
+    dag_id: str,
+    *,
+    schedule: Any = None,
+    defaults: dict[str, Any] | None = None,
+    stop_timeout: float = 300.0,
+    first_commit_timeout: float = 600.0,
+    remove_old_checkpoint: bool = False,
+    progress_window_s: float = 20.0,
+    **dag_kwargs: Any,
+) -> DAG:
+    """The upgrade DAG. ``defaults`` override the params' defaults (scheduled and asset-triggered
+    runs use them); the keyword arguments fix what a trigger form should not change: how long a
+    stop may take before it escalates to a kill, how long the new version may take to commit
+    its first batch, whether the old checkpoint is deleted after its verified archive, and how
+    long the new query must keep committing during verification."""
+    params = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
+              if defaults and name in defaults else p for name, p in PARAMS.items()}
+    with DAG(dag_id=dag_id, schedule=schedule, params=params, catchup=False, max_active_runs=1,
+             default_args={**STEP_CALLBACKS, "retries": 0}, tags=["checkpoint", "upgrade"],
+             doc_md=__doc__, **dag_kwargs) as dag:
+
+        @task(multiple_outputs=True)
+        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            """Validate the params and fix what both versions are launched with."""
+            assert params is not None
+            for name in ("old_checkpoint", "new_checkpoint", "archive_root", "new_application"):
+                if not params[name]:
+                    raise ValueError(f"param {name} is empty: set it in the trigger form or the defaults")
+            conf = {str(k): str(v) for k, v in (params["spark_conf"] or {}).items()}
+            return {
+                "spark_conf": conf,
+                "old_application_args": [str(a) for a in params["old_application_args"]],
+                "new_application_args": [str(a) for a in params["new_application_args"]],
+            }
+
+        planned = plan()
+        preflight = UpgradePreflightOperator(
+            task_id="preflight", stream_name="{{ params.stream_name }}",
+            old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
+            archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
+            kafka_conn_id="{{ params.kafka_conn_id }}",
+        )
+
+        @task.branch
+        def approval_gate(params: dict[str, Any] | None = None) -> str:
+            return "approve" if params and params["require_approval"] else "graceful_stop"
+
+        approve = ApprovalOperator(
+            task_id="approve",
+            subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
+            body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}",
+            response_timeout=timedelta(hours=12),
+        )
+        graceful_stop = GracefulStopOperator(
+            task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
+            launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
+            trigger_rule="none_failed_min_one_success",
+        )
+        extract = CheckpointHandoverOperator(
+            task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
+            kafka_conn_id="{{ params.kafka_conn_id }}",
+        )
+        archive = CheckpointArchiveOperator(
+            task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
+            archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
+            handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
+            reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
+        )
+        relaunch = StreamLaunchOperator(
+            task_id="relaunch", application="{{ params.new_application }}",
+            application_args=planned["new_application_args"], conf=planned["spark_conf"],
+            checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
+            starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
+            handover_json=HANDOVER.replace("}}", "['handover'] | tojson }}"),
+            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
+            sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
+        )
+        verify = HandoverVerifyOperator(
+            task_id="verify", handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
+            checkpoint_uri="{{ params.new_checkpoint }}",
+            starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
+            kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
+        )
+
+        rollback_stop_new = GracefulStopOperator(
+            task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
+            launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
+            stop_timeout=60, trigger_rule="one_failed",
+        )
+        rollback_restore = CheckpointRestoreOperator(
+            task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
+            archive_uri="{{ (ti.xcom_pull(task_ids='archive') or {}).get('location', '') }}",
+        )
+        rollback_restart_old = StreamLaunchOperator(
+            task_id="rollback_restart_old", application="{{ params.old_application }}",
+            application_args=planned["old_application_args"], conf=planned["spark_conf"],
+            checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
+            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
+            first_commit_timeout=first_commit_timeout,
+        )
+        report = UpgradeReportOperator(
+            task_id="report", stream_name="{{ params.stream_name }}",
+            old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
+            step_task_ids=STEPS, upgrade_task_ids=UPGRADE, handover_task_id="extract_handover",
+            archive_task_id="archive", approval_task_id="approve", rollback_task_id="rollback_restart_old",
+            trigger_rule="all_done",
+        )
+
+        gate = approval_gate()
+        chain(planned, preflight, gate, [approve, graceful_stop])
+        chain(approve, graceful_stop, extract, archive, relaunch, verify)
+        [extract, archive, relaunch, verify] >> rollback_stop_new
+        chain(rollback_stop_new, rollback_restore, rollback_restart_old)
+        [verify, rollback_restart_old] >> report
+    return dag
+
+
+manual = build_stream_upgrade_dag("stream_upgrade")
+# Scheduled on the new version's artifact: publishing it (an Asset event) starts the upgrade with
+# the defaults below and no approval. Set the defaults for your stream before enabling it.
+on_artifact = build_stream_upgrade_dag(
+    "stream_upgrade_on_artifact",
+    schedule=[Asset(name="demo_stream_v2_artifact", uri="file:///opt/streams/demo/stream_v2.py")],
+    defaults={"require_approval": False},
+)
