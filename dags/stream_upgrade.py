@@ -58,6 +58,8 @@ def build_stream_upgrade_dag(
     schedule: Any = None,
     defaults: dict[str, Any] | None = None,
     stop_timeout: float = 300.0,
+    quiet_period: float = 5.0,
+    poll_interval: float = 1.0,
     first_commit_timeout: float = 600.0,
     remove_old_checkpoint: bool = False,
     progress_window_s: float = 20.0,
@@ -65,7 +67,8 @@ def build_stream_upgrade_dag(
 ) -> DAG:
     """The upgrade DAG. ``defaults`` override the params' defaults (scheduled and asset-triggered
     runs use them); the keyword arguments fix what a trigger form should not change: how long a
-    stop may take before it escalates to a kill, how long the new version may take to commit
+    stop may take before it escalates to a kill, how long the stopped checkpoint must stay quiet,
+    how often the triggers look at the checkpoints, how long the new version may take to commit
     its first batch, whether the old checkpoint is deleted after its verified archive, and how
     long the new query must keep committing during verification."""
     params = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
@@ -109,6 +112,7 @@ def build_stream_upgrade_dag(
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
+            quiet_period=quiet_period, poll_interval=poll_interval,
             trigger_rule="none_failed_min_one_success",
         )
         extract = CheckpointHandoverOperator(
@@ -129,18 +133,20 @@ def build_stream_upgrade_dag(
             handover_json=HANDOVER.replace("}}", "['handover'] | tojson }}"),
             master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
+            poll_interval=poll_interval,
         )
         verify = HandoverVerifyOperator(
             task_id="verify", handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
             checkpoint_uri="{{ params.new_checkpoint }}",
             starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
+            poll_interval=poll_interval,
         )
 
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
-            stop_timeout=60, trigger_rule="one_failed",
+            stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval, trigger_rule="one_failed",
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
@@ -151,7 +157,7 @@ def build_stream_upgrade_dag(
             application_args=planned["old_application_args"], conf=planned["spark_conf"],
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
-            first_commit_timeout=first_commit_timeout,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
         )
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",

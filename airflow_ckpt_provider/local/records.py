@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 def _producer(bootstrap_servers: str):  # noqa: ANN202 - kafka-python has no type hints
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5)
+    # short metadata age: partitions added to a topic get records within seconds
+    return KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5, metadata_max_age_ms=2000)
 
 
 def produce_records(bootstrap_servers: str, topic: str, count: int, *, start: int = 0) -> int:

@@ -31,10 +31,15 @@ def step_succeeded(context: Any, result: Any = None) -> None:
     context["ti"].xcom_push(key=ENDED, value={"state": "success", "at": _now()})
 
 
+def _shorten(text: str, head: int = 400, tail: int = 1600) -> str:
+    """Keep the start (what failed) and the end (a log tail's last lines) of a long message."""
+    return text if len(text) <= head + tail else f"{text[:head]} […] {text[-tail:]}"
+
+
 def step_failed(context: Any) -> None:
     error = context.get("exception")
     context["ti"].xcom_push(
-        key=ENDED, value={"state": "failed", "at": _now(), "error": str(error)[:1000] if error else ""}
+        key=ENDED, value={"state": "failed", "at": _now(), "error": _shorten(str(error)) if error else ""}
     )
 
 
