@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv jvm airflow-home test unit integration system demo docs bench clean
 
 help:
-	@echo "make demo    run the embedded local stack end to end and print the checkpoint facts"
+	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make unit | integration | system | docs | bench | clean"
 
@@ -50,7 +50,8 @@ docs: venv
 	$(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 bench: jvm
-	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit $$?; done
+	@failed=""; for script in bench/*.py; do echo "== $$script"; $(PY) $$script || failed="$$failed $$script"; done; \
+	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -2,8 +2,10 @@
 version, with nothing lost and nothing duplicated, and prove it.
 
 preflight -> approval (HITL, can be switched off) -> graceful stop -> handover -> archive ->
-relaunch -> verify; on a failure after the stop: rollback (stop the new job, restore the old
-checkpoint if it was removed, restart the old version on it); always: the upgrade report.
+relaunch -> verify; when a step after a completed stop fails: rollback (stop the new job,
+restore the old checkpoint if it was removed, restart the old version on it) — never after a
+failure before or during the stop, when the old version may still run; always: the upgrade
+report, which fails the run unless the outcome is "upgraded" or "rejected".
 
 Two DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` for manual runs (trigger
 form), and ``stream_upgrade_on_artifact``, scheduled on the Asset of the new application
@@ -26,7 +28,8 @@ from airflow_ckpt_provider.operators.launch import HandoverVerifyOperator, Strea
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
-from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS
+from airflow_ckpt_provider.checkpoint.outcome import should_roll_back
+from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -81,7 +84,7 @@ def build_stream_upgrade_dag(
         def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
             """Validate the params and fix what both versions are launched with."""
             assert params is not None
-            for name in ("old_checkpoint", "new_checkpoint", "archive_root", "new_application"):
+            for name in ("old_checkpoint", "new_checkpoint", "archive_root", "old_application", "new_application"):
                 if not params[name]:
                     raise ValueError(f"param {name} is empty: set it in the trigger form or the defaults")
             conf = {str(k): str(v) for k, v in (params["spark_conf"] or {}).items()}
@@ -107,7 +110,7 @@ def build_stream_upgrade_dag(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
             body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}",
-            response_timeout=timedelta(hours=12),
+            response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -143,10 +146,16 @@ def build_stream_upgrade_dag(
             poll_interval=poll_interval,
         )
 
+        @task.branch(trigger_rule="all_done")
+        def rollback_gate(ti: Any = None) -> list[str]:
+            """Roll back only when this run stopped the old job and a later step failed."""
+            states = {s.name: s.state for s in step_timings(ti, UPGRADE)}
+            return ["rollback_stop_new"] if should_roll_back(states, UPGRADE[0], UPGRADE[1:]) else []
+
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
-            stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval, trigger_rule="one_failed",
+            stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
@@ -170,9 +179,10 @@ def build_stream_upgrade_dag(
         gate = approval_gate()
         chain(planned, preflight, gate, [approve, graceful_stop])
         chain(approve, graceful_stop, extract, archive, relaunch, verify)
-        [extract, archive, relaunch, verify] >> rollback_stop_new
-        chain(rollback_stop_new, rollback_restore, rollback_restart_old)
-        [verify, rollback_restart_old] >> report
+        gate_rollback = rollback_gate()
+        [graceful_stop, extract, archive, relaunch, verify] >> gate_rollback
+        chain(gate_rollback, rollback_stop_new, rollback_restore, rollback_restart_old)
+        [verify, rollback_restart_old] >> report  # not below the gate: a branch skips its direct children
     return dag
 
 

@@ -90,8 +90,10 @@ class LaunchHandle:
         except (TypeError, ValueError) as exc:
             raise InvalidLaunchHandle(found=f"unreadable JSON ({exc})", expected="a LaunchHandle JSON object") from None
         known = set(cls.__dataclass_fields__)
+        if not isinstance(raw, dict):
+            raise InvalidLaunchHandle(found=f"a JSON {type(raw).__name__}", expected="a LaunchHandle JSON object")
         unknown = sorted(set(raw) - known)
-        if unknown or not isinstance(raw, dict):
+        if unknown:
             raise InvalidLaunchHandle(found=f"unknown keys {unknown}", expected=f"only {sorted(known)}")
         try:
             return cls(**raw)

@@ -63,6 +63,11 @@ class CommitLogEntry:
     state_unique_ids: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
+def batch_number(name: str) -> int | None:
+    """Non-raising: the batch id of a canonical decimal name (``0``, ``17``), else None."""
+    return int(name) if _CANONICAL.match(name) else None
+
+
 def parse_batch_name(name: str, path: str | None = None) -> int | None:
     """Batch id of a file name in ``offsets/`` or ``commits/``, or None for anything else.
 

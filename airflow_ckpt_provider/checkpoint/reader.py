@@ -28,6 +28,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.logs import (
+    batch_number,
     crc_target,
     parse_batch_name,
     parse_commit_log,
@@ -39,12 +40,6 @@ from airflow_ckpt_provider.checkpoint.logs import (
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 
 log = logging.getLogger(__name__)
-_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
-
-
-def _as_batch(name: str) -> int | None:
-    """Non-raising: the integer of a canonical decimal name, else None."""
-    return int(name) if _CANONICAL.match(name) else None
 
 
 @dataclass(frozen=True)
@@ -143,7 +138,7 @@ class CheckpointReader:
                 if target is not None:
                     crc_targets.append(target)
                 continue
-            batch = _as_batch(name)
+            batch = batch_number(name)
             if batch is None and batch_dir and name.isdigit():  # raises for names like '007'
                 parse_batch_name(name, self._display(posixpath.join(path, name)))
             if batch is not None and kind == "file":
@@ -156,7 +151,7 @@ class CheckpointReader:
     def _check_orphan_crcs(self, path: str, orphans: list[str], newest: int) -> None:
         """A ``.N.crc`` newer than every batch file means the newest batch file was deleted."""
         for target in orphans:
-            batch = _as_batch(target)
+            batch = batch_number(target)
             if batch is not None and batch > newest:
                 raise CorruptCheckpointFile(
                     path=self._display(posixpath.join(path, f".{target}.crc")),
@@ -266,8 +261,8 @@ class CheckpointReader:
     def _initial_sources(self) -> tuple[SourceOffsets, ...]:
         listing = self._list(self._join("sources"))
         dirs = [n for n, kind in listing.names.items() if kind == "directory"]
-        numbered = sorted(b for b in map(_as_batch, dirs) if b is not None)
-        named = sorted(n for n in dirs if _as_batch(n) is None)
+        numbered = sorted(b for b in map(batch_number, dirs) if b is not None)
+        named = sorted(n for n in dirs if batch_number(n) is None)
         result: list[SourceOffsets] = []
         for index, (dirname, name) in enumerate(
             [(str(i), None) for i in numbered] + [(n, n) for n in named]
@@ -283,5 +278,5 @@ class CheckpointReader:
 
     def _state_operators(self) -> tuple[int, ...]:
         listing = self._list(self._join("state"))
-        ids = (_as_batch(n) for n, kind in listing.names.items() if kind == "directory")
+        ids = (batch_number(n) for n, kind in listing.names.items() if kind == "directory")
         return tuple(sorted(i for i in ids if i is not None))

@@ -49,7 +49,8 @@ class UpgradeReport:
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON types only (lists, not tuples), as XCom stores them."""
+        return json.loads(json.dumps(asdict(self)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2)
@@ -74,7 +75,8 @@ class UpgradeReport:
             ("new checkpoint", self.new_checkpoint or "-"),
             ("archive", self.archive or "-"),
             ("handed over at batch", str(handover.get("batch_id", "-"))),
-            ("in-flight batch (not used)", str(handover.get("in_flight_batch") or "none")),
+            ("in-flight batch (not used)",
+             "none" if handover.get("in_flight_batch") is None else str(handover["in_flight_batch"])),
             ("startingOffsets", self.starting_offsets or "-"),
             ("downtime", "-" if self.downtime_s is None else f"{self.downtime_s:.1f} s"),
         ]

@@ -44,6 +44,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     StopTimeout,
 )
+from airflow_ckpt_provider.checkpoint.logs import batch_number
 from airflow_ckpt_provider.spark.control import (
     HEARTBEAT,
     STOP_ACK,
@@ -54,7 +55,6 @@ from airflow_ckpt_provider.spark.control import (
 )
 
 log = logging.getLogger(__name__)
-_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
 DEFAULT_MISSED_BEATS = 3.0
 
 
@@ -221,11 +221,6 @@ def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | N
     return None
 
 
-def batch_id(name: str) -> int | None:
-    """The batch id of a canonical file name in ``offsets/`` or ``commits/``, else None."""
-    return int(name) if _CANONICAL.match(name) else None
-
-
 def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
     """A fresh :class:`StopRequest` that expires ``timeout_s`` after ``now``."""
     moment = now or datetime.now(timezone.utc)
@@ -336,7 +331,7 @@ class ControlFiles:
             names = self.fs.ls(path, detail=False)
         except FileNotFoundError:
             return None
-        ids = (batch_id(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
+        ids = (batch_number(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
         return max((i for i in ids if i is not None), default=None)
 
     def batch_state(self) -> BatchState:

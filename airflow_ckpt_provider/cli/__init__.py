@@ -52,3 +52,6 @@ def main(
     except (argparse.ArgumentTypeError, ValueError, ImportError) as exc:  # bad storage option/URL
         err.write(f"ckpt: error: {exc}\n")
         return EXIT_ERROR
+    except OSError as exc:  # an input file (handover JSON, ...) that cannot be read
+        err.write(f"ckpt: error: cannot read {exc.filename or 'input'}: {exc.strerror or exc}\n")
+        return EXIT_ERROR

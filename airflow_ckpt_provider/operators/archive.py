@@ -37,7 +37,22 @@ def _seconds(value: timedelta | float | None, name: str) -> timedelta | None:
     return timedelta(seconds=value)
 
 
-class CheckpointArchiveOperator(BaseOperator):
+class _ArchiveStorage:
+    """The two locations an archive operator touches: checkpoints and archives."""
+
+    storage_conn_id: str | None
+    archive_conn_id: str | None
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    @cached_property
+    def archive_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
+
+
+class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
     """Copy the checkpoint of a STOPPED query to ``<archive_root>/<stream_name>/<time>-<upgrade_id>/``.
 
     Writes a manifest (handover, query id, per-file SHA-256, Spark conf, who / why / which DAG
@@ -93,14 +108,6 @@ class CheckpointArchiveOperator(BaseOperator):
         self.keep_newer_than = _seconds(keep_newer_than, "keep_newer_than")
         self.workers = workers
 
-    @cached_property
-    def storage_hook(self) -> CheckpointStorageHook:
-        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
-
-    @cached_property
-    def archive_hook(self) -> CheckpointStorageHook:
-        return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
-
     def _handover(self) -> Handover | None:
         value: Any = self.handover
         if value is None or (isinstance(value, str) and not value.strip()):
@@ -131,7 +138,7 @@ class CheckpointArchiveOperator(BaseOperator):
         return result
 
 
-class CheckpointRestoreOperator(BaseOperator):
+class CheckpointRestoreOperator(_ArchiveStorage, BaseOperator):
     """Restore an archive's checkpoint to ``target_uri`` (empty or missing) and verify every file.
 
     Used by a rollback: with ``skip_if_target_exists`` a target that still holds files is left
@@ -161,14 +168,6 @@ class CheckpointRestoreOperator(BaseOperator):
         self.storage_conn_id = storage_conn_id
         self.workers = workers
         self.skip_if_target_exists = bool(skip_if_target_exists)
-
-    @cached_property
-    def storage_hook(self) -> CheckpointStorageHook:
-        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
-
-    @cached_property
-    def archive_hook(self) -> CheckpointStorageHook:
-        return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         target_fs, target = self.storage_hook.filesystem(self.target_uri)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
+from airflow_ckpt_provider.checkpoint.archive import check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     FirstCommitTimeout,
@@ -91,7 +92,7 @@ class StreamLaunchOperator(BaseOperator):
     Refuses, before starting anything or creating anything: a checkpoint equal to
     ``old_checkpoint_uri`` (:class:`SharedCheckpoint`) or not empty (:class:`CheckpointNotEmpty`)
     unless ``allow_existing_checkpoint`` (to restart a version on its own checkpoint during a
-    rollback); a file sink whose ``sink_path`` already holds ``_spark_metadata``
+    rollback; a live heartbeat on it is still refused: :class:`QueryStillRunning`); a file sink whose ``sink_path`` already holds ``_spark_metadata``
     (:class:`FileSinkHazard`: batch ids restart at 0 and would be skipped silently); invalid
     ``starting_offsets`` (:class:`InvalidOffsets`).
 
@@ -201,7 +202,8 @@ class StreamLaunchOperator(BaseOperator):
         if existing:
             self.log.warning("%s is not empty (allow_existing_checkpoint): the query resumes from it and "
                              "Spark ignores startingOffsets", self.checkpoint_uri)
-            fs, _ = storage.filesystem(self.checkpoint_uri)
+            fs, path = storage.filesystem(self.checkpoint_uri)
+            check_query_stopped(fs, path, uri=self.checkpoint_uri)  # never two queries on one checkpoint
             try:
                 self._resume_after = CheckpointReader(self.checkpoint_uri, fs=fs).snapshot().last_committed_batch
             except CheckpointError as exc:

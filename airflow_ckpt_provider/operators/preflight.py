@@ -94,7 +94,7 @@ class UpgradePreflightOperator(BaseOperator):
             ("old checkpoint", f"`{self.old_checkpoint_uri}`"),
             ("query id", str(handover.query_id)),
             ("last committed batch", str(handover.batch_id)),
-            ("in-flight batch", str(handover.in_flight_batch or "none")),
+            ("in-flight batch", "none" if handover.in_flight_batch is None else str(handover.in_flight_batch)),
             ("old query", "running" if running else "**not running** (no live heartbeat)"),
             ("new checkpoint", f"`{self.new_checkpoint_uri}` (empty)"),
             ("archive", f"`{self.archive_root}/{self.stream_name}/`"),

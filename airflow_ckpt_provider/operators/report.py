@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,11 +12,11 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
+from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.timing import step_error, step_timings
+from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings
 
-UPGRADED, ROLLED_BACK, REJECTED, FAILED = "upgraded", "rolled back", "rejected", "failed"
 
 
 class UpgradeFailed(CheckpointError):
@@ -68,8 +69,12 @@ class UpgradeReportOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         ti = context["ti"]
         steps = step_timings(ti, self.step_task_ids)
+        rejected = self._rejected(ti)
+        if rejected:  # the approval ended by skipping its downstream: it did not fail
+            steps = [replace(s, state="rejected") if s.name == self.approval_task_id else s for s in steps]
         states = {s.name: s.state for s in steps}
-        outcome = self._outcome(ti, states)
+        outcome = upgrade_outcome(states, upgrade_steps=self.upgrade_task_ids, rollback_step=self.rollback_task_id,
+                                  rejected=rejected)
         extract = ti.xcom_pull(task_ids=self.handover_task_id) or {}
         archive = ti.xcom_pull(task_ids=self.archive_task_id) or {}
         archive_uri = archive.get("location", "")
@@ -94,16 +99,20 @@ class UpgradeReportOperator(BaseOperator):
                                 expected="outcome 'upgraded'")
         return report.to_dict()
 
-    def _outcome(self, ti: Any, states: dict[str, str]) -> str:
-        if self.approval_task_id:
-            answer = ti.xcom_pull(task_ids=self.approval_task_id) or {}
-            if "Reject" in (answer.get("chosen_options") or []):
-                return REJECTED
-        if all(states.get(t) == "success" for t in self.upgrade_task_ids):
-            return UPGRADED
-        if self.rollback_task_id and states.get(self.rollback_task_id) == "success":
-            return ROLLED_BACK
-        return FAILED
+    def _rejected(self, ti: Any) -> bool:
+        """The approval did not let the upgrade start: "Reject", or no answer before its response
+        timeout when "Reject" is its default. On "Reject" the approval task skips its downstream,
+        and Airflow then keeps neither its return value nor its later XComs; so besides the answer,
+        an approval that started while the stop never did counts as a rejection."""
+        if not self.approval_task_id:
+            return False
+        answer = ti.xcom_pull(task_ids=self.approval_task_id) or {}
+        if "Reject" in (answer.get("chosen_options") or []):
+            return True
+        asked = ti.xcom_pull(task_ids=self.approval_task_id, key=STARTED) is not None
+        first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else None
+        stopped = first_step is not None and ti.xcom_pull(task_ids=first_step, key=STARTED) is not None
+        return asked and not stopped
 
     def _history(self, storage: CheckpointStorageHook, uri: str, notes: list[str]) -> list[BatchRecord]:
         try:

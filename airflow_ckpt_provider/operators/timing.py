@@ -51,7 +51,9 @@ STEP_CALLBACKS: dict[str, Any] = {
 
 
 def step_timings(ti: Any, task_ids: Iterable[str]) -> list[StepTiming]:
-    """What each of ``task_ids`` recorded; a step that never started shows as ``not run``."""
+    """What each of ``task_ids`` recorded, read once they are done: a step that never started is
+    ``not run``; one that started and recorded no successful end is ``failed`` (failure callbacks
+    may run outside the task's process, so their record is not relied on)."""
     timings = []
     for task_id in task_ids:
         started = ti.xcom_pull(task_ids=task_id, key=STARTED)
@@ -59,7 +61,7 @@ def step_timings(ti: Any, task_ids: Iterable[str]) -> list[StepTiming]:
         seconds = None
         if started and ended.get("at"):
             seconds = (datetime.fromisoformat(ended["at"]) - datetime.fromisoformat(started)).total_seconds()
-        state = ended.get("state") or ("running" if started else "not run")
+        state = ended.get("state") or ("failed" if started else "not run")
         timings.append(StepTiming(task_id, state, seconds, started, ended.get("at")))
     return timings
 

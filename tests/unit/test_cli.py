@@ -197,3 +197,9 @@ def test_kafka_broker_defaults_never_create_topics() -> None:
 def test_real_client_against_closed_port_is_unreachable() -> None:
     with pytest.raises(BrokerUnreachable, match="127.0.0.1:1"):
         KafkaBroker("127.0.0.1:1", bootstrap_timeout_ms=300).view(["t"])
+
+
+def test_unreadable_input_file_is_one_line_error(tmp_path: Path) -> None:
+    code, out, err = run("verify-handover", str(tmp_path / "missing.json"), str(tmp_path))
+    assert code == 2 and out == ""
+    assert err.startswith("ckpt: error: cannot read") and err.count("\n") == 1

@@ -1,0 +1,73 @@
+"""Rollback and outcome decisions over recorded step states."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ckpt_provider.checkpoint.outcome import should_roll_back, upgrade_outcome
+
+AFTER = ["extract", "archive", "relaunch", "verify"]
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ({"stop": "success", "extract": "success", "archive": "success", "relaunch": "failed"}, True),
+        ({"stop": "success", "extract": "failed"}, True),
+        ({"stop": "success", "extract": "success", "archive": "success", "relaunch": "success",
+          "verify": "success"}, False),
+        ({"stop": "failed"}, False),  # the old job may still run: never restart it
+        ({"stop": "not run", "extract": "failed"}, False),  # e.g. preflight refused
+        ({"preflight": "failed"}, False),
+        ({}, False),
+    ],
+)
+def test_should_roll_back(states: dict[str, str], expected: bool) -> None:
+    assert should_roll_back(states, "stop", AFTER) is expected
+
+
+@pytest.mark.parametrize(
+    ("states", "rejected", "expected"),
+    [
+        ({s: "success" for s in ["stop", *AFTER]}, False, "upgraded"),
+        ({"stop": "success", "extract": "success", "archive": "success", "relaunch": "failed",
+          "rollback": "success"}, False, "rolled back"),
+        ({"stop": "success", "relaunch": "failed", "rollback": "failed"}, False, "failed"),
+        ({"stop": "failed"}, False, "failed"),
+        ({}, True, "rejected"),
+    ],
+)
+def test_upgrade_outcome(states: dict[str, str], rejected: bool, expected: str) -> None:
+    assert upgrade_outcome(states, upgrade_steps=["stop", *AFTER], rollback_step="rollback",
+                           rejected=rejected) == expected
+
+
+class FakeTI:
+    """XCom as a real run leaves it: key -> value per task."""
+
+    def __init__(self, xcoms: dict[tuple[str, str], object]) -> None:
+        self.xcoms = xcoms
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> object:
+        return self.xcoms.get((task_ids, key))
+
+
+@pytest.mark.parametrize(
+    ("xcoms", "rejected"),
+    [
+        # the real task runner on "Reject": only the start the approval recorded before waiting
+        ({("approve", "ckpt_step_started"): "t0"}, True),
+        ({("approve", "return_value"): {"chosen_options": ["Reject"]}}, True),
+        ({("approve", "ckpt_step_started"): "t0", ("approve", "return_value"): {"chosen_options": ["Approve"]},
+          ("graceful_stop", "ckpt_step_started"): "t1"}, False),
+        ({("graceful_stop", "ckpt_step_started"): "t1"}, False),  # approval switched off or marked successful
+        ({}, False),
+    ],
+)
+def test_report_sees_a_rejection(xcoms: dict, rejected: bool) -> None:
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    op = UpgradeReportOperator(task_id="report", stream_name="s", old_checkpoint_uri="/a", new_checkpoint_uri="/b",
+                               step_task_ids=[], upgrade_task_ids=["graceful_stop"], handover_task_id="h",
+                               archive_task_id="a", approval_task_id="approve")
+    assert op._rejected(FakeTI(xcoms)) is rejected
