@@ -29,7 +29,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from airflow_ckpt_provider.checkpoint.outcome import should_roll_back
-from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings
+from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings, task_states
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -149,7 +149,7 @@ def build_stream_upgrade_dag(
         @task.branch(trigger_rule="all_done")
         def rollback_gate(ti: Any = None) -> list[str]:
             """Roll back only when this run stopped the old job and a later step failed."""
-            states = {s.name: s.state for s in step_timings(ti, UPGRADE)}
+            states = {s.name: s.state for s in step_timings(ti, UPGRADE, task_states(ti, UPGRADE))}
             return ["rollback_stop_new"] if should_roll_back(states, UPGRADE[0], UPGRADE[1:]) else []
 
         rollback_stop_new = GracefulStopOperator(

@@ -15,7 +15,7 @@ from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
 from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings
+from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings, task_states
 
 
 
@@ -68,8 +68,9 @@ class UpgradeReportOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         ti = context["ti"]
-        steps = step_timings(ti, self.step_task_ids)
-        rejected = self._rejected(ti)
+        airflow_states = task_states(ti, self.step_task_ids)
+        steps = step_timings(ti, self.step_task_ids, airflow_states)
+        rejected = self._rejected(ti, airflow_states)
         if rejected:  # the approval ended by skipping its downstream: it did not fail
             steps = [replace(s, state="rejected") if s.name == self.approval_task_id else s for s in steps]
         states = {s.name: s.state for s in steps}
@@ -78,7 +79,8 @@ class UpgradeReportOperator(BaseOperator):
         extract = ti.xcom_pull(task_ids=self.handover_task_id) or {}
         archive = ti.xcom_pull(task_ids=self.archive_task_id) or {}
         archive_uri = archive.get("location", "")
-        notes = [f"{name} failed: {step_error(ti, name)}" for name, state in states.items() if state == "failed"]
+        notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
+                 if state == "failed"]
 
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old_batches = self._history(storage, self.old_checkpoint_uri, notes)
@@ -99,18 +101,20 @@ class UpgradeReportOperator(BaseOperator):
                                 expected="outcome 'upgraded'")
         return report.to_dict()
 
-    def _rejected(self, ti: Any) -> bool:
+    def _rejected(self, ti: Any, states: dict[str, str]) -> bool:
         """The approval did not let the upgrade start: "Reject", or no answer before its response
-        timeout when "Reject" is its default. On "Reject" the approval task skips its downstream,
-        and Airflow then keeps neither its return value nor its later XComs; so besides the answer,
-        an approval that started while the stop never did counts as a rejection."""
+        timeout ("Reject" is its default). On "Reject" the approval task succeeds and skips the
+        stop; Airflow keeps no return value then, so the states decide, with the answer XCom
+        and the recorded starts as a fallback where the runtime gives no states."""
         if not self.approval_task_id:
             return False
+        first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else None
+        if states:
+            return states.get(self.approval_task_id) == "success" and states.get(first_step) == "skipped"
         answer = ti.xcom_pull(task_ids=self.approval_task_id) or {}
         if "Reject" in (answer.get("chosen_options") or []):
             return True
         asked = ti.xcom_pull(task_ids=self.approval_task_id, key=STARTED) is not None
-        first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else None
         stopped = first_step is not None and ti.xcom_pull(task_ids=first_step, key=STARTED) is not None
         return asked and not stopped
 

@@ -50,10 +50,26 @@ STEP_CALLBACKS: dict[str, Any] = {
 }
 
 
-def step_timings(ti: Any, task_ids: Iterable[str]) -> list[StepTiming]:
-    """What each of ``task_ids`` recorded, read once they are done: a step that never started is
-    ``not run``; one that started and recorded no successful end is ``failed`` (failure callbacks
-    may run outside the task's process, so their record is not relied on)."""
+def task_states(ti: Any, task_ids: Iterable[str]) -> dict[str, str]:
+    """The states Airflow holds for ``task_ids`` in this DAG run (``success``, ``failed``,
+    ``skipped``, ``upstream_failed``, ...); empty when the runtime cannot say."""
+    ids = list(task_ids)
+    try:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        found = RuntimeTaskInstance.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
+    except Exception:  # noqa: BLE001 - an older runtime or a test double: fall back to the XComs
+        return {}
+    states = (found or {}).get(ti.run_id) or {}
+    return {task_id: str(getattr(state, "value", state)) for task_id, state in states.items()
+            if task_id in ids and state is not None}
+
+
+def step_timings(ti: Any, task_ids: Iterable[str], states: dict[str, str] | None = None) -> list[StepTiming]:
+    """What each of ``task_ids`` recorded, read once they are done. The state is Airflow's
+    (``states``, from :func:`task_states`) when known; else a step that never started is ``not
+    run`` and one that started without recording a successful end is ``failed``."""
+    states = states or {}
     timings = []
     for task_id in task_ids:
         started = ti.xcom_pull(task_ids=task_id, key=STARTED)
@@ -61,7 +77,7 @@ def step_timings(ti: Any, task_ids: Iterable[str]) -> list[StepTiming]:
         seconds = None
         if started and ended.get("at"):
             seconds = (datetime.fromisoformat(ended["at"]) - datetime.fromisoformat(started)).total_seconds()
-        state = ended.get("state") or ("failed" if started else "not run")
+        state = states.get(task_id) or ended.get("state") or ("failed" if started else "not run")
         timings.append(StepTiming(task_id, state, seconds, started, ended.get("at")))
     return timings
 

@@ -18,9 +18,10 @@ pytestmark = pytest.mark.system
 
 def answer(af: LocalAirflow, run_id: str, option: str) -> dict:
     af.wait_for_task_state(DAG_ID, run_id, "approve", {"awaiting_input"}, timeout=300)
-    # Answer as a person would, not within the same second: the scheduler has to record the
-    # task's pause first (an instant answer races the executor's event and fails the task).
-    time.sleep(5)
+    # Answer as a person would, not within seconds: the executor must first report the pausing
+    # task process as finished. An answer that re-queues the task before that event is processed
+    # makes the scheduler mark it failed ("state changed externally"), an Airflow race.
+    time.sleep(20)
     details = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
     af.answer_hitl(DAG_ID, run_id, "approve", option)
     return details

@@ -70,4 +70,22 @@ def test_report_sees_a_rejection(xcoms: dict, rejected: bool) -> None:
     op = UpgradeReportOperator(task_id="report", stream_name="s", old_checkpoint_uri="/a", new_checkpoint_uri="/b",
                                step_task_ids=[], upgrade_task_ids=["graceful_stop"], handover_task_id="h",
                                archive_task_id="a", approval_task_id="approve")
-    assert op._rejected(FakeTI(xcoms)) is rejected
+    assert op._rejected(FakeTI(xcoms), {}) is rejected
+
+
+@pytest.mark.parametrize(
+    ("states", "rejected"),
+    [
+        ({"approve": "success", "graceful_stop": "skipped"}, True),  # "Reject", or no answer
+        ({"approve": "failed", "graceful_stop": "upstream_failed"}, False),  # a broken approval fails
+        ({"approve": "success", "graceful_stop": "success"}, False),
+        ({"approve": "skipped", "graceful_stop": "success"}, False),  # approval switched off
+    ],
+)
+def test_report_reads_a_rejection_from_airflow_states(states: dict[str, str], rejected: bool) -> None:
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    op = UpgradeReportOperator(task_id="report", stream_name="s", old_checkpoint_uri="/a", new_checkpoint_uri="/b",
+                               step_task_ids=[], upgrade_task_ids=["graceful_stop"], handover_task_id="h",
+                               archive_task_id="a", approval_task_id="approve")
+    assert op._rejected(FakeTI({("approve", "ckpt_step_started"): "t0"}), states) is rejected
