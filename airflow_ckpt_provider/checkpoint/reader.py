@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any

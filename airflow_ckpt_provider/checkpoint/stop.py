@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -11,11 +10,11 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.archive import check_archive_location
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import reconciled_handover
-from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
 
 _OFFSETS_SHOWN = 400
 
@@ -85,7 +84,7 @@ class UpgradePreflightOperator(BaseOperator):
         )
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
         check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
-        heartbeat = _heartbeat(*old)
+        heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
 
@@ -119,9 +118,3 @@ class UpgradePreflightOperator(BaseOperator):
             "old_query_running": running,
         }
 
-
-def _heartbeat(fs: Any, root: str) -> Heartbeat | None:
-    try:
-        return Heartbeat.from_json(fs.cat_file(posixpath.join(root.rstrip("/"), HEARTBEAT)))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None

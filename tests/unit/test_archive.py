@@ -298,7 +298,7 @@ def test_running_query_is_refused_and_nothing_changes(stores: tuple[Store, Store
 
 
 def test_offsets_planned_after_the_stop_ack_are_refused(tmp_path: Path) -> None:
-    src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
+    src = _store("local", tmp_path, "src")
     built = build(src)  # offsets 0..4
     ack = StopAck(request_id="s1", query_id=QUERY_ID, run_id="r1", outcome="clean", last_committed_batch=3,
                   last_planned_batch=3, stopped_at=datetime.now(timezone.utc).isoformat())

@@ -23,7 +23,6 @@ from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles, StopResult
 from airflow_ckpt_provider.hooks.escalation import KillResult
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.operators import stop as stop_operator
 from airflow_ckpt_provider.operators.stop import DEFER_GRACE_S, GracefulStopOperator
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, StopRequest
 from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger, StopReason
