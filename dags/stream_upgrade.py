@@ -7,6 +7,12 @@ restore the old checkpoint if it was removed, restart the old version on it) —
 failure before or during the stop, when the old version may still run; always: the upgrade
 report, which fails the run unless the outcome is "upgraded" or "rejected".
 
+Every step records itself in the upgrade journal next to the archives (the preflight opens it
+and takes the stream's lock): a retried task or a re-triggered run with the same params resumes
+the upgrade instead of repeating a side effect — no second archive, no second launch, and no
+stop of the new job — and approval is not asked again once the stop has begun. See
+docs "Reliability".
+
 Two DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` for manual runs (trigger
 form), and ``stream_upgrade_on_artifact``, scheduled on the Asset of the new application
 artifact, whose defaults come from the Airflow Variable ``stream_upgrade_defaults`` (JSON).
@@ -47,12 +53,17 @@ PARAMS: dict[str, Param] = {
     "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
+    "upgrade_id": Param("", type="string",
+                        description="names the upgrade's journal and archive; empty: derived from the stream, "
+                                    "both checkpoints and the new application, so a re-triggered run resumes it"),
 }
 
 STEPS = ["preflight", "approve", "graceful_stop", "extract_handover", "archive", "relaunch", "verify",
          "rollback_stop_new", "rollback_restore", "rollback_restart_old"]
 UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
 HANDOVER = "{{ ti.xcom_pull(task_ids='extract_handover') }}"
+#: The upgrade journal's URI (preflight opens it; every step records itself in it).
+JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 
 
 def build_stream_upgrade_dag(
@@ -99,12 +110,16 @@ def build_stream_upgrade_dag(
             task_id="preflight", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}",
+            kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
+            old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
         )
 
         @task.branch
-        def approval_gate(params: dict[str, Any] | None = None) -> str:
-            return "approve" if params and params["require_approval"] else "graceful_stop"
+        def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str:
+            """Ask unless approval is off, or the run resumes an upgrade already under way (approved
+            before its stop began)."""
+            resuming = bool((ti.xcom_pull(task_ids="preflight") or {}).get("resuming")) if ti else False
+            return "approve" if params and params["require_approval"] and not resuming else "graceful_stop"
 
         approve = ApprovalOperator(
             task_id="approve",
@@ -116,17 +131,18 @@ def build_stream_upgrade_dag(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, poll_interval=poll_interval,
-            trigger_rule="none_failed_min_one_success",
+            trigger_rule="none_failed_min_one_success", journal=JOURNAL,
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}",
+            kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL,
         )
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
             handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
+            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}", journal=JOURNAL,
         )
         relaunch = StreamLaunchOperator(
             task_id="relaunch", application="{{ params.new_application }}",
@@ -136,14 +152,14 @@ def build_stream_upgrade_dag(
             handover_json=HANDOVER.replace("}}", "['handover'] | tojson }}"),
             master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
-            poll_interval=poll_interval,
+            poll_interval=poll_interval, journal=JOURNAL,
         )
         verify = HandoverVerifyOperator(
             task_id="verify", handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
             checkpoint_uri="{{ params.new_checkpoint }}",
             starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
-            poll_interval=poll_interval,
+            poll_interval=poll_interval, journal=JOURNAL,
         )
 
         @task.branch(trigger_rule="all_done")
@@ -156,10 +172,12 @@ def build_stream_upgrade_dag(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
+            journal=JOURNAL, journal_phase="rollback",
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
             archive_uri="{{ (ti.xcom_pull(task_ids='archive') or {}).get('location', '') }}",
+            journal=JOURNAL, journal_phase="rollback",
         )
         rollback_restart_old = StreamLaunchOperator(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
@@ -167,13 +185,14 @@ def build_stream_upgrade_dag(
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            journal=JOURNAL, journal_phase="rollback",
         )
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             step_task_ids=STEPS, upgrade_task_ids=UPGRADE, handover_task_id="extract_handover",
             archive_task_id="archive", approval_task_id="approve", rollback_task_id="rollback_restart_old",
-            trigger_rule="all_done",
+            trigger_rule="all_done", journal=JOURNAL,
         )
 
         gate = approval_gate()

@@ -430,3 +430,28 @@ class FirstCommitTimeout(CheckpointError):
         "was killed unless told otherwise. Read the driver log, then launch again with a longer "
         "first_commit_timeout."
     )
+
+
+class JournalError(CheckpointError):
+    """The upgrade journal prevents a safe step (see :mod:`airflow_ckpt_provider.checkpoint.journal`)."""
+
+    summary = "upgrade journal error"
+
+
+class JournalCorrupt(JournalError):
+    summary = "upgrade journal unreadable"
+    default_action = ("Nothing was changed. Inspect the journal with `ckpt journal`; if it is damaged, move it "
+                      "aside after checking both checkpoints by hand.")
+
+
+class UpgradeInProgress(JournalError):
+    summary = "another upgrade of this stream is in progress"
+    default_action = ("Nothing was changed. Let that upgrade finish or resume it by re-triggering its run; if it "
+                      "was abandoned, check both checkpoints, then `ckpt journal ARCHIVE_ROOT --name STREAM "
+                      "--release-lock`.")
+
+
+class UpgradeRolledBack(JournalError):
+    summary = "upgrade already rolled back"
+    default_action = ("Nothing was changed: a rolled-back upgrade does not go forward again (the old version runs "
+                      "again). To try again, start a new upgrade to a new, empty checkpoint.")

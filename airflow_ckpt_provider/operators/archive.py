@@ -13,8 +13,29 @@ from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_
 from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
+from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.restore import restore_archive
+from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+
+#: With the fault point ``<task id>:copying`` armed, the process is killed after this many files.
+FAULT_AFTER_FILES = 3
+
+
+def _copy_fault(task_id: str) -> Any:
+    """An ``on_file_copied`` callback that fires the ``<task id>:copying`` fault point mid-copy."""
+    name = f"{task_id}:copying"
+    if not armed(name):
+        return None
+    copied = [0]
+
+    def on_file(_rel: str) -> None:
+        copied[0] += 1
+        if copied[0] >= FAULT_AFTER_FILES:
+            fault_point(name)
+
+    return on_file
 
 
 def _who(context: Context) -> str:
@@ -52,7 +73,7 @@ class _ArchiveStorage:
         return CheckpointStorageHook(storage_conn_id=self.archive_conn_id)
 
 
-class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
+class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     """Copy the checkpoint of a STOPPED query to ``<archive_root>/<stream_name>/<time>-<upgrade_id>/``.
 
     Writes a manifest (handover, query id, per-file SHA-256, Spark conf, who / why / which DAG
@@ -65,11 +86,14 @@ class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
     Returns (XCom) the manifest summary: ``location``, ``file_count``, ``total_bytes``,
     ``handover``, ``query_id`` ... Raises QueryStillRunning, ArchiveCorrupt, UnsafeStreamName,
     ArchiveInsideCheckpoint, HandoverMismatch, CheckpointChanged (all CheckpointError).
+
+    With ``journal`` a verified archive already made for this upgrade is returned as recorded
+    (no second archive); an interrupted copy resumes in the same archive directory.
     """
 
     template_fields: Sequence[str] = (
         "checkpoint_uri", "archive_root", "stream_name", "handover", "upgrade_id", "reason",
-        "storage_conn_id", "archive_conn_id",
+        "storage_conn_id", "archive_conn_id", *JOURNAL_FIELDS,
     )
     ui_color = "#fdf2e8"
 
@@ -88,9 +112,13 @@ class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
         keep_last: int | None = None,
         keep_newer_than: timedelta | float | None = None,
         workers: int | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0):
             raise ValueError(f"keep_last must be a non-negative integer or None, not {keep_last!r}")
         if "{{" not in stream_name:
@@ -117,11 +145,16 @@ class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
         return value if isinstance(value, Handover) else Handover.from_json(value)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, lambda start, journal: self.archive(context))
+
+    def archive(self, context: Context) -> dict[str, Any]:
+        """Archive, verify, prune; the manifest summary (see the class docstring)."""
         stream = check_name(self.stream_name)
         upgrade_id = sanitize_upgrade_id(self.upgrade_id or str(context.get("run_id") or "run"))
         src_fs, src = self.storage_hook.filesystem(self.checkpoint_uri)
         dst_fs, root = self.archive_hook.filesystem(self.archive_root)
-        archive = CheckpointArchive(dst_fs, root, archive_uri=self.archive_root, workers=self.workers)
+        archive = CheckpointArchive(dst_fs, root, archive_uri=self.archive_root, workers=self.workers,
+                                    on_file_copied=_copy_fault(self.task_id))
         manifest = archive.archive(
             src_fs, src, stream_name=stream, upgrade_id=upgrade_id, source_uri=self.checkpoint_uri,
             handover=self._handover(), created_by=_who(context), reason=self.reason,
@@ -138,16 +171,21 @@ class CheckpointArchiveOperator(_ArchiveStorage, BaseOperator):
         return result
 
 
-class CheckpointRestoreOperator(_ArchiveStorage, BaseOperator):
+class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     """Restore an archive's checkpoint to ``target_uri`` (empty or missing) and verify every file.
 
     Used by a rollback: with ``skip_if_target_exists`` a target that still holds files is left
     alone (the checkpoint was never removed). Returns (XCom) the archive's manifest summary plus
     ``restored_to``.
     Raises TargetNotEmpty (nothing written), ArchiveIncomplete, ArchiveCorrupt naming the file.
+
+    With ``journal`` (phase ``rollback`` by default) a restore is noted before its first file:
+    if it is interrupted, the re-run knows the target holds its own partial copy, clears it and
+    restores again from the verified archive, instead of taking it for the original checkpoint.
     """
 
-    template_fields: Sequence[str] = ("archive_uri", "target_uri", "archive_conn_id", "storage_conn_id")
+    template_fields: Sequence[str] = ("archive_uri", "target_uri", "archive_conn_id", "storage_conn_id",
+                                      *JOURNAL_FIELDS)
     ui_color = "#fdf2e8"
 
     def __init__(
@@ -159,9 +197,13 @@ class CheckpointRestoreOperator(_ArchiveStorage, BaseOperator):
         storage_conn_id: str | None = None,
         workers: int | None = None,
         skip_if_target_exists: bool = False,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = ROLLBACK_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
         self.archive_uri = archive_uri
         self.target_uri = target_uri
         self.archive_conn_id = archive_conn_id
@@ -170,14 +212,25 @@ class CheckpointRestoreOperator(_ArchiveStorage, BaseOperator):
         self.skip_if_target_exists = bool(skip_if_target_exists)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, self.restore)
+
+    def restore(self, start: StepStart | None = None, journal: UpgradeJournal | None = None) -> dict[str, Any]:
+        """Restore (or find the target in place); see the class docstring."""
         target_fs, target = self.storage_hook.filesystem(self.target_uri)
-        if self.skip_if_target_exists and target_fs.exists(target) and target_fs.ls(target, detail=False):
+        if start is not None and start.previous is not None and start.previous.notes.get("restoring"):
+            if target_fs.exists(target):
+                self.log.warning("an earlier attempt (run %s) was restoring into %s and did not finish: removing "
+                                 "its partial copy and restoring again", start.previous.run_id, self.target_uri)
+                target_fs.rm(target, recursive=True)
+        elif self.skip_if_target_exists and target_fs.exists(target) and target_fs.ls(target, detail=False):
             self.log.info("%s is still in place: nothing to restore", self.target_uri)
             return {"restored_to": None, "target_in_place": True}
         if not self.archive_uri:
             raise ArchiveNotFound(found="no archive location", expected=f"an archive to restore {self.target_uri} from",
                                   action="The checkpoint is gone and was never archived: restore it from a backup.")
         archive_fs, archive_path = self.archive_hook.filesystem(self.archive_uri)
+        if journal is not None:
+            journal.note(self.task_id, restoring=True, archive=self.archive_uri)
         manifest = restore_archive(archive_fs, archive_path, target_fs, target, workers=self.workers)
         self.log.info("restored %d files (%s) of query %s to %s", manifest.file_count,
                       human_bytes(manifest.total_bytes), manifest.query_id, self.target_uri)

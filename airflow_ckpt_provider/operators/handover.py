@@ -11,10 +11,12 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader, Handover, Reconciliation, reconcile
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 
 
-class CheckpointHandoverOperator(BaseOperator):
+class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     """Compute the ``startingOffsets`` a new checkpoint must start from.
 
     Reads the checkpoint at ``checkpoint_uri`` (offsets of the LAST COMMITTED batch; the
@@ -27,9 +29,13 @@ class CheckpointHandoverOperator(BaseOperator):
     Returns (XCom) ``{"handover": Handover JSON dict, "starting_offsets": JSON string for
     Spark's startingOffsets option, "reconciliation": {...}}``. Raises a typed
     :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` on any refusal.
+
+    With ``journal`` (an upgrade journal's URI) a handover already taken for this upgrade is
+    returned as recorded: a re-run after the old checkpoint was archived (or removed) hands over
+    the same offsets.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id")
+    template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -40,9 +46,13 @@ class CheckpointHandoverOperator(BaseOperator):
         storage_conn_id: str | None = None,
         source: int | str | None = None,
         accept_data_loss: bool = False,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
         if source is not None and not isinstance(source, (int, str)):
             raise TypeError(f"source must be an int index or a source name, not {type(source).__name__}")
         self.checkpoint_uri = checkpoint_uri
@@ -60,6 +70,10 @@ class CheckpointHandoverOperator(BaseOperator):
         return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, lambda start, journal: self.extract())
+
+    def extract(self) -> dict[str, Any]:
+        """The handover XCom (see the class docstring); reads only."""
         fs, _ = self.storage_hook.filesystem(self.checkpoint_uri)
         handover, result = reconciled_handover(
             CheckpointReader(self.checkpoint_uri, fs=fs), self.kafka_hook,

@@ -30,8 +30,13 @@ from airflow_ckpt_provider.checkpoint.verify import (
     parse_handover_input,
     verify_start,
 )
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.faults import fault_point
+from airflow_ckpt_provider.hooks.escalation import job_alive
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger, committed_batches
 
 if TYPE_CHECKING:
@@ -86,7 +91,7 @@ def _offsets_text(value: str | None) -> str | None:
     return KafkaOffsets.from_json(text).to_json()
 
 
-class StreamLaunchOperator(BaseOperator):
+class StreamLaunchOperator(JournaledStep, BaseOperator):
     """Launch ``application`` detached on the NEW checkpoint and wait (deferred) for its first commit.
 
     Refuses, before starting anything or creating anything: a checkpoint equal to
@@ -104,12 +109,21 @@ class StreamLaunchOperator(BaseOperator):
     tail included) when the job dies before its first commit, with :class:`FirstCommitTimeout`
     after ``first_commit_timeout`` seconds (the job is killed unless ``kill_on_timeout=False``).
     Returns the LaunchHandle dict (with the Spark UI address when the driver logged it).
+
+    With ``journal`` the launch is exactly-once across retries and re-triggered runs: a launch
+    already done returns its handle; before starting the job the step notes that it is
+    launching, and its handle right after. A re-run of an interrupted launch adopts the job
+    if it is alive (by its handle, or by a live heartbeat on the checkpoint, waiting up to
+    ``adopt_grace_s`` for a job that was started but has not beaten yet) and waits for its
+    commit instead of starting a second one; if that job died, it is restarted on the
+    checkpoint it may have begun (Spark resumes from it; ``startingOffsets`` only apply to a
+    checkpoint without offsets).
     """
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
                                       "old_checkpoint_uri", "starting_offsets", "handover_json", "sink_path",
-                                      "master", "deploy_mode", "master_ui_url", "log_dir")
+                                      "master", "deploy_mode", "master_ui_url", "log_dir", *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
     ui_color = "#fdf2e8"
 
@@ -139,9 +153,15 @@ class StreamLaunchOperator(BaseOperator):
         spark_binary: str | None = None,
         python_launcher_jar: str | None = None,
         submit_options: Mapping[str, Any] | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = UPGRADE_PHASE,
+        adopt_grace_s: float = 120.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
+        self.adopt_grace_s = float(adopt_grace_s)
         if first_commit_timeout <= 0 or poll_interval <= 0:
             raise ValueError("first_commit_timeout and poll_interval must be positive")
         if isinstance(application_args, str):
@@ -210,11 +230,36 @@ class StreamLaunchOperator(BaseOperator):
                 self.log.warning("cannot read the last committed batch of %s (%s)", self.checkpoint_uri, exc)
         return starting
 
-    def execute(self, context: Context) -> None:
+    def execute(self, context: Context) -> dict[str, Any]:
+        def reuse(result: Any) -> None:
+            if isinstance(result, Mapping):
+                context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=dict(result))
+
+        return self.run_step(context, lambda start, journal: self.launch(context, start, journal), on_reuse=reuse)
+
+    def launch(self, context: Context, start: StepStart | None = None,
+               journal: UpgradeJournal | None = None) -> dict[str, Any]:
+        """Check, start the job (or adopt the one an interrupted attempt started) and defer."""
         if not isinstance(self.conf, Mapping) or isinstance(self.application_args, (str, bytes)):
             raise TypeError("conf must render to a dict and application_args to a list of strings")
         conf = {str(k): str(v) for k, v in self.conf.items()}
         args = [str(a) for a in self.application_args]
+        previous = start.previous if start is not None else None
+        if previous is not None and previous.notes.get("launching"):
+            adopted = self._earlier_launch(previous)
+            if adopted is not None:
+                min_batch = int(previous.notes.get("min_batch", 0))
+                self.log.warning("resuming: %s was launched by an earlier attempt (run %s) and is running; "
+                                 "waiting for its commit instead of launching a second one", adopted.app_name,
+                                 previous.run_id)
+                if journal is not None:
+                    journal.note(self.task_id, handle=adopted.to_dict())
+                context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=adopted.to_dict())
+                self._defer_for_commit(adopted, min_batch)
+            self.log.warning("resuming: the job launched by an earlier attempt (run %s) is not running; "
+                             "launching it again on %s (it resumes from whatever it wrote there)",
+                             previous.run_id, self.checkpoint_uri)
+            self.allow_existing_checkpoint = True
         starting = self.preflight()
         name = self.app_name or f"{self.dag_id}.{self.task_id}"
         if starting is None:
@@ -222,24 +267,60 @@ class StreamLaunchOperator(BaseOperator):
         handover_json = None
         if self.handover_json:
             handover_json = json.dumps(_json_value(self.handover_json), sort_keys=True, separators=(",", ":"))
+        min_batch = 0 if self._resume_after is None else self._resume_after + 1
+        if journal is not None:
+            journal.note(self.task_id, launching=True, min_batch=min_batch)
         handle = self.launcher_hook.launch(
             self.application, checkpoint_uri=self.checkpoint_uri, application_args=args, conf=conf, name=name,
             starting_offsets=starting, handover_json=handover_json,
         )
+        if journal is not None:
+            journal.note(self.task_id, handle=handle.to_dict())
         context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
+        fault_point(f"{self.task_id}:launched")
         self.log.info("started %s; waiting up to %.0f s for its first committed batch in %s",
                       name, self.first_commit_timeout, self.checkpoint_uri)
+        self._defer_for_commit(handle, min_batch)
+
+    def _defer_for_commit(self, handle: LaunchHandle, min_batch: int) -> None:
         self.defer(
             trigger=LaunchTrigger(
                 checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
                 handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
-                min_batch=0 if self._resume_after is None else self._resume_after + 1,
+                min_batch=min_batch,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
         )
 
+    def _earlier_launch(self, previous: JournalStep) -> LaunchHandle | None:
+        """The job an interrupted attempt launched, if it is alive: by its recorded handle, or by a
+        live heartbeat on the checkpoint (waiting up to ``adopt_grace_s`` for a first beat when
+        the attempt died before recording the handle)."""
+        recorded = previous.notes.get("handle")
+        handle = LaunchHandle.from_json(recorded) if isinstance(recorded, Mapping) else None
+        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
+        control = ControlFiles(fs, path, uri=self.checkpoint_uri)
+        deadline = time.monotonic() + (self.adopt_grace_s if handle is None else 0.0)
+        while True:
+            if handle is not None and job_alive(handle):
+                return handle
+            beat = control.heartbeat()
+            if beat is not None and beat.is_alive():
+                if handle is not None:
+                    return handle
+                self.log.info("found query %s alive on %s (pid %s, host %s) without a recorded handle",
+                              beat.query_id, self.checkpoint_uri, beat.pid, beat.host)
+                return _handle_from_heartbeat(self.checkpoint_uri, beat, self.master or "")
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(self.poll_interval, 2.0))
+
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.complete_step(lambda: self.first_commit(context, event))
+
+    def first_commit(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
+        """The handle once the job committed; :class:`LaunchFailed` / :class:`FirstCommitTimeout`."""
         event = _check_event(event)
         handle = LaunchHandle.from_json(event["handle"])
         reason = LaunchEvent(event["reason"])
@@ -270,7 +351,7 @@ class StreamLaunchOperator(BaseOperator):
                                  action=action, path=self.checkpoint_uri)
 
 
-class HandoverVerifyOperator(BaseOperator):
+class HandoverVerifyOperator(JournaledStep, BaseOperator):
     """Prove the new query started exactly at the handover and keeps committing batches.
 
     ``handover``: a Handover JSON or the handover operator's XCom (dict or JSON, templated);
@@ -281,9 +362,11 @@ class HandoverVerifyOperator(BaseOperator):
     0, defers until a batch newer than the current last commit is committed (new records must
     arrive in that window). Raises :class:`StartMismatch` naming partitions and offsets,
     :class:`NotStartedYet`, or :class:`NoProgress`. Returns :meth:`VerifyResult.to_dict`.
+    With ``journal`` a verification already done for this upgrade returns its result.
     """
 
-    template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id")
+    template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
+                                      *JOURNAL_FIELDS)
     ui_color = "#e8fde9"
 
     def __init__(
@@ -297,9 +380,13 @@ class HandoverVerifyOperator(BaseOperator):
         poll_interval: float = 2.0,
         source: int | str | None = None,
         storage_conn_id: str | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
         if progress_window_s < 0:
             raise ValueError("progress_window_s must be >= 0")
         self.handover = handover
@@ -332,6 +419,10 @@ class HandoverVerifyOperator(BaseOperator):
         return result
 
     def execute(self, context: Context) -> dict[str, Any] | None:
+        return self.run_step(context, lambda start, journal: self.check_start(context))
+
+    def check_start(self, context: Context) -> dict[str, Any]:
+        """Verify the start, then defer for the progress window (or return at once without one)."""
         result = self.verify()
         self.log.info("the new query started exactly at the handover (%d partitions)", len(result.partitions))
         if self.progress_window_s == 0:
@@ -346,10 +437,14 @@ class HandoverVerifyOperator(BaseOperator):
             kwargs={"result": result.to_dict(), "after": after},
             timeout=timedelta(seconds=self.progress_window_s + DEFER_GRACE_S),
         )
-        return None
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
                          result: dict[str, Any] | None = None, after: int | None = None) -> dict[str, Any]:
+        return self.complete_step(lambda: self.progress(context, event, result, after))
+
+    def progress(self, context: Context, event: dict[str, Any] | None, result: dict[str, Any] | None,
+                 after: int | None) -> dict[str, Any]:
+        """The verified start plus the batches committed during the progress window."""
         event = _check_event(event)
         if result is None:  # the kwargs do not always come back (dag.test passes only the event)
             result = context["ti"].xcom_pull(task_ids=self.task_id, key="start_verified")
@@ -366,3 +461,21 @@ class HandoverVerifyOperator(BaseOperator):
         batches = [b for b in committed_batches(fs, root) if b > after]
         self.log.info("the new query committed batch(es) %s during the progress window", batches)
         return {**result, "last_committed_batch": event["batch"], "progress_batches": batches}
+
+
+def _handle_from_heartbeat(checkpoint_uri: str, beat: Any, master: str) -> LaunchHandle:
+    """A local handle for a job known only by its heartbeat (its process group, when on this
+    host); used to adopt a job whose launch was interrupted before its handle was recorded."""
+    import os
+    import socket
+
+    pid = int(beat.pid or 0)
+    if beat.host in ("", socket.gethostname(), socket.getfqdn()) and pid:
+        try:
+            pid = os.getpgid(pid)
+        except ProcessLookupError:
+            pass
+    return LaunchHandle(mode="local", checkpoint_uri=checkpoint_uri, app_name=f"query {beat.query_id}",
+                        started_at=beat.started_at, pid=pid or 1, master=master or None,
+                        extra={"host": beat.host, "adopted_from": "heartbeat"} if beat.host else
+                        {"adopted_from": "heartbeat"})

@@ -10,6 +10,8 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.archive import check_archive_location
+from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
+from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
@@ -29,14 +31,23 @@ class UpgradePreflightOperator(BaseOperator):
     ``_spark_metadata`` (file sink), the archive location overlaps the checkpoint or the stream
     name is unsafe as a folder name.
 
+    With ``journal=True`` (default) it then opens the upgrade journal next to the archives
+    (:mod:`~airflow_ckpt_provider.checkpoint.journal`) and takes the stream's lock
+    (:class:`UpgradeInProgress` if another upgrade holds it; nothing is written then). The
+    upgrade id is ``upgrade_id`` or derived from the stream, both checkpoints and
+    ``new_application``, so a re-triggered run finds the same journal. When that journal shows
+    steps already started, the run RESUMES it: the checks above describe the state before an
+    upgrade and are skipped (the old checkpoint may be archived away, the new one is in use).
+
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
-    "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool}``. The offsets
-    are those of NOW; the upgrade takes them again after the graceful stop.
+    "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
+    "journal": its URI or "", "resuming": bool, "steps_done": [...]}``. The offsets are those of
+    NOW; the upgrade takes them again after the graceful stop.
     """
 
     template_fields: Sequence[str] = (
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
-        "kafka_conn_id", "storage_conn_id", "archive_conn_id",
+        "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
     )
     ui_color = "#eef7ee"
 
@@ -53,9 +64,17 @@ class UpgradePreflightOperator(BaseOperator):
         archive_conn_id: str | None = None,
         source: int | str | None = None,
         accept_data_loss: bool = False,
+        upgrade_id: str | None = None,
+        old_application: str = "",
+        new_application: str = "",
+        journal: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.upgrade_id = upgrade_id
+        self.old_application = old_application
+        self.new_application = new_application
+        self.journal = bool(journal)
         self.stream_name = stream_name
         self.old_checkpoint_uri = old_checkpoint_uri
         self.new_checkpoint_uri = new_checkpoint_uri
@@ -71,12 +90,30 @@ class UpgradePreflightOperator(BaseOperator):
     def kafka_hook(self) -> KafkaBrokerHook:
         return KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id)
 
+    def _journal(self, archive: tuple[Any, str]) -> tuple[UpgradeIntent, str, UpgradeJournal]:
+        stream = check_name(self.stream_name)
+        intent = UpgradeIntent(stream_name=stream, old_checkpoint=self.old_checkpoint_uri,
+                               new_checkpoint=self.new_checkpoint_uri, old_application=self.old_application or "",
+                               new_application=self.new_application or "", archive_root=self.archive_root)
+        upgrade_id = check_name(self.upgrade_id, "upgrade id") if self.upgrade_id else derive_upgrade_id(intent)
+        fs, root = archive
+        journal = UpgradeJournal(fs, UpgradeJournal.location(root, stream, upgrade_id),
+                                 uri=UpgradeJournal.location(self.archive_root, stream, upgrade_id))
+        return intent, upgrade_id, journal
+
     def execute(self, context: Context) -> dict[str, Any]:
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old = storage.filesystem(self.old_checkpoint_uri)
         new = storage.filesystem(self.new_checkpoint_uri)
         archive = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(self.archive_root)
         sink = storage.filesystem(self.new_sink_path) if self.new_sink_path else None
+        run_id = str(context.get("run_id") or "")
+        if self.journal:
+            check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
+            intent, upgrade_id, journal = self._journal(archive)
+            record = journal.read() if journal.exists() else None
+            if record is not None and record.started_side_effects:
+                return self._resume(journal, intent, upgrade_id, run_id)
 
         handover, result = reconciled_handover(
             CheckpointReader(self.old_checkpoint_uri, fs=old[0]), self.kafka_hook,
@@ -110,11 +147,37 @@ class UpgradePreflightOperator(BaseOperator):
                f"`{offsets[:_OFFSETS_SHOWN]}{'…' if len(offsets) > _OFFSETS_SHOWN else ''}`",
                "", "All preflight checks passed: nothing has been changed yet."]
         )
-        return {
+        value: dict[str, Any] = {
             "summary_md": summary,
             "handover": handover.to_dict(),
             "starting_offsets": offsets,
             "reconciliation": result.to_dict(),
             "old_query_running": running,
+            "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [],
         }
+        if self.journal:
+            journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
+            value.update(upgrade_id=upgrade_id, journal=journal.uri)
+            value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
+        return value
+
+    def _resume(self, journal: UpgradeJournal, intent: UpgradeIntent, upgrade_id: str, run_id: str) -> dict[str, Any]:
+        """Take up an upgrade whose journal shows started steps (see the class docstring)."""
+        record = journal.open(intent, upgrade_id, run_id=run_id)
+        done = [name for name, step in record.steps.items() if step.done]
+        open_steps = [f"{name} ({step.state})" for name, step in record.steps.items() if not step.done]
+        self.log.warning("RESUMING upgrade %s of stream %s from its journal: done %s; unfinished %s; "
+                         "the preflight checks of a fresh upgrade are skipped", upgrade_id, intent.stream_name,
+                         ", ".join(done) or "nothing", ", ".join(open_steps) or "nothing")
+        summary = "\n".join([
+            f"### Resuming upgrade `{upgrade_id}` of stream `{intent.stream_name}`", "",
+            f"Journal `{journal.uri}`, runs {', '.join(record.runs)}, phase {record.phase}"
+            f"{', outcome ' + record.outcome if record.outcome else ''}.", "",
+            f"Steps done (not repeated): {', '.join(done) or 'none'}.",
+            f"Steps to finish: {', '.join(open_steps) or 'none'}.",
+        ])
+        planned = record.planned_handover or {}
+        return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
+                "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
+                "steps_done": done}
 

@@ -14,6 +14,8 @@ from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
 from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
+from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
+from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings, task_states
 
@@ -32,10 +34,14 @@ class UpgradeReportOperator(BaseOperator):
     ``.html``, ``.json`` and ``timeline.png`` into it. Fails with :class:`UpgradeFailed` unless
     the outcome is ``upgraded`` or ``rejected``, so a rolled-back or broken upgrade fails the
     DAG run loudly. Returns the report as a dict (XCom).
+
+    With ``journal`` (the upgrade journal's URI) the report lists the upgrade id, its runs and
+    the steps taken over from earlier runs, then closes the journal with the outcome; a final
+    outcome (upgraded, rejected, rolled back) releases the stream's lock.
     """
 
     template_fields: Sequence[str] = ("stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "storage_conn_id",
-                                      "archive_conn_id")
+                                      "archive_conn_id", "journal", "journal_conn_id")
 
     def __init__(
         self,
@@ -51,9 +57,13 @@ class UpgradeReportOperator(BaseOperator):
         rollback_task_id: str | None = None,
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.journal = journal
+        self.journal_conn_id = journal_conn_id
         self.stream_name = stream_name
         self.old_checkpoint_uri = old_checkpoint_uri
         self.new_checkpoint_uri = new_checkpoint_uri
@@ -81,6 +91,9 @@ class UpgradeReportOperator(BaseOperator):
         archive_uri = archive.get("location", "")
         notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
                  if state == "failed"]
+        journal = self._open_journal()
+        if journal is not None:
+            notes.extend(self._journal_notes(journal, str(context.get("run_id", ""))))
 
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old_batches = self._history(storage, self.old_checkpoint_uri, notes)
@@ -96,10 +109,36 @@ class UpgradeReportOperator(BaseOperator):
         self.log.info("upgrade report\n%s", report.to_markdown())
         if archive_uri:
             self._store(report, archive_uri)
+        fault_point(f"{self.task_id}:stored")
+        if journal is not None:
+            journal.close(outcome)
         if outcome not in (UPGRADED, REJECTED):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _open_journal(self) -> UpgradeJournal | None:
+        text = (self.journal or "").strip()
+        if text in ("", "None", "null"):
+            return None
+        fs, path = CheckpointStorageHook(storage_conn_id=self.journal_conn_id or self.archive_conn_id).filesystem(text)
+        return UpgradeJournal(fs, path, uri=text)
+
+    @staticmethod
+    def _journal_notes(journal: UpgradeJournal, run_id: str) -> list[str]:
+        try:
+            record = journal.read()
+        except (CheckpointError, OSError) as exc:
+            return [f"journal {journal.uri} unreadable: {exc}"]
+        notes = [f"upgrade {record.upgrade_id}, journal {journal.uri}, runs: {', '.join(record.runs)}"]
+        earlier = [f"{name} (run {step.run_id})" for name, step in record.steps.items()
+                   if step.done and step.run_id != run_id]
+        if earlier:
+            notes.append(f"taken over from earlier runs, not repeated: {', '.join(earlier)}")
+        retried = [f"{name} x{step.attempts}" for name, step in record.steps.items() if step.attempts > 1]
+        if retried:
+            notes.append(f"steps resumed after an interruption or failure: {', '.join(retried)}")
+        return notes
 
     def _rejected(self, ti: Any, states: dict[str, str]) -> bool:
         """The approval did not let the upgrade start: "Reject", or no answer before its response

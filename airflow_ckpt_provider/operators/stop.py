@@ -21,7 +21,10 @@ from airflow_ckpt_provider.checkpoint.stop import (
     not_running_result,
 )
 from airflow_ckpt_provider.hooks.escalation import job_alive
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.spark.control import StopAck
 from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger
 
@@ -41,7 +44,7 @@ def _handle_json(value: str | Mapping[str, Any] | LaunchHandle | None) -> str:
     raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, not {type(value).__name__}")
 
 
-class GracefulStopOperator(BaseOperator):
+class GracefulStopOperator(JournaledStep, BaseOperator):
     """Stop the query running on ``checkpoint_uri`` between two batches, for certain.
 
     Reads ``_ckpt/heartbeat.json``. Nothing alive (and no live launched job in ``launch_handle``)
@@ -56,9 +59,14 @@ class GracefulStopOperator(BaseOperator):
 
     Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running),
     last committed batch, interrupted batch or None, seconds waited, the ack.
+
+    With ``journal`` (an upgrade journal's URI) a stop already done for this upgrade is not
+    repeated: a re-triggered run after the relaunch never stops anything (not the old job again,
+    and never the new one). An interrupted stop is simply asked again: it joins the pending
+    request or finds the query stopped.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "storage_conn_id")
+    template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#fde8e8"
 
     def __init__(
@@ -72,9 +80,13 @@ class GracefulStopOperator(BaseOperator):
         poll_interval: float = 2.0,
         fail_if_not_running: bool = False,
         missed_beats: float = DEFAULT_MISSED_BEATS,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
         if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0:
             raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, quiet_period >= 0")
         self.checkpoint_uri = checkpoint_uri
@@ -113,6 +125,11 @@ class GracefulStopOperator(BaseOperator):
         return hook.kill(handle)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, lambda start, journal: self.request_stop())
+
+    def request_stop(self) -> dict[str, Any]:
+        """Ask the query to stop and defer until it acknowledges (or return at once when nothing
+        runs)."""
         handle = self._handle()
         control = self._control()
         launched = bool(handle is not None and job_alive(handle) is not False)
@@ -125,6 +142,7 @@ class GracefulStopOperator(BaseOperator):
             return not_running_result(control, start.heartbeat, quiet_period=self.quiet_period,
                                       poll_interval=min(self.poll_interval, 0.5),
                                       missed_beats=self.missed_beats).to_dict()
+        fault_point(f"{self.task_id}:requested")
         self.defer(
             trigger=GracefulStopTrigger(
                 checkpoint_uri=self.checkpoint_uri,
@@ -142,6 +160,9 @@ class GracefulStopOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger: validate the event, escalate if needed, check the quiet."""
+        return self.complete_step(lambda: self.finish(event))
+
+    def finish(self, event: dict[str, Any] | None) -> dict[str, Any]:
         if not isinstance(event, dict) or set(event) != EVENT_KEYS:
             raise ValueError(f"unexpected trigger event {event!r}: expected keys {sorted(EVENT_KEYS)}")
         reason = StopReason(event["reason"])

@@ -1,0 +1,453 @@
+"""The upgrade journal: what an upgrade intends and what each step did, kept next to the archive.
+
+Layout, per stream, beside its archives::
+
+    <archive_root>/<stream>/_upgrades/<upgrade id>.json   one journal per upgrade
+    <archive_root>/<stream>/_upgrades/LOCK.json           the upgrade holding the stream
+
+The intent (old and new checkpoint, old and new application, the handover seen at planning) is
+written before anything is stopped; every step then records ``started`` before its side effect
+and ``done`` with its result after it (or ``failed`` with the error). A retried task or a
+re-triggered DAG run with the same intent gets the same upgrade id (:func:`derive_upgrade_id`)
+and finds the journal: finished steps return their recorded result instead of acting again,
+and a step found ``started`` knows it was interrupted and resumes (see each operator).
+
+Once a rollback step starts, the journal's phase is ``rollback`` and the upgrade steps refuse to
+run again (:class:`UpgradeRolledBack`): a re-run must never relaunch the new version next to the
+restarted old one.
+
+The lock makes one upgrade per stream at a time: :class:`UpgradeInProgress` names the holder.
+It is re-entrant for the same upgrade id and is released when the journal is closed with a
+final outcome (upgraded, rejected, rolled back). A lock whose journal is already closed is
+stale (a crash between closing and unlocking) and is taken over.
+
+Writes go through a temporary name and a rename on local disks (with fsync), and as one object
+write on object stores, so a reader sees the old or the new journal, never half of one. On
+object stores that cannot create an object only if absent, the lock is checked then written,
+which leaves a small race between two upgrades started at the same moment (logged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.manifest import check_name
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+JOURNAL_DIR = "_upgrades"
+LOCK = "LOCK.json"
+
+STARTED, DONE, FAILED = "started", "done", "failed"
+UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
+#: Outcomes that end an upgrade and free its stream for the next one.
+FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
+
+FILE_MODE, DIR_MODE = 0o640, 0o750
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class UpgradeIntent:
+    """What the upgrade is for; it determines the upgrade id."""
+
+    stream_name: str
+    old_checkpoint: str
+    new_checkpoint: str
+    old_application: str = ""
+    new_application: str = ""
+    archive_root: str = ""
+
+    def key(self) -> str:
+        """The fields that identify the upgrade, canonically (the archive root and the old
+        application do not change which upgrade this is)."""
+        return json.dumps([self.stream_name, self.old_checkpoint.rstrip("/"), self.new_checkpoint.rstrip("/"),
+                           self.new_application], separators=(",", ":"))
+
+
+def derive_upgrade_id(intent: UpgradeIntent) -> str:
+    """``up-<12 hex>`` from the stream, both checkpoints and the new application: the same
+    upgrade re-triggered gets the same id, any other upgrade another one."""
+    return "up-" + hashlib.sha256(intent.key().encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class JournalStep:
+    """One step's record. ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
+
+    name: str
+    state: str
+    run_id: str = ""
+    attempts: int = 1
+    started_at: str = ""
+    finished_at: str = ""
+    result: Any = None
+    error: str = ""
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.state == DONE
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """What :meth:`UpgradeJournal.begin` found: ``done`` (return ``result``), or the step now
+    runs; ``previous`` is its earlier record when an earlier attempt was interrupted or failed."""
+
+    done: bool
+    result: Any = None
+    previous: JournalStep | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """An earlier attempt started and never recorded an end (its process died)."""
+        return self.previous is not None and self.previous.state == STARTED
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """The journal file's content."""
+
+    upgrade_id: str
+    intent: UpgradeIntent
+    created_at: str
+    runs: tuple[str, ...] = ()
+    phase: str = UPGRADE_PHASE
+    steps: Mapping[str, JournalStep] = field(default_factory=dict)
+    planned_handover: Mapping[str, Any] | None = None
+    outcome: str | None = None
+    closed_at: str = ""
+    format: int = FORMAT
+
+    @property
+    def closed(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def started_side_effects(self) -> bool:
+        """Whether any step after planning has started (something may have been changed)."""
+        return bool(self.steps)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["runs"] = list(self.runs)
+        data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
+        """Parse; :class:`JournalCorrupt` for anything that is not a journal of this format."""
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise JournalCorrupt(found=f"journal format {data.get('format')!r}", expected=f"format {FORMAT}",
+                                     path=path)
+            steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
+            return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
+                       created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
+                       phase=data.get("phase", UPGRADE_PHASE), steps=steps,
+                       planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
+                       closed_at=data.get("closed_at", ""))
+        except JournalCorrupt:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise JournalCorrupt(found=f"an unreadable journal ({type(exc).__name__}: {exc})",
+                                 expected="the JSON journal this provider writes", path=path) from None
+
+
+def _is_local(fs: AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def write_atomic(fs: AbstractFileSystem, path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix.
+    Local files get mode 0o640 and are fsynced with their directory."""
+    if not _is_local(fs):
+        fs.pipe_file(path, data)
+        return
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=DIR_MODE, exist_ok=True)
+    temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; whether this call created it."""
+    if _is_local(fs):
+        os.makedirs(os.path.dirname(path), mode=DIR_MODE, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    try:
+        with fs.open(path, "xb") as handle:
+            handle.write(data)
+        return True
+    except FileExistsError:
+        return False
+    except (ValueError, NotImplementedError, TypeError):
+        log.warning("%s cannot create a file only if absent: the lock is checked, then written",
+                    type(fs).__name__)
+        if fs.exists(path):
+            return False
+        fs.pipe_file(path, data)
+        return True
+
+
+class UpgradeJournal:
+    """The journal of one upgrade on ``fs`` (see the module docstring). Not thread-safe: one
+    upgrade's steps run one after the other, and the lock keeps other upgrades out."""
+
+    def __init__(self, fs: AbstractFileSystem, path: str, *, uri: str | None = None,
+                 clock: Callable[[], datetime] = _now) -> None:
+        self.fs, self.path = fs, path
+        self.uri = uri or path
+        self.clock = clock
+
+    # -- locations ----------------------------------------------------------------------------
+
+    @staticmethod
+    def folder(archive_root: str, stream_name: str) -> str:
+        return posixpath.join(archive_root.rstrip("/"), check_name(stream_name), JOURNAL_DIR)
+
+    @classmethod
+    def location(cls, archive_root: str, stream_name: str, upgrade_id: str) -> str:
+        return posixpath.join(cls.folder(archive_root, stream_name), f"{check_name(upgrade_id, 'upgrade id')}.json")
+
+    @property
+    def lock_path(self) -> str:
+        return posixpath.join(posixpath.dirname(self.path), LOCK)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        self.fs.invalidate_cache(posixpath.dirname(self.path))
+        return self.fs.exists(self.path)
+
+    def read(self) -> JournalRecord:
+        """The journal; FileNotFoundError if there is none, :class:`JournalCorrupt` if unreadable."""
+        return JournalRecord.from_json(self.fs.cat_file(self.path), path=self.uri)
+
+    def step(self, name: str) -> JournalStep | None:
+        return self.read().steps.get(name)
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def open(self, intent: UpgradeIntent, upgrade_id: str, *, run_id: str,
+             planned_handover: Mapping[str, Any] | None = None) -> JournalRecord:
+        """Take the stream's lock and create the journal, or resume it.
+
+        An existing journal with the same intent is resumed (this run is added to its runs);
+        one that was closed before any step started (a rejection) is started afresh. Raises
+        :class:`UpgradeInProgress` if another upgrade holds the stream, :class:`JournalCorrupt`
+        if the journal belongs to another intent or cannot be read.
+        """
+        created = self._lock(upgrade_id, run_id)
+        try:
+            existing = self.read() if self.exists() else None
+            if existing is not None and existing.intent.key() != intent.key():
+                raise JournalCorrupt(found=f"journal {upgrade_id} of another upgrade ({existing.intent.key()})",
+                                     expected=f"the journal of {intent.key()}", path=self.uri,
+                                     action="Give this upgrade another upgrade_id; nothing was changed.")
+            if existing is None or (existing.closed and not existing.started_side_effects):
+                record = JournalRecord(upgrade_id=upgrade_id, intent=intent, created_at=self.clock().isoformat(),
+                                       runs=(run_id,), planned_handover=planned_handover)
+                log.info("upgrade %s of stream %s: journal %s created, lock taken", upgrade_id,
+                         intent.stream_name, self.uri)
+            else:
+                runs = existing.runs if run_id in existing.runs else (*existing.runs, run_id)
+                record = replace(existing, runs=runs)
+                done = [name for name, step in existing.steps.items() if step.done]
+                log.info("upgrade %s of stream %s: resuming its journal %s (runs %s; steps done: %s)",
+                         upgrade_id, intent.stream_name, self.uri, ", ".join(runs), ", ".join(done) or "none")
+            self._write(record)
+            return record
+        except BaseException:
+            if created:
+                self._unlock(upgrade_id)
+            raise
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def begin(self, name: str, *, run_id: str, phase: str = UPGRADE_PHASE) -> StepStart:
+        """Before a step's side effect. Done already -> ``StepStart(done=True, result)`` and
+        nothing is written. Otherwise records ``started`` (attempt n+1) and returns the earlier
+        record, if any. An upgrade step in a journal already rolling back raises
+        :class:`UpgradeRolledBack`; a rollback step switches the journal to the rollback phase."""
+        record = self.read()
+        previous = record.steps.get(name)
+        if previous is not None and previous.done:
+            log.info("step %s of upgrade %s was done in run %s at %s: reusing its result, not repeating it",
+                     name, record.upgrade_id, previous.run_id, previous.finished_at)
+            return StepStart(done=True, result=previous.result, previous=previous)
+        if phase == UPGRADE_PHASE and record.phase == ROLLBACK_PHASE:
+            raise UpgradeRolledBack(
+                found=f"upgrade {record.upgrade_id} rolling back since run {record.runs[-1] if record.runs else '?'}",
+                expected=f"an upgrade still going forward before running step {name}", path=self.uri)
+        if previous is not None:
+            log.warning("step %s of upgrade %s: earlier attempt %s (run %s) %s; resuming", name, record.upgrade_id,
+                        previous.attempts, previous.run_id,
+                        "was interrupted" if previous.state == STARTED else f"failed: {previous.error}")
+        step = JournalStep(name=name, state=STARTED, run_id=run_id,
+                           attempts=(previous.attempts + 1) if previous else 1, started_at=self.clock().isoformat(),
+                           notes=dict(previous.notes) if previous else {})
+        self._write(replace(record, phase=ROLLBACK_PHASE if phase == ROLLBACK_PHASE else record.phase,
+                            steps={**record.steps, name: step}))
+        return StepStart(done=False, previous=previous)
+
+    def note(self, name: str, **notes: Any) -> None:
+        """Record what a running step did so far (merged into its ``notes``)."""
+        record = self.read()
+        step = record.steps[name]
+        self._write(replace(record, steps={**record.steps, name: replace(step, notes={**step.notes, **notes})}))
+
+    def finish(self, name: str, result: Any) -> None:
+        """The step's side effect is complete; ``result`` (JSON-serialisable) is what a re-run gets."""
+        record = self.read()
+        step = record.steps.get(name) or JournalStep(name=name, state=STARTED)
+        self._write(replace(record, steps={**record.steps, name: replace(
+            step, state=DONE, result=result, error="", finished_at=self.clock().isoformat())}))
+
+    def fail(self, name: str, error: BaseException | str) -> None:
+        record = self.read()
+        step = record.steps.get(name) or JournalStep(name=name, state=STARTED)
+        self._write(replace(record, steps={**record.steps, name: replace(
+            step, state=FAILED, error=str(error)[:2000], finished_at=self.clock().isoformat())}))
+
+    def close(self, outcome: str) -> JournalRecord:
+        """Record the outcome; a final one (:data:`FINAL_OUTCOMES`) releases the stream's lock."""
+        record = replace(self.read(), outcome=outcome, closed_at=self.clock().isoformat())
+        if outcome not in FINAL_OUTCOMES:
+            record = replace(record, outcome=None)
+            log.warning("upgrade %s ended %r: the journal stays open and the stream locked; re-trigger the run "
+                        "to resume it", record.upgrade_id, outcome)
+        self._write(record)
+        if record.closed:
+            self._unlock(record.upgrade_id)
+            log.info("upgrade %s closed (%s); stream %s unlocked", record.upgrade_id, outcome,
+                     record.intent.stream_name)
+        return record
+
+    # -- the lock -----------------------------------------------------------------------------
+
+    def _lock(self, upgrade_id: str, run_id: str) -> bool:
+        """Take the lock (re-entrant for ``upgrade_id``); whether this call created it."""
+        holder = {"upgrade_id": upgrade_id, "run_id": run_id, "acquired_at": self.clock().isoformat(),
+                  "pid": os.getpid()}
+        for _ in range(3):
+            if create_exclusive(self.fs, self.lock_path, json.dumps(holder).encode()):
+                return True
+            try:
+                held = json.loads(self.fs.cat_file(self.lock_path))
+            except FileNotFoundError:
+                continue  # released meanwhile
+            except ValueError:
+                held = {}
+            if held.get("upgrade_id") == upgrade_id:
+                return False
+            if self._stale(held):
+                log.warning("lock of stream held by upgrade %s whose journal is closed: taking it over",
+                            held.get("upgrade_id"))
+                self.fs.rm_file(self.lock_path)
+                continue
+            raise UpgradeInProgress(
+                found=f"upgrade {held.get('upgrade_id', '?')} (run {held.get('run_id', '?')}, since "
+                f"{held.get('acquired_at', '?')}) holding {self.lock_path}",
+                expected=f"no other upgrade of this stream in progress before starting {upgrade_id}",
+                path=posixpath.dirname(self.uri))
+        raise UpgradeInProgress(found=f"a lock at {self.lock_path} that keeps changing",
+                                expected="one upgrade at a time", path=posixpath.dirname(self.uri))
+
+    def _stale(self, held: Mapping[str, Any]) -> bool:
+        other = held.get("upgrade_id")
+        if not isinstance(other, str):
+            return False
+        path = posixpath.join(posixpath.dirname(self.path), f"{other}.json")
+        try:
+            return JournalRecord.from_json(self.fs.cat_file(path), path=path).closed
+        except (FileNotFoundError, CheckpointError):
+            return False
+
+    def _unlock(self, upgrade_id: str) -> None:
+        try:
+            held = json.loads(self.fs.cat_file(self.lock_path))
+        except (FileNotFoundError, ValueError):
+            return
+        if held.get("upgrade_id") == upgrade_id:
+            self.fs.rm_file(self.lock_path)
+
+    def release_lock(self) -> None:
+        """Remove the stream's lock whoever holds it (the ``ckpt journal --release-lock`` escape
+        hatch for an abandoned upgrade, after a person checked both checkpoints)."""
+        try:
+            self.fs.rm_file(self.lock_path)
+        except FileNotFoundError:
+            pass
+
+    def _write(self, record: JournalRecord) -> None:
+        write_atomic(self.fs, self.path, record.to_json().encode())
+
+
+def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -> list[JournalRecord]:
+    """Every journal of a stream, oldest first (unreadable ones are skipped with a warning)."""
+    folder = UpgradeJournal.folder(archive_root, stream_name)
+    try:
+        names = sorted(fs.ls(folder, detail=False))
+    except FileNotFoundError:
+        return []
+    records = []
+    for name in names:
+        base = posixpath.basename(str(name).rstrip("/"))
+        if not base.endswith(".json") or base == LOCK or base.startswith("."):
+            continue
+        try:
+            records.append(JournalRecord.from_json(fs.cat_file(name), path=str(name)))
+        except CheckpointError as exc:
+            log.warning("skipping %s: %s", name, exc)
+    return sorted(records, key=lambda r: r.created_at)
+
+
+__all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "JournalRecord", "JournalStep", "ROLLBACK_PHASE", "STARTED",
+           "StepStart", "UPGRADE_PHASE", "UpgradeIntent", "UpgradeJournal", "create_exclusive",
+           "derive_upgrade_id", "list_journals", "write_atomic"]

@@ -1,0 +1,79 @@
+"""Journal support for the upgrade's step operators (:mod:`airflow_ckpt_provider.checkpoint.journal`).
+
+A step operator given ``journal`` (the journal's URI, from the preflight's XCom) records itself
+under its task id: a step already done returns its recorded result without acting again; an
+interrupted one is told so (:class:`StepStart.interrupted`) and resumes safely; a failure is
+recorded with its error. Without ``journal`` the operators behave exactly as on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.faults import fault_point
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+
+JOURNAL_FIELDS = ("journal", "journal_conn_id")
+
+
+class JournaledStep:
+    """Mixin: ``journal`` / ``journal_conn_id`` / ``journal_phase`` and the run helpers."""
+
+    journal: str | None
+    journal_conn_id: str | None
+    journal_phase: str
+    task_id: str
+    log: Any
+
+    def init_journal(self, journal: str | None, journal_conn_id: str | None, journal_phase: str) -> None:
+        if journal_phase not in (UPGRADE_PHASE, ROLLBACK_PHASE):
+            raise ValueError(f"journal_phase must be {UPGRADE_PHASE!r} or {ROLLBACK_PHASE!r}, not {journal_phase!r}")
+        self.journal = journal
+        self.journal_conn_id = journal_conn_id
+        self.journal_phase = journal_phase
+
+    def open_journal(self) -> UpgradeJournal | None:
+        text = (self.journal or "").strip()
+        if text in ("", "None", "null"):
+            return None
+        fs, path = CheckpointStorageHook(storage_conn_id=self.journal_conn_id or None).filesystem(text)
+        return UpgradeJournal(fs, path, uri=text)
+
+    def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
+                 on_reuse: Callable[[Any], None] | None = None) -> Any:
+        """``action(start, journal)`` journaled under the task id (see the module docstring)."""
+        journal = self.open_journal()
+        if journal is None:
+            return action(None, None)
+        start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase)
+        if start.done:
+            if on_reuse is not None:
+                on_reuse(start.result)
+            return start.result
+        return self.complete_step(lambda: action(start, journal), journal)
+
+    def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:
+        """Run ``action``; record its result as the step's (``done``) or its error (``failed``).
+        A deferral records nothing: the step is still running."""
+        from airflow.sdk.exceptions import TaskDeferred
+
+        journal = journal if journal is not None else self.open_journal()
+        try:
+            result = action()
+        except TaskDeferred:
+            raise
+        except Exception as exc:
+            if journal is not None:
+                journal.fail(self.task_id, exc)
+            raise
+        fault_point(f"{self.task_id}:done")
+        if journal is not None:
+            journal.finish(self.task_id, result)
+        return result
+
+
+__all__ = ["JOURNAL_FIELDS", "JournaledStep"]

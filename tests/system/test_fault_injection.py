@@ -1,0 +1,184 @@
+"""Fault injection: the upgrade survives its Airflow process being killed (SIGKILL) at every step.
+
+Each DAG run executes in a child process (``tests/system/dag_child.py``) with a fault point armed
+(:mod:`airflow_ckpt_provider.faults`): the process dies at that point, mid-step or right after a
+step's side effect and before the journal records it, like a worker lost at 3 a.m. The next run
+is a re-triggered DAG run with the same params (so the same upgrade journal), which must resume
+instead of repeating a side effect. Producers run throughout. At the end the upgrade must have
+converged: the run succeeds (or, for the rollback chain, ends rolled back), exactly one query
+runs on exactly one checkpoint, there is one archive, and the sink holds every Kafka
+(partition, offset) exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ckpt_provider.checkpoint.journal import list_journals
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.local.upgrade_demo import STREAM, V1, V2, UpgradeDemo
+
+pytestmark = pytest.mark.system
+
+REPO = Path(__file__).resolve().parents[2]
+CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+
+#: One fault per upgrade step, in the order the steps run; each kills one DAG run.
+UPGRADE_FAULTS = [
+    "graceful_stop:requested",  # stop requested, the worker dies while waiting for the ack
+    "extract_handover:done",    # handover taken, not yet recorded
+    "archive:copying",          # a few files copied, no manifest
+    "relaunch:launched",        # v2 started, the worker dies before waiting for its commit
+    "verify:done",              # verified, not yet recorded
+    "report:stored",            # report written, journal not closed (stream still locked)
+]
+#: With a new version that crashes on start, the rollback's steps.
+ROLLBACK_FAULTS = [
+    "rollback_stop_new:done",        # the crashed v2 found stopped, not yet recorded
+    "rollback_restart_old:launched",  # v1 restarted, the worker dies before its first commit
+]
+
+
+@dataclass
+class ChildRun:
+    fault: str | None
+    returncode: int
+    result: dict[str, Any] | None
+    log: Path
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_dag(demo: UpgradeDemo, conf: dict[str, Any], work: Path, index: int, fault: str | None) -> ChildRun:
+    request, result = work / f"request-{index}.json", work / f"result-{index}.json"
+    request.write_text(json.dumps({"conf": conf, "kafka_connection": demo.kafka_connection(), "result": str(result)}))
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env[LOG_ENV] = str(work / "faults.log")
+    if fault:
+        env[ENV] = fault
+    log = work / f"run-{index}.log"
+    with open(log, "wb") as out:
+        code = subprocess.run([sys.executable, "-m", "tests.system.dag_child", str(request)], cwd=REPO, env=env,
+                              stdout=out, stderr=subprocess.STDOUT, timeout=900).returncode
+    return ChildRun(fault, code, json.loads(result.read_text()) if result.exists() else None, log)
+
+
+def spark_jobs(application: Path) -> list[int]:
+    """Live spark-submit jobs running ``application`` on this machine, one per launch: the
+    process groups (a detached launch has its own) of the processes submitting it."""
+    groups: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.deploy.SparkSubmit" in argv and str(application).encode() in argv:
+            try:
+                groups.add(os.getpgid(int(entry.name)))
+            except ProcessLookupError:
+                continue
+    return sorted(groups)
+
+
+def alive_on(checkpoint: Path) -> bool:
+    import fsspec
+
+    beat = ControlFiles(fsspec.filesystem("file"), str(checkpoint)).heartbeat()
+    return beat is not None and beat.is_alive()
+
+
+def wait_until(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(1)
+    return predicate()
+
+
+def kill_chain(demo: UpgradeDemo, conf: dict[str, Any], work: Path, faults: list[str],
+               new_application: Path) -> tuple[list[ChildRun], ChildRun]:
+    """One killed run per fault, then a clean run; never two copies of a version at once."""
+    killed = []
+    for index, fault in enumerate(faults):
+        run = run_dag(demo, conf, work, index, fault)
+        assert run.returncode == -9, f"{fault}: expected SIGKILL, got {run.returncode}\n{run.tail()}"
+        fired = (work / "faults.log").read_text().split("\n")
+        assert any(line.split(" ")[1:2] == [fault] for line in fired if line), f"{fault} did not fire"
+        assert len(spark_jobs(new_application)) <= 1 and len(spark_jobs(V1)) <= 1, f"two copies after {fault}"
+        killed.append(run)
+    return killed, run_dag(demo, conf, work, len(faults), None)
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_behind() -> Any:
+    """Kill whatever job the DAG runs started, however the test ended."""
+    yield
+    import signal
+
+    for group in spark_jobs(V1) + spark_jobs(V2) + spark_jobs(CRASHING_V2):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: UpgradeDemo, tmp_path: Path) -> None:  # noqa: ANN001
+    v1 = demo.start()
+    conf = demo.dag_conf(v1)
+    killed, final = kill_chain(demo, conf, tmp_path, UPGRADE_FAULTS, V2)
+
+    assert final.returncode == 0, final.tail()
+    assert final.result is not None and final.result["state"] == "success", final.result
+    # exactly one query, the new version, on the new checkpoint
+    assert alive_on(demo.new_cp) and not alive_on(demo.old_cp)
+    assert len(spark_jobs(V2)) == 1 and spark_jobs(V1) == []
+    # one archive, one journal that saw every run, closed, the stream unlocked
+    archives = [p for p in (demo.archive_root / STREAM).iterdir() if not p.name.startswith("_")]
+    assert len(archives) == 1, archives
+    (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
+    assert journal.outcome == "upgraded" and len(journal.runs) == len(UPGRADE_FAULTS) + 1
+    assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
+    assert journal.steps["relaunch"].attempts == 2 and journal.steps["archive"].attempts == 2
+
+    audit = demo.finish(demo.new_cp)
+    print(f"faults injected {len(killed)}, survived {len(killed)}; produced {audit.produced}, "
+          f"lost {audit.lost}, duplicated {audit.duplicated}")
+    assert audit.produced > 1000
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples
+
+
+def test_rollback_converges_after_a_kill_at_its_steps(airflow_home, demo: UpgradeDemo, tmp_path: Path) -> None:  # noqa: ANN001
+    v1 = demo.start()
+    conf = demo.dag_conf(v1, new_application=str(CRASHING_V2))
+    killed, final = kill_chain(demo, conf, tmp_path, ROLLBACK_FAULTS, CRASHING_V2)
+
+    assert final.returncode == 1 and final.result is not None, final.tail()
+    assert final.result["tasks"]["report"] == "failed"  # a rolled-back upgrade fails the run loudly
+    assert final.result["tasks"]["relaunch"] == "failed"  # refused: never launched again during a rollback
+    (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
+    assert journal.outcome == "rolled back", journal
+    assert journal.steps["rollback_restart_old"].attempts == 2
+    # exactly one query: the old version, on the old checkpoint
+    assert wait_until(lambda: alive_on(demo.old_cp), 60)
+    assert len(spark_jobs(V1)) == 1 and spark_jobs(CRASHING_V2) == [] and not alive_on(demo.new_cp)
+
+    audit = demo.finish(demo.old_cp)
+    print(f"faults injected {len(killed)}, survived {len(killed)}; produced {audit.produced}, "
+          f"lost {audit.lost}, duplicated {audit.duplicated}")
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples

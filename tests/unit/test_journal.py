@@ -1,0 +1,222 @@
+"""The upgrade journal and the stream lock, on a local directory and on memory://."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint.errors import JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.journal import (
+    DONE,
+    FAILED,
+    LOCK,
+    ROLLBACK_PHASE,
+    STARTED,
+    UpgradeIntent,
+    UpgradeJournal,
+    derive_upgrade_id,
+    list_journals,
+)
+
+INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2",
+                       old_application="v1.py", new_application="v2.py", archive_root="/archive")
+
+
+@pytest.fixture(params=["local", "memory"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    if request.param == "local":
+        yield fsspec.filesystem("file"), str(tmp_path / "archive")
+    else:
+        fs = fsspec.filesystem("memory")
+        path = f"/journal-{uuid.uuid4().hex}/archive"
+        yield fs, path
+        fs.rm(path, recursive=True) if fs.exists(path) else None
+
+
+def journal_for(root: tuple[Any, str], intent: UpgradeIntent = INTENT, upgrade_id: str | None = None) -> UpgradeJournal:
+    fs, path = root
+    uid = upgrade_id or derive_upgrade_id(intent)
+    return UpgradeJournal(fs, UpgradeJournal.location(path, intent.stream_name, uid))
+
+
+def tree(fs: Any, path: str) -> dict[str, bytes]:
+    return {name: fs.cat_file(name) for name in fs.find(path)} if fs.exists(path) else {}
+
+
+def test_upgrade_id_is_stable_and_specific() -> None:
+    same = UpgradeIntent(**{**INTENT.__dict__, "old_checkpoint": "/cp/v1/", "archive_root": "/elsewhere"})
+    assert derive_upgrade_id(INTENT) == derive_upgrade_id(same)
+    assert derive_upgrade_id(INTENT).startswith("up-") and len(derive_upgrade_id(INTENT)) == 15
+    for change in ({"new_checkpoint": "/cp/v3"}, {"new_application": "v3.py"}, {"stream_name": "other"}):
+        assert derive_upgrade_id(UpgradeIntent(**{**INTENT.__dict__, **change})) != derive_upgrade_id(INTENT)
+
+
+def test_open_records_the_intent_and_takes_the_lock(root: tuple[Any, str]) -> None:
+    journal = journal_for(root)
+    record = journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1", planned_handover={"batch_id": 4})
+    assert record.intent == INTENT and record.runs == ("run-1",) and record.planned_handover == {"batch_id": 4}
+    assert journal.read() == record
+    lock = json.loads(root[0].cat_file(journal.lock_path))
+    assert lock["upgrade_id"] == derive_upgrade_id(INTENT) and lock["run_id"] == "run-1"
+
+
+def test_a_second_upgrade_of_the_stream_is_refused_and_changes_nothing(root: tuple[Any, str]) -> None:
+    fs, path = root
+    first = journal_for(root)
+    first.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_checkpoint": "/cp/v3"})
+    before = tree(fs, path)
+    with pytest.raises(UpgradeInProgress) as refused:
+        journal_for(root, other).open(other, derive_upgrade_id(other), run_id="run-2")
+    assert derive_upgrade_id(INTENT) in refused.value.found and "run-1" in refused.value.found
+    assert "--release-lock" in str(refused.value)
+    assert tree(fs, path) == before
+
+
+def test_the_same_upgrade_resumes_and_adds_its_run(root: tuple[Any, str]) -> None:
+    journal = journal_for(root)
+    uid = derive_upgrade_id(INTENT)
+    journal.open(INTENT, uid, run_id="run-1")
+    journal.begin("graceful_stop", run_id="run-1")
+    journal.finish("graceful_stop", {"outcome": "graceful"})
+    again = journal_for(root).open(INTENT, uid, run_id="run-2")
+    assert again.runs == ("run-1", "run-2")
+    assert again.steps["graceful_stop"].state == DONE
+
+
+def test_a_done_step_returns_its_result_without_writing(root: tuple[Any, str]) -> None:
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    assert not journal.begin("archive", run_id="run-1").done
+    journal.finish("archive", {"location": "/archive/orders/x"})
+    before = fs.cat_file(journal.path)
+    start = journal.begin("archive", run_id="run-2")
+    assert start.done and start.result == {"location": "/archive/orders/x"}
+    assert fs.cat_file(journal.path) == before
+
+
+def test_an_interrupted_step_is_reported_with_its_notes(root: tuple[Any, str]) -> None:
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    journal.begin("relaunch", run_id="run-1")
+    journal.note("relaunch", launching=True, min_batch=0)
+    journal.note("relaunch", handle={"pid": 42})
+    start = journal.begin("relaunch", run_id="run-2")  # the first attempt's process died
+    assert not start.done and start.interrupted
+    assert start.previous is not None and start.previous.notes == {"launching": True, "min_batch": 0,
+                                                                   "handle": {"pid": 42}}
+    step = journal.step("relaunch")
+    assert step is not None and step.state == STARTED and step.attempts == 2 and step.run_id == "run-2"
+    assert step.notes["handle"] == {"pid": 42}  # kept for a third attempt
+
+
+def test_a_failure_is_recorded_and_the_step_may_run_again(root: tuple[Any, str]) -> None:
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    journal.begin("verify", run_id="run-1")
+    journal.fail("verify", RuntimeError("no progress"))
+    step = journal.step("verify")
+    assert step is not None and step.state == FAILED and step.error == "no progress"
+    start = journal.begin("verify", run_id="run-2")
+    assert not start.done and not start.interrupted and start.previous is not None
+
+
+def test_after_a_rollback_began_upgrade_steps_refuse_to_run(root: tuple[Any, str]) -> None:
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    journal.begin("relaunch", run_id="run-1")
+    journal.fail("relaunch", "v2 crashed")
+    journal.begin("rollback_stop_new", run_id="run-1", phase=ROLLBACK_PHASE)
+    assert journal.read().phase == ROLLBACK_PHASE
+    before = fs.cat_file(journal.path)
+    with pytest.raises(UpgradeRolledBack) as refused:
+        journal.begin("relaunch", run_id="run-2")
+    assert "rolling back" in refused.value.found
+    assert fs.cat_file(journal.path) == before
+    assert not journal.begin("rollback_restart_old", run_id="run-2", phase=ROLLBACK_PHASE).done
+
+
+def test_a_final_outcome_releases_the_lock_a_failure_keeps_it(root: tuple[Any, str]) -> None:
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    journal.begin("graceful_stop", run_id="run-1")
+    kept = journal.close("failed")
+    assert kept.outcome is None and fs.exists(journal.lock_path)
+    closed = journal.close("upgraded")
+    assert closed.outcome == "upgraded" and closed.closed_at and not fs.exists(journal.lock_path)
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_checkpoint": "/cp/v3"})
+    journal_for(root, other).open(other, derive_upgrade_id(other), run_id="run-3")  # the stream is free
+
+
+def test_a_lock_left_by_a_closed_upgrade_is_taken_over(root: tuple[Any, str]) -> None:
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    lock = fs.cat_file(journal.lock_path)
+    journal.close("rolled back")
+    fs.pipe_file(journal.lock_path, lock)  # as if the process died between closing and unlocking
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_checkpoint": "/cp/v3"})
+    journal_for(root, other).open(other, derive_upgrade_id(other), run_id="run-2")
+    assert json.loads(fs.cat_file(journal.lock_path))["upgrade_id"] == derive_upgrade_id(other)
+
+
+def test_a_rejected_upgrade_starts_afresh(root: tuple[Any, str]) -> None:
+    journal = journal_for(root)
+    uid = derive_upgrade_id(INTENT)
+    journal.open(INTENT, uid, run_id="run-1")
+    journal.close("rejected")
+    record = journal.open(INTENT, uid, run_id="run-2")
+    assert record.runs == ("run-2",) and record.outcome is None and not record.steps
+
+
+def test_a_journal_of_another_intent_under_the_same_id_is_refused(root: tuple[Any, str]) -> None:
+    journal = journal_for(root, upgrade_id="fixed")
+    journal.open(INTENT, "fixed", run_id="run-1")
+    journal.close("upgraded")
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_checkpoint": "/cp/v3"})
+    with pytest.raises(JournalCorrupt) as refused:
+        journal_for(root, other, "fixed").open(other, "fixed", run_id="run-2")
+    assert "another upgrade" in refused.value.found
+    assert not root[0].exists(journal.lock_path)  # the lock this call took is dropped again
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"format": 99}', b'{"format": 1, "intent": {}}', b"[]"])
+def test_an_unreadable_journal_is_a_typed_error(root: tuple[Any, str], content: bytes) -> None:
+    fs, _ = root
+    journal = journal_for(root)
+    fs.makedirs(os.path.dirname(journal.path), exist_ok=True)
+    fs.pipe_file(journal.path, content)
+    with pytest.raises(JournalCorrupt):
+        journal.read()
+
+
+def test_list_journals_skips_the_lock_and_damaged_files(root: tuple[Any, str]) -> None:
+    fs, path = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    fs.pipe_file(os.path.join(os.path.dirname(journal.path), "broken.json"), b"{")
+    records = list_journals(fs, path, "orders")
+    assert [r.upgrade_id for r in records] == [derive_upgrade_id(INTENT)]
+
+
+def test_local_journal_files_are_private_and_written_whole(tmp_path: Path) -> None:
+    root = (fsspec.filesystem("file"), str(tmp_path / "archive"))
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    for path in (journal.path, journal.lock_path):
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        assert mode & 0o077 & ~0o040 == 0, oct(mode)  # no access for others, no write for the group
+    folder = os.path.dirname(journal.path)
+    assert stat.S_IMODE(os.stat(folder).st_mode) & 0o007 == 0
+    assert sorted(os.listdir(folder)) == sorted([os.path.basename(journal.path), LOCK])  # no temp file left

@@ -1,0 +1,254 @@
+"""Step operators with an upgrade journal: done steps are not repeated, interrupted ones resume.
+
+The Spark launcher is faked at its hook boundary; checkpoints are written like Spark writes them;
+processes that must be alive are real (``sleep`` in its own process group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import fsspec
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
+from airflow_ckpt_provider.checkpoint.errors import StartMismatch
+from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
+from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, HandoverVerifyOperator, StreamLaunchOperator
+from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from tests.unit.conftest import write_checkpoint
+from tests.unit.test_launch_operators import TI, FakeLauncher, local_handle
+
+INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2")
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> UpgradeJournal:
+    fs = fsspec.filesystem("file")
+    path = UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-1")
+    journal = UpgradeJournal(fs, path)
+    journal.open(INTENT, "up-1", run_id="run-1")
+    return journal
+
+
+def context(run_id: str, ti: Any = None) -> dict[str, Any]:
+    return {"run_id": run_id, "ti": ti or TI(), "dag": SimpleNamespace(dag_id="upgrade"),
+            "dag_run": SimpleNamespace(triggering_user_name="alice")}
+
+
+@pytest.fixture
+def live_group() -> Iterator[int]:
+    """A live process group (its leader's pid), like a detached spark-submit."""
+    proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_done_handover_is_returned_even_after_the_checkpoint_is_gone(tmp_path: Path, journal: UpgradeJournal,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    built = write_checkpoint(str(tmp_path / "ck"), batches=range(3))
+    op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=built.uri, journal=journal.path)
+    monkeypatch.setattr("airflow_ckpt_provider.operators.handover.reconciled_handover",
+                        lambda reader, hook, **kw: (reader.handover(), SimpleNamespace(
+                            starting_offsets=reader.handover().kafka_offsets(), to_dict=lambda: {})))
+    first = op.execute(context("run-1"))
+    assert first["handover"]["batch_id"] == 2
+    shutil.rmtree(built.root)  # archived and removed
+    again = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=built.uri,
+                                       journal=journal.path).execute(context("run-2"))
+    assert again == first
+    step = journal.step("extract_handover")
+    assert step is not None and step.done and step.run_id == "run-1" and step.attempts == 1
+
+
+def test_a_failed_step_records_its_error(tmp_path: Path, journal: UpgradeJournal) -> None:
+    op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(tmp_path / "missing"),
+                                    journal=journal.path)
+    with pytest.raises(Exception) as failed:
+        op.execute(context("run-1"))
+    step = journal.step("extract_handover")
+    assert step is not None and step.state == "failed" and step.error == str(failed.value)
+
+
+def test_a_done_stop_is_not_repeated(tmp_path: Path, journal: UpgradeJournal) -> None:
+    cp = tmp_path / "v2"
+    journal.begin("graceful_stop", run_id="run-1")
+    journal.finish("graceful_stop", {"outcome": "graceful", "last_committed_batch": 7})
+    op = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(cp), journal=journal.path)
+    assert op.execute(context("run-2")) == {"outcome": "graceful", "last_committed_batch": 7}
+    assert not cp.exists()  # no stop request was written anywhere
+
+
+def test_a_done_launch_returns_and_publishes_its_handle(tmp_path: Path, journal: UpgradeJournal) -> None:
+    handle = local_handle(4242, tmp_path / "log", str(tmp_path / "v2")).to_dict()
+    journal.begin("relaunch", run_id="run-1")
+    journal.finish("relaunch", handle)
+    op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(tmp_path / "v2"),
+                              journal=journal.path)
+    fake = FakeLauncher(1, tmp_path / "log")
+    op.__dict__["launcher_hook"] = fake
+    ti = TI()
+    assert op.execute(context("run-2", ti)) == handle
+    assert fake.launches == [] and ti.xcom[HANDLE_XCOM_KEY] == handle
+
+
+def test_an_interrupted_launch_adopts_the_live_job(tmp_path: Path, journal: UpgradeJournal, live_group: int) -> None:
+    cp = tmp_path / "v2"
+    started = local_handle(live_group, tmp_path / "log", str(cp))
+    journal.begin("relaunch", run_id="run-1")
+    journal.note("relaunch", launching=True, min_batch=0)
+    journal.note("relaunch", handle=started.to_dict())  # then the worker died
+    op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(cp),
+                              starting_offsets='{"events":{"0":5}}', journal=journal.path)
+    fake = FakeLauncher(1, tmp_path / "log")
+    op.__dict__["launcher_hook"] = fake
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context("run-2"))
+    assert fake.launches == []  # no second job
+    assert deferred.value.trigger.handle == started.to_dict() and deferred.value.trigger.min_batch == 0
+
+
+def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Path, journal: UpgradeJournal,
+                                                                    live_group: int) -> None:
+    from datetime import datetime, timezone
+
+    from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat
+
+    cp = tmp_path / "v2"
+    (cp / "_ckpt").mkdir(parents=True)
+    now = datetime.now(timezone.utc).isoformat()
+    beat = Heartbeat(query_id="q2", run_id="r", state=RUNNING, started_at=now, updated_at=now, interval_s=60,
+                     host=os.uname().nodename, pid=live_group)
+    (cp / HEARTBEAT).write_text(beat.to_json())
+    journal.begin("relaunch", run_id="run-1")
+    journal.note("relaunch", launching=True, min_batch=0)  # died before recording the handle
+    op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(cp),
+                              journal=journal.path, adopt_grace_s=0)
+    fake = FakeLauncher(1, tmp_path / "log")
+    op.__dict__["launcher_hook"] = fake
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context("run-2"))
+    assert fake.launches == []
+    assert deferred.value.trigger.handle["pid"] == live_group  # its process group
+    step = journal.step("relaunch")
+    assert step is not None and step.notes["handle"]["pid"] == live_group
+
+
+def test_an_interrupted_launch_whose_job_died_launches_again_on_its_checkpoint(
+        tmp_path: Path, journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))  # the dead job had begun it
+    dead = local_handle(_dead_pid(), tmp_path / "log", built.uri)
+    journal.begin("relaunch", run_id="run-1")
+    journal.note("relaunch", launching=True, min_batch=0, handle=dead.to_dict())
+    op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=built.uri,
+                              starting_offsets='{"events":{"0":5}}', journal=journal.path, adopt_grace_s=0)
+    fake = FakeLauncher(_dead_pid(), tmp_path / "log")
+    op.__dict__["launcher_hook"] = fake
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context("run-2"))
+    assert len(fake.launches) == 1
+    assert deferred.value.trigger.min_batch == 2  # a batch committed after this restart
+    assert journal.step("relaunch").attempts == 2  # type: ignore[union-attr]
+
+
+def test_a_fresh_launch_refuses_a_non_empty_checkpoint_but_notes_nothing(tmp_path: Path,
+                                                                       journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))
+    op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=built.uri,
+                              journal=journal.path)
+    op.__dict__["launcher_hook"] = FakeLauncher(1, tmp_path / "log")
+    with pytest.raises(Exception, match="not empty"):
+        op.execute(context("run-1"))
+    step = journal.step("relaunch")
+    assert step is not None and step.state == "failed" and "launching" not in step.notes
+
+
+def test_upgrade_steps_refuse_once_the_rollback_began(tmp_path: Path, journal: UpgradeJournal) -> None:
+    journal.begin("rollback_stop_new", run_id="run-1", phase=ROLLBACK_PHASE)
+    op = HandoverVerifyOperator(task_id="verify", handover="{}", checkpoint_uri=str(tmp_path / "v2"),
+                                journal=journal.path)
+    with pytest.raises(Exception, match="rolled back"):
+        op.execute(context("run-2"))
+    assert journal.step("verify") is None
+
+
+def test_verify_failure_is_recorded(tmp_path: Path, journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "old"), batches=range(3))
+    handover = CheckpointReader(built.uri).handover()
+    new = write_checkpoint(str(tmp_path / "v2"), batches=range(1))  # started from its own offsets
+    op = HandoverVerifyOperator(task_id="verify", handover=handover.to_json(), checkpoint_uri=new.uri,
+                                progress_window_s=0, journal=journal.path)
+    with pytest.raises(StartMismatch):
+        op.execute(context("run-1"))
+    assert journal.step("verify").state == "failed"  # type: ignore[union-attr]
+
+
+def test_an_interrupted_restore_clears_its_partial_copy_and_restores(tmp_path: Path, journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    fs = fsspec.filesystem("file")
+    manifest = CheckpointArchive(fs, str(tmp_path / "archive")).archive(fs, built.uri, stream_name="orders",
+                                                                      upgrade_id="up-1")
+    original = {p: built.read(p) for p in built.files()}
+    shutil.rmtree(built.root)
+    journal.begin("rollback_restore", run_id="run-1", phase=ROLLBACK_PHASE)
+    journal.note("rollback_restore", restoring=True, archive=manifest.archive_uri)
+    partial = Path(built.root) / "offsets"
+    partial.mkdir(parents=True)
+    (partial / "0").write_text("v1\npartial")  # what the killed attempt had copied
+    op = CheckpointRestoreOperator(task_id="rollback_restore", archive_uri=manifest.archive_uri,
+                                   target_uri=built.uri, skip_if_target_exists=True, journal=journal.path)
+    result = op.execute(context("run-2"))
+    assert result["restored_to"] == built.uri
+    assert {p: built.read(p) for p in built.files()} == original
+
+
+def test_a_restore_without_a_note_keeps_an_existing_target(tmp_path: Path, journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    op = CheckpointRestoreOperator(task_id="rollback_restore", archive_uri="", target_uri=built.uri,
+                                   skip_if_target_exists=True, journal=journal.path)
+    assert op.execute(context("run-1")) == {"restored_to": None, "target_in_place": True}
+
+
+def test_archive_operator_records_its_manifest_and_does_not_archive_twice(tmp_path: Path,
+                                                                         journal: UpgradeJournal) -> None:
+    built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    kwargs = {"task_id": "archive", "checkpoint_uri": built.uri, "archive_root": str(tmp_path / "archive"),
+              "stream_name": "orders", "upgrade_id": "up-1", "journal": journal.path}
+    first = CheckpointArchiveOperator(**kwargs).execute(context("run-1"))
+    second = CheckpointArchiveOperator(**kwargs).execute(context("run-2"))
+    assert second == first
+    archives = [p for p in (tmp_path / "archive" / "orders").iterdir() if not p.name.startswith("_")]
+    assert len(archives) == 1
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("armed", [True, False])
+def test_a_fault_point_kills_the_process_and_says_so(tmp_path: Path, armed: bool) -> None:
+    record = tmp_path / "faults.log"
+    env = {**os.environ, LOG_ENV: str(record), ENV: "other,archive:copying" if armed else "archive:done"}
+    code = "from airflow_ckpt_provider.faults import fault_point; fault_point('archive:copying'); print('alive')"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    if armed:
+        assert done.returncode == -9 and "alive" not in done.stdout
+        assert "archive:copying" in record.read_text()
+    else:
+        assert done.returncode == 0 and done.stdout.strip() == "alive" and not record.exists()
