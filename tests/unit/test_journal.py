@@ -220,3 +220,23 @@ def test_local_journal_files_are_private_and_written_whole(tmp_path: Path) -> No
     folder = os.path.dirname(journal.path)
     assert stat.S_IMODE(os.stat(folder).st_mode) & 0o007 == 0
     assert sorted(os.listdir(folder)) == sorted([os.path.basename(journal.path), LOCK])  # no temp file left
+
+
+def test_ckpt_journal_shows_the_lock_and_releases_it(tmp_path: Path) -> None:
+    import io
+
+    from airflow_ckpt_provider.cli import main as ckpt
+
+    root = (fsspec.filesystem("file"), str(tmp_path / "archive"))
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    journal.begin("relaunch", run_id="run-1")
+    out, err = io.StringIO(), io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders"], stdout=out, stderr=err) == 0
+    assert f"held by upgrade {derive_upgrade_id(INTENT)} (run run-1" in out.getvalue()
+    assert "relaunch started" in out.getvalue()
+    out = io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders", "--json", "--release-lock"], stdout=out, stderr=err) == 0
+    assert json.loads(out.getvalue())["journals"][0]["upgrade_id"] == derive_upgrade_id(INTENT)
+    assert "released the lock" in err.getvalue() and not os.path.exists(journal.lock_path)
+    assert ckpt(["journal", root[1], "--name", "../x"], stdout=out, stderr=err) == 2

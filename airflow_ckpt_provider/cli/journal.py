@@ -1,0 +1,53 @@
+"""``ckpt journal``: the upgrade journals of a stream, and the escape hatch for its lock."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TextIO
+
+import fsspec
+
+from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals
+from airflow_ckpt_provider.checkpoint.manifest import check_name
+from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``ckpt journal`` to the ``ckpt`` parser."""
+    parser = sub.add_parser(
+        "journal", parents=[location_parent("archive root (path or URL) holding STREAM/_upgrades/")],
+        help="show a stream's upgrade journals and lock; --release-lock frees an abandoned upgrade's lock")
+    parser.add_argument("--name", required=True, help="stream name")
+    parser.add_argument("--json", action="store_true", help="print the journals as JSON")
+    parser.add_argument("--release-lock", action="store_true",
+                        help="remove the stream's lock (only after checking both checkpoints by hand)")
+    parser.set_defaults(handler=_journal)
+
+
+def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    stream = check_name(args.name)
+    fs, root = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
+    folder = UpgradeJournal.folder(root, stream)
+    lock_path = f"{folder}/{LOCK}"
+    try:
+        lock = json.loads(fs.cat_file(lock_path))
+    except FileNotFoundError:
+        lock = None
+    records = list_journals(fs, root, stream)
+    if args.json:
+        out.write(json.dumps({"lock": lock, "journals": [json.loads(r.to_json()) for r in records]}, indent=2) + "\n")
+    else:
+        out.write(f"lock: {'held by upgrade ' + lock.get('upgrade_id', '?') + ' (run ' + lock.get('run_id', '?') + ', since ' + lock.get('acquired_at', '?') + ')' if lock else 'free'}\n")
+        for record in records:
+            steps = ", ".join(f"{name} {step.state}" + (f" x{step.attempts}" if step.attempts > 1 else "")
+                              for name, step in record.steps.items())
+            out.write(f"{record.upgrade_id}  {record.outcome or 'open'}  phase {record.phase}  runs {len(record.runs)}  "
+                      f"{record.intent.old_checkpoint} -> {record.intent.new_checkpoint}\n    {steps or 'no step yet'}\n")
+    if args.release_lock:
+        if lock is None:
+            err.write("ckpt: the stream is not locked\n")
+        else:
+            UpgradeJournal(fs, UpgradeJournal.location(root, stream, lock.get("upgrade_id", "x"))).release_lock()
+            err.write(f"ckpt: released the lock of upgrade {lock.get('upgrade_id')}\n")
+    return EXIT_OK
