@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 
 
 class InvalidLaunchHandle(CheckpointError, ValueError):
@@ -42,8 +43,10 @@ class LaunchHandle:
 
     ``pid`` is the process (and process group) id of a local launch; ``driver_id`` and
     ``master`` identify a standalone-cluster driver; ``application_id`` a YARN application.
-    ``log_path`` is the driver log (local) or the spark-submit output. Raises
-    :class:`InvalidLaunchHandle` when the ids its mode needs are missing.
+    ``log_path`` is the driver log (local) or the spark-submit output. The handle goes to XCom, so
+    it never carries secrets: ``extra["command"]`` (a JSON argument list) is redacted with
+    :func:`redact_command`, other ``extra`` values and ``master`` with :func:`redact_text`.
+    Raises :class:`InvalidLaunchHandle` when the ids its mode needs are missing.
     """
 
     mode: LaunchMode
@@ -72,7 +75,9 @@ class LaunchHandle:
                 found=f"a {mode.value} handle without {', '.join(missing)}",
                 expected=f"{', '.join(_REQUIRED[mode])} for mode {mode.value}",
             )
-        object.__setattr__(self, "extra", dict(self.extra))
+        object.__setattr__(self, "extra", {str(k): _redact_extra(str(k), v) for k, v in dict(self.extra).items()})
+        if self.master:
+            object.__setattr__(self, "master", redact_text(self.master))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -99,3 +104,16 @@ class LaunchHandle:
             return cls(**raw)
         except TypeError as exc:
             raise InvalidLaunchHandle(found=str(exc), expected=f"keys {sorted(known)}") from None
+
+
+def _redact_extra(key: str, value: object) -> str:
+    """``extra`` values are strings; a recorded command is a JSON argument list."""
+    text = str(value)
+    if key == "command":
+        try:
+            argv = json.loads(text)
+        except ValueError:
+            argv = None
+        if isinstance(argv, list):
+            return json.dumps(redact_command([str(a) for a in argv]))
+    return redact_text(text)

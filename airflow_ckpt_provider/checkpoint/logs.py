@@ -286,16 +286,31 @@ def parse_initial_offsets(data: bytes | str, path: str) -> str:
     """Return the offset text of ``sources/<i>/0``.
 
     Tolerates the leading 0x00 byte of the Kafka source (or its absence), a missing version line
-    (Spark 2.1 format) and a trailing newline. The result is the text after the version line; for
-    sources that keep a multi-line log there (the file source) it will not classify as Kafka.
+    (Spark 2.1 format, accepted by Spark too) and a trailing newline. Without the 0x00 byte, a
+    multi-line log (the file source keeps one there) is returned as it is and will not classify as
+    Kafka. With it, the Kafka source wrote exactly one offset line: anything more raises
+    :class:`CorruptCheckpointFile` instead of passing for another kind of source.
     """
-    if isinstance(data, bytes) and data[:1] == b"\x00":
+    marked = isinstance(data, bytes) and data[:1] == b"\x00"
+    if marked:
         data = data[1:]
     text = _decode(data, path)
     if not text.startswith("v"):
-        return text.rstrip("\r\n")
+        body = text.rstrip("\r\n")
+        if marked and "\n" in body:
+            first = body.split("\n", 1)[0]
+            raise CorruptCheckpointFile(
+                path=path, line=1, found=f"first line {first[:20]!r} and more lines",
+                expected="'v1' then one line of Kafka initial offsets",
+            )
+        return body
     lines = _lines(text)
     _version(lines, path, MAX_INITIAL_OFFSETS_VERSION, "initial offsets")
+    if marked and len(lines) != 2:
+        raise CorruptCheckpointFile(
+            path=path, line=min(len(lines) + 1, 3), found=f"{len(lines)} line(s) after the 0x00 byte",
+            expected="a version line and one offset line (Kafka initial offsets)",
+        )
     return "\n".join(lines[1:])
 
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, CheckpointError, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
@@ -95,7 +96,8 @@ class ArchiveManifest:
 
     ``files`` are sorted by path; ``empty_dirs`` are directories without files (Spark's empty
     ``commits/`` or state folders) so a restore recreates the tree exactly. ``spark_conf`` is the
-    conf of the last committed batch's offsets file. ``handover`` is the handover the archive was
+    conf of the last committed batch's offsets file, secrets redacted (:func:`redact_conf`: a
+    manifest is read by more people than the checkpoint). ``handover`` is the handover the archive was
     taken for (None if none was given and none could be computed).
     """
 
@@ -124,7 +126,7 @@ class ArchiveManifest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(sorted(self.files, key=lambda f: f.path)))
         object.__setattr__(self, "empty_dirs", tuple(sorted(self.empty_dirs)))
-        object.__setattr__(self, "spark_conf", dict(self.spark_conf))
+        object.__setattr__(self, "spark_conf", redact_conf(self.spark_conf))
         for entry in self.files:
             if not safe_relative(entry.path):
                 raise _corrupt(f"file path {entry.path!r}", "relative paths inside the checkpoint")

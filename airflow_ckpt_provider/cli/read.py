@@ -11,6 +11,7 @@ from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
+from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
 
 def broker_view(bootstrap_servers: str, topics: Sequence[str], **client_config: Any) -> BrokerView:
@@ -39,7 +40,7 @@ def _inspect_json(snap: CheckpointSnapshot) -> dict[str, Any]:
         "sources": [_source_dict(s) for s in snap.sources],
         "initial_sources": [_source_dict(s) for s in snap.initial_sources],
         "state_operators": list(snap.state_operators),
-        "conf": dict(snap.conf),
+        "conf": redact_conf(snap.conf),  # output is pasted into tickets: no secrets
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+from airflow_ckpt_provider.checkpoint.secrets import REDACTED, is_sensitive_key, redact_conf, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +30,24 @@ class KafkaBroker:
     """Read-only view of a Kafka cluster.
 
     ``client_config`` is passed to ``kafka.KafkaConsumer`` on top of :data:`DEFAULT_CLIENT_CONFIG`
-    (security settings, timeouts). No consumer group is joined and nothing is committed.
+    (security settings, timeouts). No consumer group is joined and nothing is committed. Secrets
+    of the config (SASL and SSL passwords) never appear in ``repr()`` or in the errors raised,
+    even when the client library's own message echoes them.
     """
 
     def __init__(self, bootstrap_servers: str | Sequence[str], **client_config: Any) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.client_config = {**DEFAULT_CLIENT_CONFIG, **client_config}
+
+    def __repr__(self) -> str:
+        return f"KafkaBroker({self.bootstrap_servers!r}, {redact_conf(self.client_config)})"
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without any secret value of the client config (and without key=secret pairs)."""
+        for key, value in self.client_config.items():
+            if is_sensitive_key(key) and isinstance(value, str) and value:
+                text = text.replace(value, REDACTED)
+        return redact_text(text)
 
     def _make_consumer(self) -> Any:
         """Client factory: a group-less ``KafkaConsumer``."""
@@ -46,7 +59,8 @@ class KafkaBroker:
         """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
 
         Raises :class:`BrokerUnreachable` when the cluster cannot be reached in time and
-        :class:`BrokerError` for any other client error.
+        :class:`BrokerError` for any other client error, including client settings the client
+        library rejects (``request.timeout.ms`` given as text, ...).
         """
         from kafka import TopicPartition, errors
 
@@ -68,12 +82,20 @@ class KafkaBroker:
             latest = consumer.end_offsets(partitions) if partitions else {}
         except unreachable as exc:
             raise BrokerUnreachable(
-                found=f"{type(exc).__name__}: {exc}",
+                found=self._scrub(f"{type(exc).__name__}: {exc}"),
                 expected=f"a Kafka cluster answering at {self.bootstrap_servers}",
             ) from None
         except errors.KafkaError as exc:
             raise BrokerError(
-                found=f"{type(exc).__name__}: {exc}", expected="offsets and partition lists"
+                found=self._scrub(f"{type(exc).__name__}: {exc}"), expected="offsets and partition lists"
+            ) from None
+        except (TypeError, ValueError, AssertionError) as exc:  # kafka-python's checks of its settings
+            settings = ", ".join(sorted(k for k, v in self.client_config.items()
+                                        if k not in DEFAULT_CLIENT_CONFIG or DEFAULT_CLIENT_CONFIG[k] != v))
+            raise BrokerError(
+                found=self._scrub(f"client settings kafka-python rejects ({type(exc).__name__}: {exc})"),
+                expected=f"valid Kafka client settings (given: {settings or 'defaults only'})",
+                action="Fix the Kafka connection's extra (types and values of the settings), then retry.",
             ) from None
         finally:
             if consumer is not None:

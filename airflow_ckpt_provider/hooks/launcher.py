@@ -16,7 +16,10 @@ returns as soon as the job is submitted, with a :class:`LaunchHandle`:
   application id (command building is unit-tested; not run against a real YARN here).
 
 Commands are argument lists, never a shell. The handover reaches the job as Spark conf keys
-(see :mod:`airflow_ckpt_provider.spark.kafka`).
+(see :mod:`airflow_ckpt_provider.spark.kafka`). Secrets in the conf reach spark-submit unchanged,
+but every record of the command (task log, the handle's ``extra["command"]`` in XCom) and every
+log tail shown is redacted (:mod:`airflow_ckpt_provider.checkpoint.secrets`); driver log files
+are created readable by their owner only.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from airflow.sdk import BaseHook
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.secrets import find_secrets, is_sensitive_key, redact_command, redact_text
 from airflow_ckpt_provider.spark.kafka import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
@@ -88,11 +92,11 @@ def launcher_jar(folder: Path | None = None) -> Path:
     folder = folder or Path.home() / ".cache" / "airflow-ckpt-provider"
     path = folder / "ckpt-python-launcher.jar"
     if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder, 0o755)  # workers of a standalone cluster may read it
         partial = path.with_suffix(f".{os.getpid()}.tmp")
-        with zipfile.ZipFile(partial, "w") as jar:
+        with open_private(partial, "wb", 0o644) as out, zipfile.ZipFile(out, "w") as jar:  # on a classpath:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: airflow-ckpt-provider\n\n")
-        os.replace(partial, path)
+        os.replace(partial, path)  # never writable by others
     return path
 
 
@@ -128,7 +132,42 @@ def _spark_home_env() -> dict[str, str]:
 
 
 def tail_text(text: str, lines: int) -> str:
-    return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
+    """The last ``lines`` lines of ``text``, secrets redacted (a tail is shown in logs and errors)."""
+    return redact_text("\n".join(text.splitlines()[-lines:])) if lines > 0 else ""
+
+
+def register_secrets(conf: Mapping[str, str]) -> None:
+    """Give secret conf values to Airflow's secrets masker, so that whatever else logs them (task
+    logs, the supervisor) masks them too: values of sensitive keys, and secrets inside other values
+    (or inside those: the password of a JAAS config)."""
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - Airflow 3 has it
+        return
+    for key, value in conf.items():
+        text = str(value)
+        for secret in ([text] if text and is_sensitive_key(key) else []) + find_secrets(text):
+            mask_secret(secret)
+
+
+def private_dir(folder: Path, mode: int = 0o700) -> Path:
+    """Create ``folder`` (and parents) as needed with at most ``mode`` (default owner-only); an
+    existing folder is left as it is."""
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True, mode=mode)
+    return folder
+
+
+def open_private(path: Path, mode: str = "ab", perms: int = 0o600) -> Any:  # noqa: ANN401 - a file object
+    """Open ``path`` for writing with ``perms`` whatever the umask (default owner-only: driver
+    logs and spark-submit output can hold what a job prints about its configuration)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), perms)
+    try:
+        os.fchmod(fd, perms)  # the umask may have taken bits away; an existing file keeps its mode
+    except OSError:
+        pass
+    return os.fdopen(fd, mode)
 
 
 def _tail_file(path: str | None, lines: int, max_bytes: int = 256_000) -> str:
@@ -216,7 +255,12 @@ class SparkLauncherHook(BaseHook):
                              "spark_binary": self.spark_binary or "spark-submit",
                              "rest_scheme": "http", "rest_port": 6066})
 
-        class _Detached(SparkSubmitHook):  # only the connection factory differs
+        class _Detached(SparkSubmitHook):  # the connection factory and the log masking differ
+            def _mask_cmd(inner, connection_cmd: str | list[str]) -> str:  # noqa: N805
+                if isinstance(connection_cmd, str):  # one line of spark-submit output
+                    return redact_text(super()._mask_cmd(connection_cmd))
+                return super()._mask_cmd(redact_command(connection_cmd))
+
             def _resolve_connection(inner) -> dict[str, Any]:  # noqa: N805
                 if explicit is None:
                     data = super()._resolve_connection()
@@ -260,6 +304,7 @@ class SparkLauncherHook(BaseHook):
                                    action="Create the connection or pass master= (and deploy_mode=); "
                                    "nothing was started.") from None
         full_conf = dict(conf or {})
+        register_secrets(full_conf)
         if checkpoint_uri:
             full_conf[CONF_CHECKPOINT_LOCATION] = checkpoint_uri
         if starting_offsets:
@@ -291,7 +336,7 @@ class SparkLauncherHook(BaseHook):
 
     def _log_path(self, name: str) -> Path:
         folder = Path(self.log_dir) if self.log_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "airflow-ckpt-launch"
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
         return folder / f"{safe}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')}.log"
 
@@ -325,7 +370,7 @@ class SparkLauncherHook(BaseHook):
         env = self._env()
         if mode is LaunchMode.LOCAL:
             try:
-                with open(log_path, "ab") as out:
+                with open_private(log_path) as out:
                     process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             except OSError as exc:
@@ -334,7 +379,7 @@ class SparkLauncherHook(BaseHook):
             self.log.info("driver runs as process group %d", process.pid)
             return LaunchHandle(mode=mode, checkpoint_uri=checkpoint_uri, app_name=name, started_at=started_at,
                                 pid=process.pid, master=connection.get("master"), log_path=str(log_path),
-                                ui_url=self._conf_ui_url(conf), extra={"command": json.dumps(command)})
+                                ui_url=self._conf_ui_url(conf), extra={"command": json.dumps(redact_command(command))})
         output = self._run_submit(command, env, log_path)
         if mode is LaunchMode.STANDALONE_CLUSTER:
             match = _DRIVER_ID.search(output)
@@ -361,14 +406,16 @@ class SparkLauncherHook(BaseHook):
                                   env=env, timeout=self.submit_timeout, stdin=subprocess.DEVNULL, check=False)
         except subprocess.TimeoutExpired as exc:
             output = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-            log_path.write_text(output)
+            with open_private(log_path, "w") as out:
+                out.write(output)
             raise LaunchFailed(found=f"spark-submit still running after {self.submit_timeout:g} s",
                                expected="spark-submit to return after the submission",
                                log_tail=tail_text(output, 40), path=str(log_path)) from None
         except OSError as exc:
             raise LaunchFailed(found=f"{command[0]} could not start ({exc})",
                                expected="a spark-submit executable", path=str(log_path)) from None
-        log_path.write_text(done.stdout)
+        with open_private(log_path, "w") as out:
+            out.write(done.stdout)
         if done.returncode != 0:
             raise LaunchFailed(found=f"spark-submit exit code {done.returncode}", expected="exit code 0",
                                log_tail=tail_text(done.stdout, 40), path=str(log_path))
@@ -420,7 +467,7 @@ class SparkLauncherHook(BaseHook):
     def log_tail(self, handle: LaunchHandle, lines: int = 50) -> str:
         """The last ``lines`` of the driver log: the local log file; for a standalone driver its
         stderr and stdout (a Python driver's own output) through its worker's web UI, else the
-        spark-submit output; for YARN the spark-submit output."""
+        spark-submit output; for YARN the spark-submit output. Secrets are redacted."""
         if handle.mode is LaunchMode.STANDALONE_CLUSTER:
             try:
                 parts = [f"==> {kind} <==\n{text}" for kind in ("stderr", "stdout")
