@@ -40,9 +40,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fsspec import AbstractFileSystem
-from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
 #: Outcomes that end an upgrade and free its stream for the next one.
 FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
 
-FILE_MODE, DIR_MODE = 0o640, 0o750
 
 
 def _now() -> datetime:
@@ -170,69 +169,6 @@ class JournalRecord:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise JournalCorrupt(found=f"an unreadable journal ({type(exc).__name__}: {exc})",
                                  expected="the JSON journal this provider writes", path=path) from None
-
-
-def _is_local(fs: AbstractFileSystem) -> bool:
-    return isinstance(fs, LocalFileSystem)
-
-
-def write_atomic(fs: AbstractFileSystem, path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix.
-    Local files get mode 0o640 and are fsynced with their directory."""
-    if not _is_local(fs):
-        fs.pipe_file(path, data)
-        return
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=DIR_MODE, exist_ok=True)
-    temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists; whether this call created it."""
-    if _is_local(fs):
-        os.makedirs(os.path.dirname(path), mode=DIR_MODE, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    try:
-        with fs.open(path, "xb") as handle:
-            handle.write(data)
-        return True
-    except FileExistsError:
-        return False
-    except (ValueError, NotImplementedError, TypeError):
-        log.warning("%s cannot create a file only if absent: the lock is checked, then written",
-                    type(fs).__name__)
-        if fs.exists(path):
-            return False
-        fs.pipe_file(path, data)
-        return True
 
 
 class UpgradeJournal:

@@ -36,6 +36,7 @@ from enum import Enum
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
@@ -43,6 +44,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     StopTimeout,
 )
+from airflow_ckpt_provider.checkpoint.files import write_atomic
 from airflow_ckpt_provider.checkpoint.logs import batch_number
 from airflow_ckpt_provider.spark.control import (
     HEARTBEAT,
@@ -286,6 +288,9 @@ class ControlFiles:
     def write_request(self, request: StopRequest) -> None:
         """Write the request whole (temporary name, then move where the filesystem allows)."""
         path = self._path(STOP_REQUEST)
+        if isinstance(self.fs, LocalFileSystem):  # readable by the job's user, writable by none else
+            write_atomic(self.fs, path, request.to_json().encode(), mode=0o644, dir_mode=0o755)
+            return
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = self._path(f"{posixpath.dirname(STOP_REQUEST)}/.stop-request.{uuid.uuid4().hex}.tmp")
         self.fs.pipe_file(tmp, request.to_json().encode())
