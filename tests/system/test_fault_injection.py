@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
 CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+#: The Kafka connection of these runs carries a secret (its SASL password; the local broker speaks
+#: PLAINTEXT and never uses it): it must not show up in any log, XCom, journal, manifest or report.
+SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 
 #: One fault per upgrade step, in the order the steps run; each kills one DAG run.
 UPGRADE_FAULTS = [
@@ -62,7 +66,8 @@ class ChildRun:
 
 def run_dag(demo: UpgradeDemo, conf: dict[str, Any], work: Path, index: int, fault: str | None) -> ChildRun:
     request, result = work / f"request-{index}.json", work / f"result-{index}.json"
-    request.write_text(json.dumps({"conf": conf, "kafka_connection": demo.kafka_connection(), "result": str(result)}))
+    connection = {**json.loads(demo.kafka_connection()), "login": "ckpt", "password": SECRET}
+    request.write_text(json.dumps({"conf": conf, "kafka_connection": json.dumps(connection), "result": str(result)}))
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env[LOG_ENV] = str(work / "faults.log")
     if fault:
@@ -98,6 +103,26 @@ def alive_on(checkpoint: Path) -> bool:
 
     beat = ControlFiles(fsspec.filesystem("file"), str(checkpoint)).heartbeat()
     return beat is not None and beat.is_alive()
+
+
+def secret_leaks(*roots: Path, database: Path | None = None) -> list[str]:
+    """Files under ``roots`` (logs, journals, manifests, reports) and Airflow tables (XCom,
+    rendered fields, task instances) that contain :data:`SECRET`."""
+    needle = SECRET.encode()
+    files = [p for root in roots for p in ([root] if root.is_file() else root.rglob("*") if root.exists() else [])]
+    found = [str(p) for p in files if p.is_file() and needle in p.read_bytes()]
+    if database is not None and database.exists():
+        import sqlite3
+
+        with sqlite3.connect(database) as db:
+            for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+                columns = [row[1] for row in db.execute(f"PRAGMA table_info('{table}')")]
+                for column in columns:
+                    hits = db.execute(f"SELECT count(*) FROM '{table}' WHERE CAST(\"{column}\" AS TEXT) "
+                                      f"LIKE ?", (f"%{SECRET}%",)).fetchone()[0]
+                    if hits:
+                        found.append(f"{table}.{column}")
+    return found
 
 
 def wait_until(predicate: Any, timeout: float) -> bool:
@@ -153,6 +178,15 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
     assert journal.outcome == "upgraded" and len(journal.runs) == len(UPGRADE_FAULTS) + 1
     assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
     assert journal.steps["relaunch"].attempts == 2 and journal.steps["archive"].attempts == 2
+    # the secret of the connection the runs used is nowhere: run logs (every task's log), Airflow's
+    # log folder, the archive (manifest, journal, report), the checkpoints, the XCom table
+    assert SECRET.encode() in (tmp_path / "request-0.json").read_bytes()  # it was really used
+    assert secret_leaks(*(tmp_path.glob("run-*.log")), demo.archive_root, demo.old_cp, demo.new_cp,
+                        airflow_home / "logs", database=airflow_home / "airflow.db") == []
+    planted = tmp_path / "planted" / "leak.txt"  # the scan itself can fail
+    planted.parent.mkdir()
+    planted.write_text(f"password={SECRET}")
+    assert secret_leaks(tmp_path / "planted") == [str(planted)]
 
     audit = demo.finish(demo.new_cp)
     print(f"faults injected {len(killed)}, survived {len(killed)}; produced {audit.produced}, "
