@@ -586,6 +586,41 @@ def test_restore_over_an_existing_checkpoint_is_refused(shared: Stream, tmp_path
     unchanged.check()
 
 
+def test_a_second_upgrade_of_a_locked_stream_is_refused(kafka, shared: Stream, conn, tmp_path: Path) -> None:  # noqa: ANN001
+    """Two upgrades of one stream at once: the second preflight names the first and writes nothing."""
+    from airflow_ckpt_provider.checkpoint.errors import UpgradeInProgress
+
+    archive = tmp_path / "archive"
+    first = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive)()
+    assert isinstance(first, dict) and first["upgrade_id"] and Path(first["journal"]).exists()
+    unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
+    refuses(UpgradeInProgress, preflight_call(conn, shared.checkpoint, tmp_path / "v3", archive),
+            first["upgrade_id"], case="second upgrade of a locked stream")
+    unchanged.check()
+    again = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive)()  # the same upgrade: resumes
+    assert isinstance(again, dict) and again["upgrade_id"] == first["upgrade_id"]
+
+
+def test_a_rolled_back_upgrade_does_not_go_forward_again(shared: Stream, tmp_path: Path) -> None:
+    """After a rollback began, an upgrade step of the same upgrade refuses and writes nothing."""
+    from airflow_ckpt_provider.checkpoint.errors import UpgradeRolledBack
+    from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
+    from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+
+    intent = UpgradeIntent(stream_name="orders", old_checkpoint=str(shared.checkpoint),
+                           new_checkpoint=str(tmp_path / "v2"))
+    journal = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path / "archive"), "orders",
+                                                                                 "up-x"))
+    journal.open(intent, "up-x", run_id="run-1")
+    journal.begin("rollback_stop_new", run_id="run-1", phase=ROLLBACK_PHASE)
+    unchanged = Unchanged(shared.checkpoint, tmp_path)
+    op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(shared.checkpoint),
+                                    journal=journal.path)
+    refuses(UpgradeRolledBack, lambda: op.execute({"run_id": "run-2"}),  # type: ignore[arg-type]
+            "up-x", case="upgrade step after its rollback began")
+    unchanged.check()
+
+
 def test_zz_count_of_refused_bad_inputs() -> None:
     """How many distinct bad inputs the tests above refused (printed for the report)."""
     if not REFUSED:
