@@ -391,8 +391,8 @@ def running_job(kafka, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes]
     stream = Stream(topic, base / "cp", base / "sink", 2)
     with (base / "job.log").open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(JOBS / "heartbeat_job.py"), kafka.bootstrap_servers, topic, str(stream.checkpoint),
-             str(stream.sink), "10"],
+            [sys.executable, str(JOBS / "stop_job.py"), kafka.bootstrap_servers, topic, str(stream.checkpoint),
+             str(stream.sink), "graceful", "10"],
             start_new_session=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, umask=0,
         )
     try:
