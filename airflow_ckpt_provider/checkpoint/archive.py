@@ -6,8 +6,10 @@ Layout and manifest: :mod:`airflow_ckpt_provider.checkpoint.manifest`.
 
 Safety rules: nothing is copied while the query runs (live heartbeat, or an offsets file newer
 than the stop acknowledgement); the manifest is written last, only after every copied byte was
-re-read and matched; the original is removed only after that and only when asked; a re-run with
-the same upgrade id completes the same archive instead of starting another one.
+read back from the archive and matched the bytes whose SHA-256 it records (how, cheaply:
+:mod:`airflow_ckpt_provider.checkpoint.transfer`) and, on a local disk, after the files were
+flushed to it; the original is removed only after that and only when asked; a re-run with the
+same upgrade id completes the same archive instead of starting another one.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import json
 import logging
 import posixpath
 import socket
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -57,14 +61,23 @@ from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_arch
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
+    ReadBackMismatch,
+    check_unchanged,
     copy_file,
+    copy_verified,
     default_workers,
+    flush_filesystem,
     hash_file,
+    is_local,
     list_tree,
     make_dirs,
+    make_private_dirs,
     run_parallel,
+    same_verified,
     scan_tree,
+    spread_directories,
     verify_files,
+    write_private_file,
 )
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, parse_time
 
@@ -193,9 +206,14 @@ class _Plan:
 class CheckpointArchive:
     """Archives under ``archive_root`` on ``archive_fs``: create, verify, list, prune, restore.
 
-    ``workers`` threads copy and hash (default: 4 on local disks, 16 with an object store);
-    progress is logged every ``progress_every_files`` files or ``progress_every_s`` seconds.
-    ``on_file_copied(rel_path)`` is called after each copied file (a test hook for crashes).
+    ``workers`` threads copy and hash (default: :func:`default_workers`); progress is logged
+    every ``progress_every_files`` files or ``progress_every_s`` seconds. ``on_file_copied(rel_path)``
+    is called after each copied file (a test hook for crashes). ``timings`` holds the seconds the
+    last :meth:`archive` spent per phase: ``scan``, ``copy`` (copy, hash and, to a local disk, the
+    read-back comparison), ``check`` (source unchanged, archive untouched since verified),
+    ``verify`` (second pass; not to a local disk), ``sync`` (flush to disk: the wait left after
+    the checks, which run meanwhile), ``manifest``.
+    On a local disk, archive files get mode 0o640 and directories 0o750.
     """
 
     def __init__(
@@ -219,6 +237,7 @@ class CheckpointArchive:
         self.every_files, self.every_s = progress_every_files, progress_every_s
         self.clock = clock
         self.on_file_copied = on_file_copied
+        self.timings: dict[str, float] = {}
 
     # -- archive ---------------------------------------------------------------------------------
 
@@ -245,6 +264,8 @@ class CheckpointArchive:
         upgrade id's archive was made from another checkpoint. A complete archive for the same
         upgrade id is verified and returned (no second copy).
         """
+        timings = self.timings = {}
+        clock = _Stopwatch(timings)
         upgrade_id = check_name(upgrade_id, "upgrade id")
         source = _norm(source_fs, source_path)
         source_uri = (source_uri or source_path).rstrip("/")
@@ -263,34 +284,53 @@ class CheckpointArchive:
                   "reason": reason, "dag_run_id": dag_run_id}
         self._write_intent(plan, intent)
         data = posixpath.join(plan.path, DATA_DIR)
+        archive_uri = f"{self.uri}/{stream_name}/{plan.name}"
+        local = is_local(self.fs)
         files, stamps, empty_dirs = scan_tree(source_fs, source)
+        clock.lap("scan")
         log.info("archiving %s files (%s) of query %s from %s to %s/%s/%s%s", f"{len(files):,}",
                  human_bytes(sum(files.values())), snapshot.query_id, source_uri, self.uri, stream_name,
                  plan.name, " (resuming)" if plan.resumed else "")
-        entries = self._copy_tree(source_fs, source, files, empty_dirs, data, workers, plan.resumed)
+        entries, verified = self._copy_tree(source_fs, source, files, empty_dirs, data, workers, plan.resumed,
+                                            archive_uri)
+        clock.lap("copy")
 
-        after, after_stamps, _ = scan_tree(source_fs, source)
-        if (after, after_stamps) != (files, stamps):
-            changed = sorted(set(after) ^ set(files) | {
-                p for p in files if (after.get(p), after_stamps.get(p)) != (files[p], stamps[p])})
-            raise CheckpointChanged(found=f"{len(changed)} files added, removed or rewritten during the copy "
-                                    f"(first: {changed[0]})", expected="a quiet checkpoint", path=source_uri)
-        check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
-
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-flush") as pool:
+            flushing = None
+            if local:  # every byte was read back and compared while copying; the disk flushes while
+                # the checks below run (an exception waits for the flush, then propagates)
+                log.info("flushing %s to disk before writing the manifest", human_bytes(sum(files.values())))
+                flushing = pool.submit(flush_filesystem, data)
+            after, after_stamps, _ = scan_tree(source_fs, source)
+            if (after, after_stamps) != (files, stamps):
+                changed = sorted(set(after) ^ set(files) | {
+                    p for p in files if (after.get(p), after_stamps.get(p)) != (files[p], stamps[p])})
+                raise CheckpointChanged(found=f"{len(changed)} files added, removed or rewritten during the copy "
+                                        f"(first: {changed[0]})", expected="a quiet checkpoint", path=source_uri)
+            check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
+            if flushing is not None:  # nothing touched the archive since each file was verified
+                check_unchanged(self.fs, data, entries, verified, where=archive_uri)
+            clock.lap("check")
+            if flushing is not None:
+                flushing.result()
+                clock.lap("sync")
+        if not local:
+            verify_files(self.fs, data, entries, where=archive_uri, workers=workers, log=log, verb="verified")
+            clock.lap("verify")
         manifest = ArchiveManifest(
             stream_name=stream_name, upgrade_id=upgrade_id, name=plan.name, source_uri=source_uri,
-            archive_uri=f"{self.uri}/{stream_name}/{plan.name}", query_id=snapshot.query_id,
+            archive_uri=archive_uri, query_id=snapshot.query_id,
             last_committed_batch=snapshot.last_committed_batch, handover=handover,
             spark_conf=snapshot.conf, files=tuple(entries), empty_dirs=tuple(empty_dirs),
             created_by=intent["created_by"], reason=reason, dag_run_id=dag_run_id,
-            started_at=plan.started_at.isoformat(), completed_at="", provider_version=_version(),
+            started_at=plan.started_at.isoformat(), completed_at=self.clock().isoformat(),
+            provider_version=_version(),
         )
-        verify_files(self.fs, data, manifest.files, where=manifest.archive_uri,
-                     workers=workers, log=log, verb="verified")
-        manifest = replace(manifest, completed_at=self.clock().isoformat())
         self._write_manifest(plan.path, manifest)
-        log.info("archive complete and verified: %s (%s files, %s)", manifest.archive_uri,
-                 f"{manifest.file_count:,}", human_bytes(manifest.total_bytes))
+        clock.lap("manifest")
+        log.info("archive complete and verified: %s (%s files, %s in %.1f s: %s)", manifest.archive_uri,
+                 f"{manifest.file_count:,}", human_bytes(manifest.total_bytes), sum(timings.values()),
+                 ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in timings.items()))
         if remove_source:
             self._remove_source(source_fs, source, source_uri)
         return manifest
@@ -344,18 +384,47 @@ class CheckpointArchive:
                                           expected=f"the same checkpoint {intent['source_uri']}", path=plan.path)
                 intent.update(started_at=before.get("started_at", intent["started_at"]))
                 return
-        self.fs.makedirs(plan.path, exist_ok=True)
-        self.fs.pipe_file(path, json.dumps(intent, sort_keys=True).encode())
+        data = json.dumps(intent, sort_keys=True).encode()
+        if is_local(self.fs):
+            make_private_dirs(plan.path)
+            write_private_file(path, data)
+        else:
+            self.fs.makedirs(plan.path, exist_ok=True)
+            self.fs.pipe_file(path, data)
 
     def _copy_tree(self, src_fs: AbstractFileSystem, src: str, files: Mapping[str, int], empty_dirs: list[str],
-                   dst: str, workers: int, resumed: bool) -> list[ArchivedFile]:
+                   dst: str, workers: int, resumed: bool, where: str) -> tuple[list[ArchivedFile], dict[str, Any]]:
+        """Copy (or keep, when resuming) every file; returns the entries and, on a local disk, each
+        file's stamp when it was verified (:func:`check_unchanged`). :class:`ArchiveCorrupt` if a
+        local copy does not read back as written."""
         existing = list_tree(self.fs, dst)[0] if resumed and self.fs.exists(dst) else {}
         for extra in sorted(set(existing) - set(files)):
             log.info("removing %s from the earlier attempt: no longer in the checkpoint", extra)
             self.fs.rm_file(posixpath.join(dst, extra))
-        make_dirs(self.fs, dst, files, empty_dirs)
+        local = is_local(self.fs)
+        make_dirs(self.fs, dst, files, empty_dirs, private=True)
         progress = Progress(log, "copied", len(files), sum(files.values()),
                             every_files=self.every_files, every_s=self.every_s)
+        verified: dict[str, Any] = {}
+
+        def copy_local(rel: str) -> ArchivedFile:
+            src_path, dst_path = posixpath.join(src, rel), posixpath.join(dst, rel)
+            if existing.get(rel) == files[rel]:
+                kept = same_verified(src_fs, src_path, dst_path, chunk=self.chunk)
+                if kept is not None:
+                    verified[rel] = kept.stamp
+                    progress.add(kept.size, skipped=True)
+                    return ArchivedFile(rel, kept.size, kept.sha256)
+            try:
+                done = copy_verified(src_fs, src_path, dst_path, size_hint=files[rel], chunk=self.chunk)
+            except ReadBackMismatch as exc:
+                raise ArchiveCorrupt(file=rel, found=f"a copy that reads back differently ({exc.detail})",
+                                     expected="the bytes read from the checkpoint", path=where) from None
+            verified[rel] = done.stamp
+            progress.add(done.size)
+            if self.on_file_copied is not None:
+                self.on_file_copied(rel)
+            return ArchivedFile(rel, done.size, done.sha256)
 
         def copy(rel: str) -> ArchivedFile:
             src_path, dst_path = posixpath.join(src, rel), posixpath.join(dst, rel)
@@ -370,13 +439,16 @@ class CheckpointArchive:
                 self.on_file_copied(rel)
             return ArchivedFile(rel, size, digest)
 
-        entries = run_parallel(sorted(files), copy, workers)
+        entries = run_parallel(spread_directories(files), copy_local if local else copy, workers)
         progress.finish()
-        return entries
+        return entries, verified
 
     def _write_manifest(self, path: str, manifest: ArchiveManifest) -> None:
-        """Temp name then move: the manifest appears whole or not at all."""
+        """Temp name then move: the manifest appears whole or not at all (and durably, on a local disk)."""
         final, temp = posixpath.join(path, MANIFEST), posixpath.join(path, f".{MANIFEST}.tmp")
+        if is_local(self.fs):
+            write_private_file(final, manifest.to_json().encode(), atomic=True)
+            return
         self.fs.pipe_file(temp, manifest.to_json().encode())
         self.fs.mv(temp, final)
 
@@ -462,6 +534,18 @@ class CheckpointArchive:
             self.fs.rm(info.path, recursive=True)
             log.info("removed archive %s (retention)", info.uri)
         return plan
+
+
+class _Stopwatch:
+    """Adds the seconds since the previous lap to ``timings[phase]``."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings, self.last = timings, time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = self.timings.get(phase, 0.0) + now - self.last
+        self.last = now
 
 
 def _version() -> str:

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -18,6 +19,8 @@ import pytest
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.checkpoint import archive as archive_module
+from airflow_ckpt_provider.checkpoint import transfer
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveConflict,
@@ -518,3 +521,70 @@ def test_file_rewritten_with_the_same_size_during_copy_is_refused(tmp_path: Path
 
     with pytest.raises(CheckpointChanged, match="commits/3"):
         run(archiver(root, workers=1, on_file_copied=rewrite), built)
+
+
+# -- local archive files: modes, read-back, durability -----------------------------------------
+
+
+def test_local_archive_is_private_to_owner_and_group(tmp_path: Path) -> None:
+    src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
+    built = build(src)
+
+    def crash(rel: str) -> None:
+        raise Crash(rel)
+
+    previous = os.umask(0o002)  # a permissive umask must not widen the archive's modes
+    try:
+        with pytest.raises(Crash):
+            run(archiver(root, workers=1, on_file_copied=crash), built)
+        [partial] = archiver(root).list("orders")
+        first = next(p for p in Path(partial.path, "checkpoint").rglob("*") if p.is_file())
+        first.chmod(0o666)  # left world-writable by someone between the attempts
+        manifest = run(archiver(root), built)
+    finally:
+        os.umask(previous)
+    top = Path(root.path)
+    paths = [top, *top.rglob("*")]
+    assert len([p for p in paths if p.is_file()]) == manifest.file_count + 2  # + _intent.json, manifest.json
+    modes = {str(p.relative_to(top)): stat.S_IMODE(p.stat().st_mode) for p in paths}
+    assert {m for p, m in modes.items() if (top / p).is_dir()} == {0o750}, modes
+    assert {m for p, m in modes.items() if (top / p).is_file()} == {0o640}, modes
+    assert not list(Path(archive_dir(root, manifest).path).glob(".*")), "no temporary manifest left behind"
+
+
+def test_local_copy_that_reads_back_differently_is_never_marked_complete(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
+    built = build(src)
+    real = os.pread
+
+    def flipped(fd: int, n: int, offset: int) -> bytes:  # the disk returns other bytes than written
+        block = bytearray(real(fd, n, offset))
+        if block:
+            block[0] ^= 1
+        return bytes(block)
+
+    monkeypatch.setattr(transfer.os, "pread", flipped)
+    with pytest.raises(ArchiveCorrupt, match="reads back differently"):
+        run(archiver(root), built, remove_source=True)
+    monkeypatch.undo()
+    assert built.fs.exists(built.path("metadata")), "the source must survive a failed verification"
+    assert [a.complete for a in archiver(root).list("orders")] == [False]
+    manifest = run(archiver(root), built)  # a re-run (healthy disk) completes the same archive
+    verify_archive(root.fs, archive_dir(root, manifest).path)
+
+
+def test_local_archive_is_flushed_before_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
+    built = build(src)
+    events: list[str] = []
+    real_flush, real_write = transfer.flush_filesystem, transfer.write_private_file
+    monkeypatch.setattr(archive_module, "flush_filesystem", lambda path: events.append("flush") or real_flush(path))
+
+    def write(path: str, data: bytes, *, atomic: bool = False) -> None:
+        events.append(f"{Path(path).name} atomic={atomic}")
+        real_write(path, data, atomic=atomic)
+
+    monkeypatch.setattr(archive_module, "write_private_file", write)
+    run(archiver(root), built)
+    assert events == ["_intent.json atomic=False", "flush", "manifest.json atomic=True"]

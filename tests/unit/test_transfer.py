@@ -1,0 +1,167 @@
+"""The local verified copy under the archive: read-back comparison, stamps, durability, modes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint import transfer
+from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
+from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile
+from airflow_ckpt_provider.checkpoint.transfer import (
+    ReadBackMismatch,
+    check_unchanged,
+    copy_verified,
+    flush_filesystem,
+    make_private_dirs,
+    same_verified,
+    spread_directories,
+    write_private_file,
+)
+
+LOCAL = fsspec.filesystem("file")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096 + 17])
+@pytest.mark.parametrize("hint", ["exact", "unknown", "stale"])
+def test_copy_verified_copies_hashes_and_stamps(tmp_path: Path, size: int, hint: str) -> None:
+    data = os.urandom(size)
+    (tmp_path / "src").write_bytes(data)
+    size_hint = {"exact": size, "unknown": -1, "stale": max(size - 100, 0)}[hint]
+    done = copy_verified(LOCAL, str(tmp_path / "src"), str(tmp_path / "dst"), size_hint=size_hint, chunk=4096)
+    assert (done.size, done.sha256) == (size, sha(data))
+    assert (tmp_path / "dst").read_bytes() == data
+    info = (tmp_path / "dst").stat()
+    assert done.stamp == (info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+    assert mode(tmp_path / "dst") == 0o640 & ~_umask()
+
+
+def test_copy_verified_from_another_filesystem(tmp_path: Path) -> None:
+    memory = fsspec.filesystem("memory")
+    path = f"/t-{uuid.uuid4().hex}/src"
+    data = os.urandom(10_000)
+    memory.pipe_file(path, data)
+    try:
+        done = copy_verified(memory, path, str(tmp_path / "dst"), chunk=4096)
+    finally:
+        memory.rm(path)
+    assert (done.size, done.sha256) == (len(data), sha(data))
+    assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_a_write_that_does_not_read_back_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src").write_bytes(os.urandom(10_000))
+    real = os.pwrite
+
+    def lossy(fd: int, data: bytes, offset: int) -> int:  # acknowledges everything, loses one byte
+        written = real(fd, bytes(data)[:-1], offset)
+        return written + 1
+
+    monkeypatch.setattr(transfer.os, "pwrite", lossy)
+    with pytest.raises(ReadBackMismatch, match="read back differently"):
+        copy_verified(LOCAL, str(tmp_path / "src"), str(tmp_path / "dst"), chunk=4096)
+
+
+def test_a_read_back_that_differs_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src").write_bytes(b"x" * 5000)
+    real = os.pread
+
+    def flipped(fd: int, n: int, offset: int) -> bytes:
+        block = bytearray(real(fd, n, offset))
+        if offset == 4096:
+            block[-1] ^= 1
+        return bytes(block)
+
+    monkeypatch.setattr(transfer.os, "pread", flipped)
+    with pytest.raises(ReadBackMismatch, match="bytes 4096-5000"):
+        copy_verified(LOCAL, str(tmp_path / "src"), str(tmp_path / "dst"), chunk=4096)
+
+
+def test_same_verified_keeps_only_identical_files_and_narrows_their_mode(tmp_path: Path) -> None:
+    data = os.urandom(9000)
+    (tmp_path / "src").write_bytes(data)
+    dst = tmp_path / "dst"
+    dst.write_bytes(data)
+    dst.chmod(0o666)
+    kept = same_verified(LOCAL, str(tmp_path / "src"), str(dst), chunk=4096)
+    assert kept is not None and (kept.size, kept.sha256) == (9000, sha(data))
+    assert mode(dst) == 0o640
+    assert kept.stamp == (dst.stat().st_mtime_ns, dst.stat().st_ctime_ns, dst.stat().st_ino)
+
+    dst.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert same_verified(LOCAL, str(tmp_path / "src"), str(dst), chunk=4096) is None
+    dst.write_bytes(data + b"!")
+    assert same_verified(LOCAL, str(tmp_path / "src"), str(dst), chunk=4096) is None
+    dst.unlink()
+    assert same_verified(LOCAL, str(tmp_path / "src"), str(dst), chunk=4096) is None
+
+
+def test_check_unchanged_catches_a_rewrite_with_the_same_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "src").write_bytes(b"state")
+    done = copy_verified(LOCAL, str(tmp_path / "src"), str(root / "a"))
+    files = [ArchivedFile("a", done.size, done.sha256)]
+    check_unchanged(LOCAL, str(root), files, {"a": done.stamp}, where="archive")
+
+    time.sleep(0.02)  # past the clock tick of the copy, for kernels with coarse timestamps
+    before = (root / "a").stat()
+    (root / "a").write_bytes(b"state")  # same size, same bytes ...
+    os.utime(root / "a", ns=(before.st_atime_ns, before.st_mtime_ns))  # ... and the old mtime
+    with pytest.raises(ArchiveCorrupt, match="changed after it was verified") as changed:
+        check_unchanged(LOCAL, str(root), files, {"a": done.stamp}, where="archive")
+    assert changed.value.file == "a"
+
+    (root / "b").write_bytes(b"")
+    with pytest.raises(ArchiveCorrupt) as extra:
+        check_unchanged(LOCAL, str(root), files, {"a": transfer._stamp((root / "a").stat())}, where="archive")
+    assert extra.value.file == "b"
+
+
+def test_write_private_file_atomic_leaves_one_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "manifest.json"
+    target.write_bytes(b"old")
+    write_private_file(str(target), b'{"new": true}', atomic=True)
+    assert target.read_bytes() == b'{"new": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+    assert mode(target) == 0o640 & ~_umask()
+
+
+def test_make_private_dirs_gives_every_new_level_0o750(tmp_path: Path) -> None:
+    make_private_dirs(str(tmp_path / "a" / "b" / "c"))
+    for path in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
+        assert mode(path) == 0o750 & ~_umask()
+    make_private_dirs(str(tmp_path / "a" / "b" / "c"))  # exists: fine
+
+
+def test_flush_filesystem_uses_syncfs_on_linux(tmp_path: Path) -> None:
+    expected = "syncfs" if os.uname().sysname == "Linux" else "sync"
+    assert flush_filesystem(str(tmp_path)) == expected
+
+
+def test_spread_directories_deals_one_directory_at_a_time() -> None:
+    paths = ["offsets/1", "offsets/0", "state/0/1.delta", "metadata", "offsets/2", "state/0/2.delta"]
+    assert spread_directories(paths) == [
+        "metadata", "offsets/0", "state/0/1.delta", "offsets/1", "state/0/2.delta", "offsets/2"]
+    assert spread_directories([]) == []
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
