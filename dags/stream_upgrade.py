@@ -62,6 +62,11 @@ STEPS = ["preflight", "approve", "graceful_stop", "extract_handover", "archive",
          "rollback_stop_new", "rollback_restore", "rollback_restart_old"]
 UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
 HANDOVER = "{{ ti.xcom_pull(task_ids='extract_handover') }}"
+#: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
+#: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
+#: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
+#: finds the query stopped.
+STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 
@@ -131,7 +136,7 @@ def build_stream_upgrade_dag(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, poll_interval=poll_interval,
-            trigger_rule="none_failed_min_one_success", journal=JOURNAL,
+            trigger_rule="none_failed_min_one_success", journal=JOURNAL, **STOP_RETRY,
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -172,7 +177,7 @@ def build_stream_upgrade_dag(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
-            journal=JOURNAL, journal_phase="rollback",
+            journal=JOURNAL, journal_phase="rollback", **STOP_RETRY,
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
