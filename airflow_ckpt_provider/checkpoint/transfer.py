@@ -62,15 +62,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, NamedTuple, TypeVar
 
 from fsspec import AbstractFileSystem
-from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
+from airflow_ckpt_provider.checkpoint.files import FILE_MODE, is_local, make_private_dirs, replace_file
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
 
 CHUNK = 1024 * 1024
 WRITEBACK_MIN = 64 * 1024
-FILE_MODE = 0o640
-DIR_MODE = 0o750
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_READ = os.O_RDONLY | _O_CLOEXEC
@@ -78,10 +76,6 @@ _O_ARCHIVE = os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC | getattr(os, "O_N
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def is_local(fs: AbstractFileSystem) -> bool:
-    return isinstance(fs, LocalFileSystem)
 
 
 def default_workers(*filesystems: AbstractFileSystem) -> int:
@@ -322,28 +316,17 @@ def flush_filesystem(path: str) -> str:
 
 
 def write_private_file(path: str, data: bytes, *, atomic: bool = False) -> None:
-    """Write ``data`` to the LOCAL file ``path`` with mode 0o640.
-
-    ``atomic``: under a temporary name in the same directory, fsync'd, renamed over ``path``,
-    then the directory fsync'd, so ``path`` appears whole and durable or not at all (a crash can
-    leave the temporary file, which the next attempt overwrites). ``OSError`` on failure.
-    """
-    directory, name = os.path.split(path)
-    target = os.path.join(directory, f".{name}.tmp") if atomic else path
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, FILE_MODE)
+    """Write ``data`` to the LOCAL file ``path`` with mode 0o640; ``atomic``: through
+    :func:`~airflow_ckpt_provider.checkpoint.files.replace_file` (whole and durable or not at
+    all). ``OSError`` on failure."""
+    if atomic:
+        replace_file(path, data, FILE_MODE)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, FILE_MODE)
     try:
         _pwrite_all(fd, data, 0)
-        if atomic:
-            os.fsync(fd)
     finally:
         os.close(fd)
-    if atomic:
-        os.replace(target, path)
-        dir_fd = os.open(directory or ".", os.O_RDONLY | _O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def scan_tree(fs: AbstractFileSystem, root: str) -> tuple[dict[str, int], dict[str, Any], list[str]]:
@@ -441,22 +424,6 @@ def make_dirs(fs: AbstractFileSystem, root: str, rel_files: Iterable[str], rel_d
             make_private_dirs(path)
         else:
             fs.makedirs(path, exist_ok=True)
-
-
-def make_private_dirs(path: str) -> None:
-    """``os.makedirs(path, exist_ok=True)`` giving every directory it creates mode 0o750 (less
-    with a stricter umask); ``os.makedirs`` applies the mode to the last one only. Existing
-    directories are left as they are."""
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path)
-    if parent and parent != path:
-        make_private_dirs(parent)
-    try:
-        os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        if not os.path.isdir(path):
-            raise
 
 
 class Progress:

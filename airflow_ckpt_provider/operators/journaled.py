@@ -20,6 +20,15 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
 
 
+def journal_at(uri: str | None, conn_id: str | None = None) -> UpgradeJournal | None:
+    """The journal at ``uri`` (a rendered template: empty, "None" or "null" mean none)."""
+    text = (uri or "").strip()
+    if text in ("", "None", "null"):
+        return None
+    fs, path = CheckpointStorageHook(storage_conn_id=conn_id or None).filesystem(text)
+    return UpgradeJournal(fs, path, uri=text)
+
+
 class JournaledStep:
     """Mixin: ``journal`` / ``journal_conn_id`` / ``journal_phase`` and the run helpers."""
 
@@ -37,11 +46,7 @@ class JournaledStep:
         self.journal_phase = journal_phase
 
     def open_journal(self) -> UpgradeJournal | None:
-        text = (self.journal or "").strip()
-        if text in ("", "None", "null"):
-            return None
-        fs, path = CheckpointStorageHook(storage_conn_id=self.journal_conn_id or None).filesystem(text)
-        return UpgradeJournal(fs, path, uri=text)
+        return journal_at(self.journal, self.journal_conn_id)
 
     def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
                  on_reuse: Callable[[Any], None] | None = None) -> Any:
@@ -76,4 +81,4 @@ class JournaledStep:
         return result
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep"]
+__all__ = ["JOURNAL_FIELDS", "JournaledStep", "journal_at"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -466,9 +468,6 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
 def _handle_from_heartbeat(checkpoint_uri: str, beat: Any, master: str) -> LaunchHandle:
     """A local handle for a job known only by its heartbeat (its process group, when on this
     host); used to adopt a job whose launch was interrupted before its handle was recorded."""
-    import os
-    import socket
-
     pid = int(beat.pid or 0)
     if beat.host in ("", socket.gethostname(), socket.getfqdn()) and pid:
         try:

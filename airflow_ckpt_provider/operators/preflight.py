@@ -108,8 +108,8 @@ class UpgradePreflightOperator(BaseOperator):
         archive = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(self.archive_root)
         sink = storage.filesystem(self.new_sink_path) if self.new_sink_path else None
         run_id = str(context.get("run_id") or "")
+        check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
         if self.journal:
-            check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
             intent, upgrade_id, journal = self._journal(archive)
             record = journal.read() if journal.exists() else None
             if record is not None and record.started_side_effects:
@@ -120,7 +120,6 @@ class UpgradePreflightOperator(BaseOperator):
             source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
         )
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
-        check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")

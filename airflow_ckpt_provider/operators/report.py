@@ -17,6 +17,7 @@ from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seco
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings, task_states
 
 
@@ -91,7 +92,7 @@ class UpgradeReportOperator(BaseOperator):
         archive_uri = archive.get("location", "")
         notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
                  if state == "failed"]
-        journal = self._open_journal()
+        journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         if journal is not None:
             notes.extend(self._journal_notes(journal, str(context.get("run_id", ""))))
 
@@ -116,13 +117,6 @@ class UpgradeReportOperator(BaseOperator):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
-
-    def _open_journal(self) -> UpgradeJournal | None:
-        text = (self.journal or "").strip()
-        if text in ("", "None", "null"):
-            return None
-        fs, path = CheckpointStorageHook(storage_conn_id=self.journal_conn_id or self.archive_conn_id).filesystem(text)
-        return UpgradeJournal(fs, path, uri=text)
 
     @staticmethod
     def _journal_notes(journal: UpgradeJournal, run_id: str) -> list[str]:
