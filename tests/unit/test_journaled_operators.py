@@ -6,7 +6,6 @@ processes that must be alive are real (``sleep`` in its own process group).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
