@@ -165,3 +165,13 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def test_default_workers_one_per_cpu_locally_and_sixteen_for_object_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    local, memory = fsspec.filesystem("file"), fsspec.filesystem("memory")
+    for cpus, expected in ((1, 2), (2, 2), (6, 6), (64, 8), (None, 2)):
+        monkeypatch.setattr(transfer.os, "cpu_count", lambda cpus=cpus: cpus)
+        assert transfer.default_workers(local) == expected
+        assert transfer.default_workers(local, local) == expected
+    assert transfer.default_workers(local, memory) == 16
+    assert transfer.default_workers(memory) == 16
