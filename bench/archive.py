@@ -50,7 +50,6 @@ import subprocess
 import sys
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -59,6 +58,7 @@ import fsspec
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
 from airflow_ckpt_provider.checkpoint.restore import verify_archive
+from airflow_ckpt_provider.checkpoint.transfer import run_parallel
 
 MIB = 1024 * 1024
 
@@ -153,16 +153,12 @@ def sha256_floor(nbytes: int, threads: int) -> tuple[float, float]:
     block = os.urandom(64 * MIB)
     rounds = max(1, int(nbytes / threads / len(block)))
 
-    def work() -> None:
+    def work(_: int) -> None:
         for _ in range(rounds):
             hashlib.sha256(block).digest()
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
     start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    run_parallel(range(threads), work, threads)
     rate = rounds * threads * len(block) / (time.perf_counter() - start)
     return nbytes / rate, rate
 

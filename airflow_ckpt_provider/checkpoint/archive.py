@@ -296,7 +296,6 @@ class CheckpointArchive:
         clock.lap("copy")
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-flush") as pool:
-            flushing = None
             if local:  # every byte was read back and compared while copying; the disk flushes while
                 # the checks below run (an exception waits for the flush, then propagates)
                 log.info("flushing %s to disk before writing the manifest", human_bytes(sum(files.values())))
@@ -308,10 +307,10 @@ class CheckpointArchive:
                 raise CheckpointChanged(found=f"{len(changed)} files added, removed or rewritten during the copy "
                                         f"(first: {changed[0]})", expected="a quiet checkpoint", path=source_uri)
             check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
-            if flushing is not None:  # nothing touched the archive since each file was verified
+            if local:  # nothing touched the archive since each file was verified
                 check_unchanged(self.fs, data, entries, verified, where=archive_uri)
             clock.lap("check")
-            if flushing is not None:
+            if local:
                 flushing.result()
                 clock.lap("sync")
         if not local:
@@ -407,39 +406,43 @@ class CheckpointArchive:
                             every_files=self.every_files, every_s=self.every_s)
         verified: dict[str, Any] = {}
 
-        def copy_local(rel: str) -> ArchivedFile:
-            src_path, dst_path = posixpath.join(src, rel), posixpath.join(dst, rel)
-            if existing.get(rel) == files[rel]:
-                kept = same_verified(src_fs, src_path, dst_path, chunk=self.chunk)
-                if kept is not None:
-                    verified[rel] = kept.stamp
-                    progress.add(kept.size, skipped=True)
-                    return ArchivedFile(rel, kept.size, kept.sha256)
+        def keep_local(rel: str, src_path: str, dst_path: str) -> tuple[int, str] | None:
+            kept = same_verified(src_fs, src_path, dst_path, chunk=self.chunk)
+            if kept is None:
+                return None
+            verified[rel] = kept.stamp
+            return kept.size, kept.sha256
+
+        def keep_remote(rel: str, src_path: str, dst_path: str) -> tuple[int, str] | None:
+            source = hash_file(src_fs, src_path, self.chunk)
+            return source if hash_file(self.fs, dst_path, self.chunk) == source else None
+
+        def write_local(rel: str, src_path: str, dst_path: str) -> tuple[int, str]:
             try:
                 done = copy_verified(src_fs, src_path, dst_path, size_hint=files[rel], chunk=self.chunk)
             except ReadBackMismatch as exc:
                 raise ArchiveCorrupt(file=rel, found=f"a copy that reads back differently ({exc.detail})",
                                      expected="the bytes read from the checkpoint", path=where) from None
             verified[rel] = done.stamp
-            progress.add(done.size)
-            if self.on_file_copied is not None:
-                self.on_file_copied(rel)
-            return ArchivedFile(rel, done.size, done.sha256)
+            return done.size, done.sha256
+
+        def write_remote(rel: str, src_path: str, dst_path: str) -> tuple[int, str]:
+            return copy_file(src_fs, src_path, self.fs, dst_path, self.chunk)
+
+        keep, write = (keep_local, write_local) if local else (keep_remote, write_remote)
 
         def copy(rel: str) -> ArchivedFile:
             src_path, dst_path = posixpath.join(src, rel), posixpath.join(dst, rel)
-            if existing.get(rel) == files[rel]:
-                size, digest = hash_file(src_fs, src_path, self.chunk)
-                if hash_file(self.fs, dst_path, self.chunk) == (size, digest):
-                    progress.add(size, skipped=True)
-                    return ArchivedFile(rel, size, digest)
-            size, digest = copy_file(src_fs, src_path, self.fs, dst_path, self.chunk)
+            if existing.get(rel) == files[rel] and (kept := keep(rel, src_path, dst_path)) is not None:
+                progress.add(kept[0], skipped=True)
+                return ArchivedFile(rel, *kept)
+            size, digest = write(rel, src_path, dst_path)
             progress.add(size)
             if self.on_file_copied is not None:
                 self.on_file_copied(rel)
             return ArchivedFile(rel, size, digest)
 
-        entries = run_parallel(spread_directories(files), copy_local if local else copy, workers)
+        entries = run_parallel(spread_directories(files), copy, workers)
         progress.finish()
         return entries, verified
 

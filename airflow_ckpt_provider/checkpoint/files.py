@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 #: Private by default: readable by the group (operators), by nobody else.
 FILE_MODE, DIR_MODE = 0o640, 0o750
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def is_local(fs: AbstractFileSystem) -> bool:
@@ -47,7 +47,7 @@ def replace_file(path: str, data: bytes, mode: int = FILE_MODE) -> None:
     Created with ``mode`` (less with a stricter umask). ``OSError`` on failure."""
     folder = os.path.dirname(path) or "."
     temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, mode)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, mode)
     try:
         view = memoryview(data)
         while view:
@@ -56,7 +56,7 @@ def replace_file(path: str, data: bytes, mode: int = FILE_MODE) -> None:
     finally:
         os.close(fd)
     os.replace(temp, path)
-    dir_fd = os.open(folder, os.O_RDONLY | _O_CLOEXEC)
+    dir_fd = os.open(folder, os.O_RDONLY | O_CLOEXEC)
     try:
         os.fsync(dir_fd)
     finally:
@@ -80,7 +80,7 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
     if is_local(fs):
         make_private_dirs(os.path.dirname(path))
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, FILE_MODE)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, FILE_MODE)
         except FileExistsError:
             return False
         try:
@@ -106,5 +106,5 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
 
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "create_exclusive", "is_local", "make_private_dirs", "replace_file",
-           "write_atomic"]
+__all__ = ["DIR_MODE", "FILE_MODE", "O_CLOEXEC", "create_exclusive", "is_local", "make_private_dirs",
+           "replace_file", "write_atomic"]

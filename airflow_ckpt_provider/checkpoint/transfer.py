@@ -64,15 +64,20 @@ from typing import IO, Any, NamedTuple, TypeVar
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
-from airflow_ckpt_provider.checkpoint.files import FILE_MODE, is_local, make_private_dirs, replace_file
+from airflow_ckpt_provider.checkpoint.files import (
+    FILE_MODE,
+    O_CLOEXEC,
+    is_local,
+    make_private_dirs,
+    replace_file,
+)
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
 
 CHUNK = 1024 * 1024
 WRITEBACK_MIN = 64 * 1024
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_READ = os.O_RDONLY | _O_CLOEXEC
-_O_ARCHIVE = os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_O_READ = os.O_RDONLY | O_CLOEXEC
+_O_ARCHIVE = os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -265,17 +270,29 @@ def check_unchanged(fs: AbstractFileSystem, root: str, files: Sequence[ArchivedF
     when it was verified; :class:`ArchiveCorrupt` naming the first file that was added, removed
     or touched since."""
     present, now, _ = scan_tree(fs, root)
-    expected = {f.path: f for f in files}
-    problems: list[tuple[str, str, str]] = []
-    for path in sorted(set(present) - set(expected)):
-        problems.append((path, "a file the manifest does not list", "only the manifest's files"))
-    for entry in sorted(files, key=lambda f: f.path):
+
+    def changed(entry: ArchivedFile) -> tuple[str, str] | None:
+        if present[entry.path] != entry.size or now[entry.path] != stamps.get(entry.path):
+            return (f"{present[entry.path]} bytes, changed after it was verified",
+                    f"{entry.size} bytes, untouched since verified")
+        return None
+
+    _raise_first(_listing_problems(present, sorted(files, key=lambda f: f.path), changed), where)
+
+
+def _listing_problems(present: Mapping[str, int], files: Sequence[ArchivedFile],
+                      differs: Callable[[ArchivedFile], tuple[str, str] | None]) -> list[tuple[str, str, str]]:
+    """(file, found, expected) for each listed file the manifest lacks, then, in the order of
+    ``files``, each manifest file that is missing or for which ``differs`` says (found, expected)."""
+    expected = {f.path for f in files}
+    problems = [(path, "a file the manifest does not list", "only the manifest's files")
+                for path in sorted(set(present) - expected)]
+    for entry in files:
         if entry.path not in present:
             problems.append((entry.path, "the file is missing", f"{entry.size} bytes"))
-        elif present[entry.path] != entry.size or now[entry.path] != stamps.get(entry.path):
-            problems.append((entry.path, f"{present[entry.path]} bytes, changed after it was verified",
-                             f"{entry.size} bytes, untouched since verified"))
-    _raise_first(problems, where)
+        elif (difference := differs(entry)) is not None:
+            problems.append((entry.path, *difference))
+    return problems
 
 
 @functools.cache
@@ -311,7 +328,7 @@ def flush_filesystem(path: str) -> str:
     if syncfs is None:
         os.sync()
         return "sync"
-    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
     try:
         if syncfs(fd) != 0:
             code = ctypes.get_errno()
@@ -328,7 +345,7 @@ def write_private_file(path: str, data: bytes, *, atomic: bool = False) -> None:
     if atomic:
         replace_file(path, data, FILE_MODE)
         return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, FILE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, FILE_MODE)
     try:
         _pwrite_all(fd, data, 0)
     finally:
@@ -543,16 +560,13 @@ def verify_files(
     all fail. ``where`` is the location shown in the error.
     """
     present, _ = list_tree(fs, root) if fs.exists(root) else ({}, [])
-    expected = {f.path: f for f in files}
-    problems: list[tuple[str, str, str]] = []
-    for path in sorted(set(present) - set(expected)):
-        problems.append((path, "a file the manifest does not list", "only the manifest's files"))
-    for entry in files:
-        if entry.path not in present:
-            problems.append((entry.path, "the file is missing", f"{entry.size} bytes"))
-        elif present[entry.path] != entry.size:
-            problems.append((entry.path, f"{present[entry.path]} bytes", f"{entry.size} bytes"))
-    _raise_first(problems, where)
+
+    def resized(entry: ArchivedFile) -> tuple[str, str] | None:
+        if present[entry.path] != entry.size:
+            return f"{present[entry.path]} bytes", f"{entry.size} bytes"
+        return None
+
+    _raise_first(_listing_problems(present, files, resized), where)
     progress = Progress(log, verb, len(files), sum(f.size for f in files))
 
     def check(entry: ArchivedFile) -> tuple[str, str, str] | None:
