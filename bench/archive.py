@@ -2,38 +2,46 @@
 
 Builds a checkpoint-like tree of 20,000 files, about 2 GB, in a temporary directory: offsets and
 commits with their Hadoop ``.crc`` files, many small state deltas, and some large state
-snapshots / RocksDB SST files. Then, ``--rounds`` times, alternating which goes first, times on
-the same disk:
+snapshots / RocksDB SST files. Then, for each source state, ``--rounds`` times, alternating which
+goes first, times on the same disk:
 
 - ``cp -r`` of the tree, and the ``sync`` right after it: ``cp -r`` alone leaves the copy in the
   page cache, ``cp -r`` + ``sync`` is the durable equivalent of what the archive guarantees;
 - ``CheckpointArchive.archive`` (SHA-256 of every byte, every byte read back from the archive
   and compared, flushed to disk, manifest written atomically and fsync'd).
 
-Every timed action starts after a ``sync`` (no dirty pages of the previous one), from the same
-source tree in the page cache, into a fresh directory. An untimed ``cp -r`` goes first: on a VM
-whose host backs guest memory lazily, the first gigabytes of page cache written after a pause come
-up several times faster than the rest, which would favour whichever side runs first (its time is
-printed). Nothing is deleted until the end: on ext4
-without a journal, creating files within minutes of deleting many is several times slower (the
-inode allocator skips recently deleted inodes), which would penalise whichever side runs after a
-deletion.
+Two source states (``--source``), because an archive meets both: **cached**, the source tree in
+the page cache (a checkpoint just written); **disk**, the source evicted from the page cache before
+each timed action (``POSIX_FADV_DONTNEED`` on every file after a sync; no privileges needed), as
+for the older state files of a long-running query, or an archive being restored.
 
-The speed of such a machine drifts by several times within minutes (on a VM that hands freed
-memory back to its host, every new page-cache page can cost a host page fault), so the headline
-figures are the MEDIAN of the per-round ratios: each round times both sides back to back, under
-the same conditions. The best time of each side and their ratio are printed too, with every
-round's times, the archive's phases (its best round) and, for reference, an independent re-hash
-of the archive (``ckpt verify-archive``; not part of archiving). Also printed, from the same run: the CPU seconds of each side, how long SHA-256 alone takes for
-these bytes on all of this machine's cores (hashing memory, no I/O), and from those a lower bound
-for any archive that hashes every byte and writes through the page cache like ``cp -r``: (SHA-256
-CPU seconds + ``cp -r``'s CPU seconds) / cores. When ``cp -r`` is fast, that bound alone shows how
-close to ``cp -r`` a checksummed copy can get on this machine. Cleans up.
+Every timed action starts after a ``sync`` (no dirty pages of the previous one), into a fresh
+directory. An untimed ``cp -r`` goes first: on a VM whose host backs guest memory lazily, the first
+gigabytes of page cache written after a pause come up several times faster than the rest, which
+would favour whichever side runs first (its time is printed). Nothing is deleted until the end:
+on ext4 without a journal, creating files within minutes of deleting many is several times slower
+(the inode allocator looks up, and skips, inodes deleted in the last 60 s, or 360 s while their
+inode table is not yet written back), which would penalise whichever side runs after a deletion.
+For the same reason, do not start the benchmark within minutes of deleting many files (a previous
+run's, or a test suite's).
 
-    python bench/archive.py [--files 20000] [--gib 2] [--rounds 6] [--workers N] [--dir /tmp]
+The speed of such a machine drifts by several times within minutes, so the headline figures are
+the MEDIAN of the per-round ratios: each round times both sides back to back, under the same
+conditions. The best time of each side and their ratio are printed too, with every round's times,
+the archive's phases (its best round) and, for reference, an independent re-hash of the archive
+(``ckpt verify-archive``; not part of archiving). Also printed, from the same run: the CPU seconds
+of each side, how long SHA-256 alone takes for these bytes on all of this machine's cores (hashing
+memory, no I/O), and from those a lower bound for any archive that hashes every byte and writes
+through the page cache like ``cp -r``: (SHA-256 CPU seconds + ``cp -r``'s CPU seconds) / cores.
+When ``cp -r`` is fast, that bound alone shows how close to ``cp -r`` a checksummed copy can get
+on this machine. Cleans up.
 
-Exit status 1 if the median ratio to ``cp -r`` + ``sync``, the comparison with the same
-guarantee, is below --target (default 0.8). The ratio to ``cp -r`` alone is printed beside it.
+    python bench/archive.py [--files 20000] [--gib 2] [--rounds 4] [--source cached|disk|both]
+                            [--workers N] [--dir /tmp]
+
+Exit status 1 if, for a source state, the median ratio to ``cp -r`` + ``sync``, the comparison
+with the same guarantee, is below --target (default 0.8). The ratio to ``cp -r`` alone is printed
+beside it.
 """
 
 from __future__ import annotations
@@ -173,20 +181,105 @@ PHASES = {
 }
 
 
+def evict(root: Path) -> None:
+    """Drop ``root``'s files from the page cache (``POSIX_FADV_DONTNEED`` on each, after a sync:
+    clean pages go), so the next reader gets them from the disk. No root privileges needed."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+SOURCES = {
+    "cached": "source in the page cache (just written, or read often)",
+    "disk": "source on disk (evicted from the page cache before each timed action)",
+}
+
+
+class Rounds:
+    """Per-round times and CPU seconds of both sides, for one source state."""
+
+    def __init__(self) -> None:
+        self.cp: list[float] = []
+        self.durable_cp: list[float] = []
+        self.archive: list[float] = []
+        self.cp_cpu: list[float] = []
+        self.archive_cpu: list[float] = []
+        self.phases: list[dict[str, float]] = []
+
+    def medians(self) -> tuple[float, float]:
+        """(median of cp -r / archive, median of (cp -r + sync) / archive), per round."""
+        return (statistics.median(c / a for c, a in zip(self.cp, self.archive)),
+                statistics.median(d / a for d, a in zip(self.durable_cp, self.archive)))
+
+
+def measure(src: Path, work: Path, source: str, rounds: int, workers: int | None) -> tuple[Rounds, str]:
+    """``rounds`` rounds of both sides, alternating which goes first; (the rounds, the last archive)."""
+    fs = fsspec.filesystem("file")
+    result, last = Rounds(), ""
+
+    def prepare() -> None:
+        sync()
+        if source == "disk":
+            evict(src)
+
+    for round_no in range(rounds):
+        sides = ("cp", "archive") if round_no % 2 == 0 else ("archive", "cp")
+        for side in sides:
+            prepare()
+            if side == "cp":
+                copied, durable, cpu = time_cp(src, work / f"cp-{source}-{round_no}")
+                result.cp.append(copied)
+                result.durable_cp.append(durable)
+                result.cp_cpu.append(cpu)
+                continue
+            archiver = CheckpointArchive(fs, str(work / f"archive-{source}-{round_no}"), workers=workers,
+                                         progress_every_files=10**9, progress_every_s=10**9)
+            cpu = time.process_time()
+            result.archive.append(time_archive(archiver, src, f"round-{round_no}"))
+            result.archive_cpu.append(time.process_time() - cpu)
+            result.phases.append(dict(archiver.timings))
+            last = archiver.list("bench")[-1].path
+    return result, last
+
+
+def report(source: str, rounds: Rounds, mib: float) -> None:
+    cp_s, durable_s, archive_s = min(rounds.cp), min(rounds.durable_cp), min(rounds.archive)
+    print(f"\n== {SOURCES[source]}")
+    print(f"{'':<46}{'seconds':>9}{'MiB/s':>9}   (best round of each)")
+    for label, seconds in (("cp -r (page cache only)", cp_s), ("cp -r + sync (durable)", durable_s),
+                           ("archive (verified, durable)", archive_s)):
+        print(f"{label:<46}{seconds:>9.2f}{mib / seconds:>9.0f}")
+    for phase, seconds in rounds.phases[rounds.archive.index(archive_s)].items():
+        print(f"{'  ' + PHASES.get(phase, phase):<46}{seconds:>9.2f}")
+    print("rounds (cp -r | cp -r + sync | archive, seconds -> ratios; CPU seconds of cp -r and archive):")
+    for number, (c, d, a) in enumerate(zip(rounds.cp, rounds.durable_cp, rounds.archive)):
+        print(f"  {number}: {c:5.2f} | {d:5.2f} | {a:5.2f} -> {c / a:.2f}x | {d / a:.2f}x"
+              f"   (CPU {rounds.cp_cpu[number]:.2f} | {rounds.archive_cpu[number]:.2f})")
+    print(f"best vs best: {cp_s / archive_s:.2f}x of cp -r, {durable_s / archive_s:.2f}x of cp -r + sync")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--gib", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per source state")
+    parser.add_argument("--source", choices=(*SOURCES, "both"), default="both",
+                        help="where the source checkpoint is when each copy starts")
     parser.add_argument("--workers", type=int, default=None, help="archive threads (default: library default)")
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--target", type=float, default=0.8)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    sources = list(SOURCES) if args.source == "both" else [args.source]
 
     df = subprocess.run(["df", "-h", args.dir], capture_output=True, text=True, check=True).stdout
     print(df.rstrip())
-    need = int(args.gib * (2 + 2 * args.rounds) * 1.1 * 1024**3)  # source, warm-up, each round's two copies
+    # the source, the warm-up, and each round's two copies
+    need = int(args.gib * (2 + 2 * args.rounds * len(sources)) * 1.1 * 1024**3)
     free = shutil.disk_usage(args.dir).free
     if free < need:
         print(f"not enough free space in {args.dir}: {free / 1024**3:.1f} GiB, need {need / 1024**3:.1f} GiB")
@@ -199,72 +292,46 @@ def main() -> int:
         count, size = build(src, args.files, int(args.gib * 1024**3))
         print(f"built {count:,} files, {size / MIB:,.0f} MiB in {time.perf_counter() - start:.1f} s "
               f"({os.cpu_count()} cpus)")
-        fs = fsspec.filesystem("file")
-        cp_times: list[float] = []
-        durable_cp_times: list[float] = []
-        archive_times: list[float] = []
-        cp_cpus: list[float] = []
-        archive_cpus: list[float] = []
-        phases: list[dict[str, float]] = []
-        last = ""  # the latest archive
         warm_up, _, _ = time_cp(src, work / "warm-up")
-        for round_no in range(args.rounds):
-            sides = ("cp", "archive") if round_no % 2 == 0 else ("archive", "cp")
-            for side in sides:
-                if side == "cp":
-                    copied, durable, cpu = time_cp(src, work / f"cp-{round_no}")
-                    cp_cpus.append(cpu)
-                    cp_times.append(copied)
-                    durable_cp_times.append(durable)
-                    continue
-                archiver = CheckpointArchive(fs, str(work / f"archive-{round_no}"), workers=args.workers,
-                                             progress_every_files=10**9, progress_every_s=10**9)
-                cpu = time.process_time()
-                archive_times.append(time_archive(archiver, src, f"round-{round_no}"))
-                archive_cpus.append(time.process_time() - cpu)
-                phases.append(dict(archiver.timings))
-                last = archiver.list("bench")[-1].path
+        measured: dict[str, Rounds] = {}
+        last = ""
+        for source in sources:
+            measured[source], last = measure(src, work, source, args.rounds, args.workers)
         sync()
         start = time.perf_counter()
-        verify_archive(fs, last, workers=args.workers)
+        verify_archive(fsspec.filesystem("file"), last, workers=args.workers)
         rehash_s = time.perf_counter() - start
         floor_s, sha_rate = sha256_floor(size, os.cpu_count() or 1)
 
-        cp_s, durable_s, archive_s = min(cp_times), min(durable_cp_times), min(archive_times)
-        best = phases[archive_times.index(archive_s)]
         mib = size / MIB
-        print(f"{'':<46}{'seconds':>9}{'MiB/s':>9}   (best round of each)")
-        for label, seconds in (("cp -r (page cache only)", cp_s), ("cp -r + sync (durable)", durable_s),
-                               ("archive (verified, durable)", archive_s)):
-            print(f"{label:<46}{seconds:>9.2f}{mib / seconds:>9.0f}")
-        for phase, seconds in best.items():
-            print(f"{'  ' + PHASES.get(phase, phase):<46}{seconds:>9.2f}")
+        print(f"warm-up cp -r {warm_up:.2f} s (not counted)")
+        for source, rounds in measured.items():
+            report(source, rounds, mib)
+        print()
         print(f"{'independent re-hash (verify-archive, not in archive)':<46}{rehash_s:>9.2f}{mib / rehash_s:>9.0f}")
         print(f"{f'SHA-256 alone, in memory, {os.cpu_count()} threads (floor)':<46}{floor_s:>9.2f}"
               f"{sha_rate / MIB:>9.0f}")
-        fast_pairs = [c / a for c, a in zip(cp_times, archive_times)]
-        durable_pairs = [d / a for d, a in zip(durable_cp_times, archive_times)]
-        print("rounds (cp -r | cp -r + sync | archive, seconds -> ratios; CPU seconds of cp -r and archive):")
-        print(f"  warm-up cp -r {warm_up:.2f} s (not counted)")
-        for number, (c, d, a) in enumerate(zip(cp_times, durable_cp_times, archive_times)):
-            print(f"  {number}: {c:5.2f} | {d:5.2f} | {a:5.2f} -> {c / a:.2f}x | {d / a:.2f}x"
-                  f"   (CPU {cp_cpus[number]:.2f} | {archive_cpus[number]:.2f})")
-        one, five, _ = os.getloadavg()
-        print(f"load average at the end: {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cpus "
-              f"(other work on the machine slows both sides)")
-        fast, durable = statistics.median(fast_pairs), statistics.median(durable_pairs)
         cores = os.cpu_count() or 1
-        bound_s = (floor_s * cores + min(cp_cpus)) / cores
-        print(f"lower bound for an archive that hashes every byte and writes through the page cache as "
-              f"cp -r does: (SHA-256 {floor_s * cores:.2f} CPU s + cp -r {min(cp_cpus):.2f} CPU s) / {cores} "
-              f"cores = {bound_s:.2f} s, so at most {cp_s / bound_s:.2f}x of cp -r's best {cp_s:.2f} s "
-              f"on this machine")
-        print(f"best vs best: {cp_s / archive_s:.2f}x of cp -r, {durable_s / archive_s:.2f}x of cp -r + sync")
-        verdict = "OK" if durable >= args.target else "BELOW TARGET"
-        print(f"archive throughput vs cp -r (page cache only), median of {len(fast_pairs)} rounds: {fast:.2f}x")
-        print(f"archive throughput vs cp -r + sync (durable, like the archive), median of "
-              f"{len(durable_pairs)} rounds: {durable:.2f}x (target {args.target:.2f}x) {verdict}")
-        return 0 if durable >= args.target else 1
+        cached = measured.get("cached")
+        if cached is not None:
+            cp_s = min(cached.cp)
+            bound_s = (floor_s * cores + min(cached.cp_cpu)) / cores
+            print(f"lower bound for an archive that hashes every byte and writes through the page cache as "
+                  f"cp -r does: (SHA-256 {floor_s * cores:.2f} CPU s + cp -r {min(cached.cp_cpu):.2f} CPU s) / "
+                  f"{cores} cores = {bound_s:.2f} s, so at most {cp_s / bound_s:.2f}x of cp -r's best "
+                  f"{cp_s:.2f} s (source cached) on this machine")
+        one, five, _ = os.getloadavg()
+        print(f"load average at the end: {one:.2f} (1 min), {five:.2f} (5 min) on {cores} cpus "
+              f"(other work on the machine slows both sides)")
+        ok = True
+        for source, rounds in measured.items():
+            fast, durable = rounds.medians()
+            met = durable >= args.target
+            ok = ok and met
+            print(f"{source}: archive throughput, median of {len(rounds.archive)} per-round ratios: "
+                  f"{fast:.2f}x of cp -r (page cache only), {durable:.2f}x of cp -r + sync (durable, like the "
+                  f"archive; target {args.target:.2f}x) {'OK' if met else 'BELOW TARGET'}")
+        return 0 if ok else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -61,6 +61,7 @@ from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_arch
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
+    Readahead,
     ReadBackMismatch,
     check_unchanged,
     copy_file,
@@ -442,7 +443,10 @@ class CheckpointArchive:
                 self.on_file_copied(rel)
             return ArchivedFile(rel, size, digest)
 
-        entries = run_parallel(spread_directories(files), copy, workers)
+        order = spread_directories(files)
+        readahead = Readahead.for_files(src_fs, [posixpath.join(src, rel) for rel in order],
+                                        [files[rel] for rel in order])
+        entries = run_parallel(order, copy, workers, readahead=readahead)
         progress.finish()
         return entries, verified
 

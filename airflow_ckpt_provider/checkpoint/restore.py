@@ -21,6 +21,7 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, MANIFEST, Archiv
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
+    Readahead,
     copy_file,
     default_workers,
     make_dirs,
@@ -97,7 +98,9 @@ def restore_archive(
             raise ArchiveCorrupt(file=entry.path, found=f"sha256 {digest[:16]}… ({size} bytes) in the archive",
                                  expected=f"sha256 {entry.sha256[:16]}… ({entry.size} bytes)", path=archive_path)
 
-    run_parallel(list(manifest.files), copy, workers)
+    readahead = Readahead.for_files(archive_fs, [posixpath.join(data, f.path) for f in manifest.files],
+                                    [f.size for f in manifest.files])
+    run_parallel(list(manifest.files), copy, workers, readahead=readahead)
     progress.finish()
     verify_files(target_fs, target, manifest.files, where=target_path, workers=workers, log=log,
                  verb="verified restored")

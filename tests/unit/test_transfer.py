@@ -16,11 +16,13 @@ from airflow_ckpt_provider.checkpoint import transfer
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile
 from airflow_ckpt_provider.checkpoint.transfer import (
+    Readahead,
     ReadBackMismatch,
     check_unchanged,
     copy_verified,
     flush_filesystem,
     make_private_dirs,
+    run_parallel,
     same_verified,
     spread_directories,
     write_private_file,
@@ -175,3 +177,64 @@ def test_default_workers_one_per_cpu_locally_and_sixteen_for_object_stores(monke
         assert transfer.default_workers(local, local) == expected
     assert transfer.default_workers(local, memory) == 16
     assert transfer.default_workers(memory) == 16
+
+
+MIB = 1024 * 1024
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    hinted: list[str] = []
+    monkeypatch.setattr(Readahead, "_hint", staticmethod(hinted.append))
+    return hinted
+
+
+def test_readahead_hints_each_file_once_up_to_the_window_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    hinted = _recording(monkeypatch)
+    readahead = Readahead([f"f{i}" for i in range(10)], [10 * MIB] * 10, window_bytes=32 * MIB)
+    readahead.reach(0)
+    assert hinted == ["f0", "f1", "f2", "f3"]  # the files starting within 32 MiB of f0's start
+    readahead.reach(1)
+    assert hinted[4:] == ["f4"]
+    readahead.reach(0)  # a worker that is behind: nothing new
+    readahead.reach(1)
+    assert len(hinted) == 5
+    readahead.reach(9)  # far ahead (a skip): from the file reached, never past the last
+    assert hinted[5:] == ["f9"]
+
+
+def test_readahead_caps_the_number_of_small_files_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    hinted = _recording(monkeypatch)
+    readahead = Readahead([f"f{i}" for i in range(1000)], [100] * 1000, window_files=64)
+    readahead.reach(0)
+    assert hinted == [f"f{i}" for i in range(64)]
+    readahead.reach(10)
+    assert hinted[64:] == [f"f{i}" for i in range(64, 74)]
+
+
+def test_run_parallel_hints_before_each_item_and_every_file_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    hinted = _recording(monkeypatch)
+    events: list[str] = []
+    items = [f"f{i}" for i in range(6)]
+    readahead = Readahead(items, [MIB] * 6, window_bytes=2 * MIB)
+    monkeypatch.setattr(readahead, "reach", lambda index: events.append(f"reach {index}"))
+    run_parallel(items, lambda item: events.append(f"work {item}"), 1, readahead=readahead)
+    assert events == [e for i in range(6) for e in (f"reach {i}", f"work f{i}")]
+
+    many = [f"g{i}" for i in range(500)]
+    assert run_parallel(many, str.upper, 4, readahead=Readahead(many, [MIB] * 500, window_bytes=8 * MIB)) == \
+        [m.upper() for m in many]
+    assert sorted(hinted) == sorted(many)  # each file hinted exactly once, whatever the thread order
+
+
+def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Readahead.for_files(fsspec.filesystem("memory"), ["/a"], [1]) is None
+    (tmp_path / "a").write_bytes(b"x" * 10_000)
+    advised: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(transfer.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: (advised.append((offset, length, advice)),
+                                                            real(fd, offset, length, advice))[1])
+    readahead = Readahead.for_files(LOCAL, [str(tmp_path / "missing"), str(tmp_path / "a")], [1, 10_000])
+    assert readahead is not None
+    readahead.reach(0)  # a file that is gone is skipped: the copy reports it
+    assert advised == [(0, 0, os.POSIX_FADV_WILLNEED)]
