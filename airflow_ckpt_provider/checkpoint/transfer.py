@@ -558,17 +558,19 @@ class Readahead:
             if end <= first:
                 return
             self.hinted = end
-        for path in self.paths[first:end]:
-            self._hint(path)
+        for item in range(first, end):
+            self._hint(self.paths[item], min(self.starts[item + 1] - self.starts[item], self.window_bytes))
 
     @staticmethod
-    def _hint(path: str) -> None:
+    def _hint(path: str, length: int) -> None:
+        """Read ahead the first ``length`` bytes of ``path`` (a big file: the window's worth; the
+        kernel's own readahead follows the reads after that)."""
         try:
             fd = os.open(path, _O_READ | os.O_NONBLOCK)
         except OSError:
             return
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(fd, 0, length, os.POSIX_FADV_WILLNEED)
         except OSError:
             pass
         finally:

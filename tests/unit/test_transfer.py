@@ -184,7 +184,7 @@ MIB = 1024 * 1024
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     hinted: list[str] = []
-    monkeypatch.setattr(Readahead, "_hint", staticmethod(hinted.append))
+    monkeypatch.setattr(Readahead, "_hint", staticmethod(lambda path, length: hinted.append(path)))
     return hinted
 
 
@@ -234,7 +234,9 @@ def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypa
     monkeypatch.setattr(transfer.os, "posix_fadvise",
                         lambda fd, offset, length, advice: (advised.append((offset, length, advice)),
                                                             real(fd, offset, length, advice))[1])
-    readahead = Readahead.for_files(LOCAL, [str(tmp_path / "missing"), str(tmp_path / "a")], [1, 10_000])
+    (tmp_path / "big").write_bytes(b"")
+    readahead = Readahead.for_files(LOCAL, [str(tmp_path / p) for p in ("missing", "a", "big")], [1, 10_000, 5 * MIB],
+                                    window_bytes=4 * MIB)
     assert readahead is not None
     readahead.reach(0)  # a file that is gone is skipped: the copy reports it
-    assert advised == [(0, 0, os.POSIX_FADV_WILLNEED)]
+    assert advised == [(0, 10_000, os.POSIX_FADV_WILLNEED), (0, 4 * MIB, os.POSIX_FADV_WILLNEED)]  # big: the window
