@@ -66,7 +66,7 @@ import fsspec
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
 from airflow_ckpt_provider.checkpoint.restore import verify_archive
-from airflow_ckpt_provider.checkpoint.transfer import run_parallel
+from airflow_ckpt_provider.checkpoint.transfer import list_tree, run_parallel
 
 MIB = 1024 * 1024
 
@@ -184,13 +184,13 @@ PHASES = {
 def evict(root: Path) -> None:
     """Drop ``root``'s files from the page cache (``POSIX_FADV_DONTNEED`` on each, after a sync:
     clean pages go), so the next reader gets them from the disk. No root privileges needed."""
-    for path in root.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    files, _ = list_tree(fsspec.filesystem("file"), str(root))
+    for rel in files:
+        fd = os.open(root / rel, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 SOURCES = {

@@ -444,8 +444,7 @@ class CheckpointArchive:
             return ArchivedFile(rel, size, digest)
 
         order = spread_directories(files)
-        readahead = Readahead.for_files(src_fs, [posixpath.join(src, rel) for rel in order],
-                                        [files[rel] for rel in order])
+        readahead = Readahead.for_files(src_fs, src, order, [files[rel] for rel in order])
         entries = run_parallel(order, copy, workers, readahead=readahead)
         progress.finish()
         return entries, verified

@@ -98,7 +98,7 @@ def restore_archive(
             raise ArchiveCorrupt(file=entry.path, found=f"sha256 {digest[:16]}… ({size} bytes) in the archive",
                                  expected=f"sha256 {entry.sha256[:16]}… ({entry.size} bytes)", path=archive_path)
 
-    readahead = Readahead.for_files(archive_fs, [posixpath.join(data, f.path) for f in manifest.files],
+    readahead = Readahead.for_files(archive_fs, data, [f.path for f in manifest.files],
                                     [f.size for f in manifest.files])
     run_parallel(list(manifest.files), copy, workers, readahead=readahead)
     progress.finish()

@@ -56,6 +56,7 @@ import ctypes
 import errno
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import posixpath
@@ -535,19 +536,19 @@ class Readahead:
     def __init__(self, paths: Sequence[str], sizes: Sequence[int], *, window_bytes: int = READAHEAD_BYTES,
                  window_files: int = READAHEAD_FILES) -> None:
         self.paths = paths
-        self.starts = [0]  # starts[i]: bytes before item i
-        for size in sizes:
-            self.starts.append(self.starts[-1] + max(size, 0))
+        self.starts = list(itertools.accumulate(sizes, initial=0))  # starts[i]: bytes before item i
         self.window_bytes, self.window_files = window_bytes, max(1, window_files)
         self.hinted = 0  # items [0, hinted) were hinted
         self._lock = threading.Lock()
 
     @classmethod
-    def for_files(cls, fs: AbstractFileSystem, paths: Sequence[str], sizes: Sequence[int],
+    def for_files(cls, fs: AbstractFileSystem, root: str, rel_paths: Iterable[str], sizes: Sequence[int],
                   **window: int) -> Readahead | None:
+        """Over ``root``/each of ``rel_paths`` (``sizes`` in the same order); None unless ``fs`` is
+        local and the platform has ``posix_fadvise``."""
         if not is_local(fs) or not hasattr(os, "posix_fadvise"):
             return None
-        return cls(paths, sizes, **window)
+        return cls([posixpath.join(root, rel) for rel in rel_paths], sizes, **window)
 
     def reach(self, index: int) -> None:
         """A worker is about to read item ``index``: hint the items from it to the window's end."""
@@ -583,14 +584,13 @@ def run_parallel(items: Sequence[T], work: Callable[[T], R], workers: int, *,
     item: tens of thousands of small files make per-task overhead visible). The first exception
     stops the others after their current item and is re-raised. ``readahead`` (over the same
     items, in the same order) is told each index before its item is worked on."""
-    hint = readahead.reach if readahead is not None else None
+    def one(index: int) -> R:
+        if readahead is not None:
+            readahead.reach(index)
+        return work(items[index])
+
     if workers <= 1 or len(items) <= 1:
-        results_in_order: list[R] = []
-        for index, item in enumerate(items):
-            if hint is not None:
-                hint(index)
-            results_in_order.append(work(item))
-        return results_in_order
+        return [one(index) for index in range(len(items))]
     results: list[Any] = [None] * len(items)
     cursor = iter(range(len(items)))
     lock = threading.Lock()
@@ -603,9 +603,7 @@ def run_parallel(items: Sequence[T], work: Callable[[T], R], workers: int, *,
             if index is None:
                 return
             try:
-                if hint is not None:
-                    hint(index)
-                results[index] = work(items[index])
+                results[index] = one(index)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
                 failed.append(exc)
                 return
@@ -654,7 +652,7 @@ def verify_files(
             return entry.path, f"sha256 {digest[:16]}… ({size} bytes)", f"sha256 {entry.sha256[:16]}… ({entry.size} bytes)"
         return None
 
-    readahead = Readahead.for_files(fs, [posixpath.join(root, f.path) for f in files], [f.size for f in files])
+    readahead = Readahead.for_files(fs, root, [f.path for f in files], [f.size for f in files])
     results = run_parallel(list(files), check, workers, readahead=readahead)
     progress.finish()
     _raise_first(sorted(r for r in results if r is not None), where)

@@ -227,7 +227,7 @@ def test_run_parallel_hints_before_each_item_and_every_file_once(monkeypatch: py
 
 
 def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Readahead.for_files(fsspec.filesystem("memory"), ["/a"], [1]) is None
+    assert Readahead.for_files(fsspec.filesystem("memory"), "/", ["a"], [1]) is None
     (tmp_path / "a").write_bytes(b"x" * 10_000)
     advised: list[tuple[int, int, int]] = []
     real = os.posix_fadvise
@@ -235,7 +235,7 @@ def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypa
                         lambda fd, offset, length, advice: (advised.append((offset, length, advice)),
                                                             real(fd, offset, length, advice))[1])
     (tmp_path / "big").write_bytes(b"")
-    readahead = Readahead.for_files(LOCAL, [str(tmp_path / p) for p in ("missing", "a", "big")], [1, 10_000, 5 * MIB],
+    readahead = Readahead.for_files(LOCAL, str(tmp_path), ["missing", "a", "big"], [1, 10_000, 5 * MIB],
                                     window_bytes=4 * MIB)
     assert readahead is not None
     readahead.reach(0)  # a file that is gone is skipped: the copy reports it
