@@ -40,7 +40,6 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_ckpt_provider.hooks.kafka",
                     "airflow_ckpt_provider.hooks.storage",
                     "airflow_ckpt_provider.hooks.launcher",
-                    "airflow_ckpt_provider.hooks.escalation",
                 ],
             }
         ],

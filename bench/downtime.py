@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         # -- proof: every record in the sink exactly once, across the upgrade and the restart -----
         audit = demo.finish(demo.new_cp)
     finally:
-        from airflow_ckpt_provider.hooks.escalation import kill_local, local_job_alive
+        from airflow_ckpt_provider.jobs.local import group_members, kill_group
 
         pgid = pgid or _heartbeat_group(demo.new_cp)
-        if pgid and local_job_alive(pgid):
-            kill_local(pgid)
+        if pgid and group_members(pgid):
+            kill_group(pgid)
         demo.close()
     load_after = os.getloadavg()
 

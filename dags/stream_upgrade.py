@@ -61,7 +61,6 @@ PARAMS: dict[str, Param] = {
 STEPS = ["preflight", "approve", "graceful_stop", "extract_handover", "archive", "relaunch", "verify",
          "rollback_stop_new", "rollback_restore", "rollback_restart_old"]
 UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
-HANDOVER = "{{ ti.xcom_pull(task_ids='extract_handover') }}"
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
@@ -142,10 +141,11 @@ def build_stream_upgrade_dag(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL,
         )
+        # the handover step's result (HandoverResult) goes whole to the steps that need it
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
-            handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
+            handover=extract.output,
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
             upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}", journal=JOURNAL,
         )
@@ -153,16 +153,12 @@ def build_stream_upgrade_dag(
             task_id="relaunch", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], conf=planned["spark_conf"],
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
-            handover_json=HANDOVER.replace("}}", "['handover'] | tojson }}"),
-            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
+            handover=extract.output, master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
             poll_interval=poll_interval, journal=JOURNAL,
         )
         verify = HandoverVerifyOperator(
-            task_id="verify", handover=HANDOVER.replace("}}", "['handover'] | tojson }}"),
-            checkpoint_uri="{{ params.new_checkpoint }}",
-            starting_offsets=HANDOVER.replace("}}", "['starting_offsets'] }}"),
+            task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
             poll_interval=poll_interval, journal=JOURNAL,
         )

@@ -25,7 +25,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnsupportedLogVersion,
     VanishedPartitions,
 )
-from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.launch import InvalidLaunchHandle, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.offsets import (
     EARLIEST,
@@ -52,6 +52,7 @@ __all__ = [
     "CorruptCheckpointFile",
     "ExpiredOffsets",
     "Handover",
+    "HandoverResult",
     "InvalidHandover",
     "InvalidLaunchHandle",
     "InvalidOffsets",

@@ -80,7 +80,15 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     verify_files,
     write_private_file,
 )
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, parse_time
+from airflow_ckpt_provider.spark.control import (
+    DRIVER,
+    HEARTBEAT,
+    STOP_ACK,
+    DriverRecord,
+    Heartbeat,
+    StopAck,
+    parse_time,
+)
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)
@@ -129,7 +137,8 @@ def _modified(info: Mapping[str, Any]) -> datetime | None:
 def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | None = None, uri: str = "") -> None:
     """:class:`QueryStillRunning` if the checkpoint's query looks alive.
 
-    Alive means a live heartbeat (``_ckpt/heartbeat.json``, :meth:`Heartbeat.is_alive`), or, when
+    Alive means a live heartbeat (``_ckpt/heartbeat.json``, :meth:`Heartbeat.is_alive`), a live
+    supervised driver (``_ckpt/driver.json``, :meth:`DriverRecord.is_alive`), or, when
     a stop acknowledgement exists, an offsets file planned after it (higher batch than it
     recorded, or modified after ``stopped_at``).
     """
@@ -145,6 +154,18 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
         raise QueryStillRunning(
             found=f"a live heartbeat of query {beat.query_id} (run {beat.run_id}), updated "
             f"{beat.updated_at}, every {beat.interval_s:g}s", expected="a stopped query", path=where)
+    try:
+        driver = DriverRecord.from_json(fs.cat_file(posixpath.join(root, DRIVER)))
+    except FileNotFoundError:
+        driver = None
+    except (ValueError, TypeError):
+        log.warning("unreadable driver record in %s; ignoring it", where)
+        driver = None
+    if driver is not None and driver.is_alive(now):
+        raise QueryStillRunning(
+            found=f"the driver process of launch {driver.launch_id} (process group {driver.pid} on "
+            f"{driver.host or '?'}) still running, record updated {driver.updated_at}",
+            expected="a stopped query whose driver exited", path=where)
     try:
         ack = StopAck.from_json(fs.cat_file(posixpath.join(root, STOP_ACK)))
     except FileNotFoundError:

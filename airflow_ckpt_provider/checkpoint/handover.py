@@ -22,6 +22,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     SourceNotKafka,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
+from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
@@ -220,3 +221,75 @@ def handover_from_snapshot(snapshot: CheckpointSnapshot, *, taken_at: str | None
         in_flight_batch=snapshot.in_flight_batch,
         taken_at=taken_at if taken_at is not None else utc_now(),
     )
+
+
+@dataclass(frozen=True)
+class HandoverResult:
+    """The handover step's result, the contract between the handover and the later steps.
+
+    ``handover`` is where the old query stopped (its last committed batch); ``starting_offsets``
+    what the new query must be given (the handover reconciled with the live partitions), None
+    when only a bare handover is known; ``reconciliation`` what changed on the way. As XCom
+    (:meth:`to_dict`): ``{"handover": Handover dict, "starting_offsets": JSON string for Spark's
+    startingOffsets option, "reconciliation": {...}}``.
+    """
+
+    handover: Handover
+    starting_offsets: KafkaOffsets | None = None
+    reconciliation: Reconciliation | None = None
+
+    @property
+    def accepted_loss(self) -> frozenset[tuple[str, int]]:
+        """Partitions whose data loss was accepted explicitly."""
+        return self.reconciliation.accepted_loss if self.reconciliation is not None else frozenset()
+
+    def offsets(self, source: int | str | None = None) -> KafkaOffsets:
+        """The offsets to give the new query: the reconciled ones, else the handover's own."""
+        return self.starting_offsets if self.starting_offsets is not None else self.handover.kafka_offsets(source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "handover": self.handover.to_dict(),
+            "starting_offsets": self.starting_offsets.to_json() if self.starting_offsets is not None else "",
+            "reconciliation": self.reconciliation.to_dict() if self.reconciliation is not None else {},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: HandoverResult | Handover | str | bytes | Mapping[str, Any]) -> HandoverResult:
+        """The one parser of a handover step's result: this object, its dict or JSON (the handover
+        operator's XCom), or a bare :class:`Handover` (object, dict or JSON). Raises
+        :class:`InvalidHandover` (or :class:`InvalidOffsets` for bad starting offsets)."""
+        if isinstance(data, HandoverResult):
+            return data
+        if isinstance(data, Handover):
+            return cls(data)
+        if isinstance(data, (str, bytes)):
+            try:
+                data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except ValueError as exc:
+                raise InvalidHandover(
+                    found=f"text that is not valid JSON ({exc})", expected="a handover result or handover JSON",
+                    action="Pass the handover step's result itself (its .output XComArg), or render it with "
+                           "'| tojson' in a template: a plain '{{ ti.xcom_pull(...) }}' renders a Python repr.",
+                ) from None
+        if not isinstance(data, Mapping):
+            raise _bad(f"a {type(data).__name__}", "a handover result or handover JSON object")
+        if "handover" not in data:
+            return cls(Handover.from_json(data))
+        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation"})
+        if unknown:
+            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets and reconciliation")
+        raw = data.get("starting_offsets")
+        starting = KafkaOffsets.from_json(raw if isinstance(raw, str) else json.dumps(raw)) if raw else None
+        recon_data = data.get("reconciliation") or {}
+        handover = Handover.from_json(data["handover"])
+        try:
+            if recon_data and "startingOffsets" not in recon_data:  # written by hand: the offsets given
+                recon_data = {**recon_data, "startingOffsets": (starting or handover.kafka_offsets()).to_dict()}
+            recon = Reconciliation.from_dict(recon_data) if recon_data else None
+        except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
+            raise _bad(f"reconciliation {recon_data!r:.80}", "the handover operator's reconciliation") from None
+        return cls(handover, starting, recon)

@@ -37,6 +37,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -51,7 +52,15 @@ FORMAT = 1
 JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
 
-STARTED, DONE, FAILED = "started", "done", "failed"
+class StepState(StrEnum):
+    """A step's state in the journal."""
+
+    STARTED = "started"  # begun; an interrupted attempt stays here
+    DONE = "done"
+    FAILED = "failed"
+
+
+STARTED, DONE, FAILED = StepState.STARTED, StepState.DONE, StepState.FAILED
 UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
 #: Outcomes that end an upgrade and free its stream for the next one.
 FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})

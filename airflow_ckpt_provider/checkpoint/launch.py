@@ -1,20 +1,23 @@
 """``LaunchHandle``: how to find, watch and kill a launched streaming job (pure value object).
 
 The launch operator returns it as XCom; the stop operator uses it to escalate (kill the local
-process group, ``spark-submit --kill`` a standalone driver, ``yarn application -kill``);
-rollback uses it to stop a new job that must not stay.
+process group, kill a standalone driver, ``yarn application -kill``); rollback uses it to stop a
+new job that must not stay. How each kind of job is followed and killed lives in
+:mod:`airflow_ckpt_provider.jobs`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
+from airflow_ckpt_provider.spark.control import ProcessScope
 
 
 class InvalidLaunchHandle(CheckpointError, ValueError):
@@ -22,8 +25,9 @@ class InvalidLaunchHandle(CheckpointError, ValueError):
     default_action = "Pass the JSON returned by the launch operator, unchanged."
 
 
-class LaunchMode(str, Enum):
-    """Where the driver runs."""
+class LaunchMode(StrEnum):
+    """Where the driver runs (the built-in job kinds; more can be registered, see
+    :func:`airflow_ckpt_provider.jobs.register_job_kind`)."""
 
     LOCAL = "local"  # a detached spark-submit (client mode) on the Airflow worker's machine
     STANDALONE_CLUSTER = "standalone-cluster"  # driver on a Spark standalone worker
@@ -35,21 +39,27 @@ _REQUIRED: dict[LaunchMode, tuple[str, ...]] = {
     LaunchMode.STANDALONE_CLUSTER: ("driver_id", "master"),
     LaunchMode.YARN_CLUSTER: ("application_id",),
 }
+_MODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}\Z")
 
 
 @dataclass(frozen=True)
 class LaunchHandle:
     """A launched job: mode, ids, log location, Spark UI URL when known.
 
-    ``pid`` is the process (and process group) id of a local launch; ``driver_id`` and
-    ``master`` identify a standalone-cluster driver; ``application_id`` a YARN application.
-    ``log_path`` is the driver log (local) or the spark-submit output. The handle goes to XCom, so
-    it never carries secrets: ``extra["command"]`` (a JSON argument list) is redacted with
-    :func:`redact_command`, other ``extra`` values and ``master`` with :func:`redact_text`.
-    Raises :class:`InvalidLaunchHandle` when the ids its mode needs are missing.
+    ``pid`` is the process (and process group) id of a local launch, meaningful only in the
+    process scope it was recorded in (``host``, ``boot_id``, ``pid_namespace``: see
+    :class:`ProcessScope`); ``driver_id`` and ``master`` identify a standalone-cluster driver;
+    ``application_id`` a YARN application. ``launch_id`` names this launch in the job's control
+    files (``_ckpt/driver.json``). ``log_path`` is the driver log (local) or the spark-submit
+    output, on the launching host. ``mode`` is a :class:`LaunchMode` for the built-in kinds or
+    the name of a registered job kind. The handle goes to XCom, so it never carries secrets:
+    ``extra["command"]`` (a JSON argument list) is redacted with :func:`redact_command`, other
+    ``extra`` values and ``master`` with :func:`redact_text`.
+    Raises :class:`InvalidLaunchHandle` when the ids its mode needs are missing, or a local
+    handle names pid 0 or 1 (signalling those would hit a whole session or the init process).
     """
 
-    mode: LaunchMode
+    mode: LaunchMode | str
     checkpoint_uri: str
     app_name: str
     started_at: str
@@ -60,28 +70,45 @@ class LaunchHandle:
     log_path: str | None = None
     ui_url: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    launch_id: str = ""
+    host: str = ""
+    boot_id: str = ""
+    pid_namespace: str = ""
 
     def __post_init__(self) -> None:
-        try:
-            mode = LaunchMode(self.mode)
-        except ValueError:
-            raise InvalidLaunchHandle(
-                found=f"mode {self.mode!r}", expected=f"one of {', '.join(m.value for m in LaunchMode)}"
-            ) from None
+        mode = _mode(self.mode)
         object.__setattr__(self, "mode", mode)
-        missing = [name for name in _REQUIRED[mode] if getattr(self, name) in (None, "")]
+        required = _REQUIRED.get(mode, ()) if isinstance(mode, LaunchMode) else ()
+        missing = [name for name in required if getattr(self, name) in (None, "")]
         if missing:
             raise InvalidLaunchHandle(
-                found=f"a {mode.value} handle without {', '.join(missing)}",
-                expected=f"{', '.join(_REQUIRED[mode])} for mode {mode.value}",
+                found=f"a {self.kind} handle without {', '.join(missing)}",
+                expected=f"{', '.join(required)} for mode {self.kind}",
             )
-        object.__setattr__(self, "extra", {str(k): _redact_extra(str(k), v) for k, v in dict(self.extra).items()})
+        if self.pid is not None:
+            if isinstance(self.pid, bool) or not isinstance(self.pid, int) or (mode is LaunchMode.LOCAL and self.pid < 2):
+                raise InvalidLaunchHandle(found=f"pid {self.pid!r}",
+                                          expected="the process group id of the launched driver (an integer > 1)")
+        extra = {str(k): _redact_extra(str(k), v) for k, v in dict(self.extra).items()}
+        if not self.host and extra.get("host"):  # handles recorded before the scope fields existed
+            object.__setattr__(self, "host", extra["host"])
+        object.__setattr__(self, "extra", extra)
         if self.master:
             object.__setattr__(self, "master", redact_text(self.master))
 
+    @property
+    def kind(self) -> str:
+        """The job kind's name (``local``, ``standalone-cluster``, ``yarn-cluster`` or a registered one)."""
+        return self.mode.value if isinstance(self.mode, LaunchMode) else str(self.mode)
+
+    @property
+    def scope(self) -> ProcessScope:
+        """Where ``pid`` means something (see :class:`ProcessScope`)."""
+        return ProcessScope(self.host, self.boot_id, self.pid_namespace)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["mode"] = self.mode.value
+        data["mode"] = self.kind
         return data
 
     def to_json(self) -> str:
@@ -104,6 +131,17 @@ class LaunchHandle:
             return cls(**raw)
         except TypeError as exc:
             raise InvalidLaunchHandle(found=str(exc), expected=f"keys {sorted(known)}") from None
+
+
+def _mode(value: object) -> LaunchMode | str:
+    try:
+        return LaunchMode(value)
+    except ValueError:
+        pass
+    if isinstance(value, str) and _MODE_NAME.match(value):
+        return value  # a registered job kind; jobs.job_for() refuses an unknown one
+    raise InvalidLaunchHandle(found=f"mode {value!r}",
+                              expected=f"one of {', '.join(m.value for m in LaunchMode)} or a registered job kind")
 
 
 def _redact_extra(key: str, value: object) -> str:

@@ -68,6 +68,18 @@ def batch_number(name: str) -> int | None:
     return int(name) if _CANONICAL.match(name) else None
 
 
+def list_batch_ids(fs: Any, folder: str) -> list[int]:  # noqa: ANN401 - an fsspec filesystem
+    """Sorted batch ids named in the log folder ``folder`` (``offsets/`` or ``commits/``) through
+    fsspec; [] when it does not exist. Lists afresh (the listing cache is dropped first)."""
+    fs.invalidate_cache(folder)
+    try:
+        names = fs.ls(folder, detail=False)
+    except FileNotFoundError:
+        return []
+    ids = (batch_number(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
+    return sorted(i for i in ids if i is not None)
+
+
 def parse_batch_name(name: str, path: str | None = None) -> int | None:
     """Batch id of a file name in ``offsets/`` or ``commits/``, or None for anything else.
 

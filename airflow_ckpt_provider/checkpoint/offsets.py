@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from airflow_ckpt_provider.enums import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -144,7 +144,7 @@ class KafkaOffsets:
         return sum(len(parts) for parts in self.offsets.values())
 
 
-class SourceKind(str, Enum):
+class SourceKind(StrEnum):
     """Kind of streaming source, recognised from the shape of its offset JSON."""
 
     KAFKA = "kafka"  # {"topic": {"0": 23}}

@@ -7,8 +7,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from airflow_ckpt_provider.enums import StrEnum
 
-UPGRADED, ROLLED_BACK, REJECTED, FAILED = "upgraded", "rolled back", "rejected", "failed"
+
+class UpgradeOutcome(StrEnum):
+    """How an upgrade ended (the report's and the journal's word for it)."""
+
+    UPGRADED = "upgraded"
+    ROLLED_BACK = "rolled back"
+    REJECTED = "rejected"
+    FAILED = "failed"
+
+
+UPGRADED, ROLLED_BACK, REJECTED, FAILED = (UpgradeOutcome.UPGRADED, UpgradeOutcome.ROLLED_BACK,
+                                           UpgradeOutcome.REJECTED, UpgradeOutcome.FAILED)
 
 
 def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequence[str]) -> bool:

@@ -81,6 +81,26 @@ class Reconciliation:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Reconciliation:
+        """Rebuild from :meth:`to_dict`; ``ValueError`` (or ``KeyError``/``TypeError``) when malformed."""
+        added = data.get("addedPartitions") or []
+        expired = data.get("expired") or []
+        if not isinstance(added, list) or not isinstance(expired, list):
+            raise ValueError("addedPartitions and expired must be lists")
+        return cls(
+            starting_offsets=KafkaOffsets.from_json(json.dumps(data["startingOffsets"])),
+            added_partitions=frozenset((str(e["topic"]), int(e["partition"])) for e in added),
+            expired=tuple((str(e["topic"]), int(e["partition"]), int(e["offset"]), int(e["earliest"]))
+                          for e in expired),
+            accept_data_loss=bool(data.get("acceptDataLoss", False)),
+        )
+
+    @property
+    def accepted_loss(self) -> frozenset[tuple[str, int]]:
+        """Partitions whose data loss was accepted (they start at the then earliest offset)."""
+        return frozenset((t, p) for t, p, _, _ in self.expired) if self.accept_data_loss else frozenset()
+
 
 def reconcile(
     offsets: KafkaOffsets, broker: BrokerView, *, accept_data_loss: bool = False

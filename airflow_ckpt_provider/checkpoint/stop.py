@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from enum import Enum
+from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -47,9 +47,11 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.files import write_atomic
 from airflow_ckpt_provider.checkpoint.logs import batch_number
 from airflow_ckpt_provider.spark.control import (
+    DRIVER,
     HEARTBEAT,
     STOP_ACK,
     STOP_REQUEST,
+    DriverRecord,
     Heartbeat,
     StopAck,
     StopRequest,
@@ -57,9 +59,11 @@ from airflow_ckpt_provider.spark.control import (
 
 log = logging.getLogger(__name__)
 DEFAULT_MISSED_BEATS = 3.0
+#: How long a supervised driver may take to exit after its query stopped.
+DEFAULT_EXIT_GRACE_S = 120.0
 
 
-class StopOutcome(str, Enum):
+class StopOutcome(StrEnum):
     """How the query ended up stopped."""
 
     GRACEFUL = "graceful"  # the query acknowledged the request (clean or interrupted: see the ack)
@@ -67,7 +71,7 @@ class StopOutcome(str, Enum):
     NOT_RUNNING = "not_running"  # nothing ran (or it went away by itself): nothing was stopped
 
 
-class StopReason(str, Enum):
+class StopReason(StrEnum):
     """Why waiting for the acknowledgement ended (trigger event reasons, shared with the operator)."""
 
     ACKNOWLEDGED = "acknowledged"
@@ -285,21 +289,29 @@ class ControlFiles:
     def ack(self) -> StopAck | None:
         return self._record(STOP_ACK, StopAck)
 
-    def write_request(self, request: StopRequest) -> None:
-        """Write the request whole (temporary name, then move where the filesystem allows)."""
-        path = self._path(STOP_REQUEST)
+    def driver(self) -> DriverRecord | None:
+        """The supervised local driver's record (``_ckpt/driver.json``), None when absent."""
+        return self._record(DRIVER, DriverRecord)
+
+    def write_record(self, rel: str, data: bytes) -> None:
+        """Write a control file whole (temporary name, then move where the filesystem allows)."""
+        path = self._path(rel)
         if isinstance(self.fs, LocalFileSystem):  # readable by the job's user, writable by none else
-            write_atomic(self.fs, path, request.to_json().encode(), mode=0o644, dir_mode=0o755)
+            write_atomic(self.fs, path, data, mode=0o644, dir_mode=0o755)
             return
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        tmp = self._path(f"{posixpath.dirname(STOP_REQUEST)}/.stop-request.{uuid.uuid4().hex}.tmp")
-        self.fs.pipe_file(tmp, request.to_json().encode())
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self.fs.pipe_file(tmp, data)
         try:
             self.fs.mv(tmp, path)
         except Exception:  # noqa: BLE001 - some stores cannot move; a direct write is whole there
-            self.fs.pipe_file(path, request.to_json().encode())
+            self.fs.pipe_file(path, data)
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
+
+    def write_request(self, request: StopRequest) -> None:
+        """Write the stop request whole (see :meth:`write_record`)."""
+        self.write_record(STOP_REQUEST, request.to_json().encode())
 
     def remove_request(self, request_id: str) -> bool:
         """Delete the request if it is still ``request_id`` (a later caller's request is kept)."""
@@ -350,6 +362,7 @@ def wait_quiet(
     *,
     poll_interval: float = 0.5,
     missed_beats: float = DEFAULT_MISSED_BEATS,
+    exit_grace: float = DEFAULT_EXIT_GRACE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> BatchState:
@@ -358,12 +371,16 @@ def wait_quiet(
     Raises :class:`CheckpointNotQuiet` as soon as a new ``offsets/N`` appears, and
     :class:`QueryStillRunning` if a heartbeat is still alive at the end. A heartbeat that merely
     has not aged yet (the writer was killed) is given up to ``missed_beats`` intervals more.
-    Returns the batch state at the end.
+    A supervised local driver (``_ckpt/driver.json``) still running after its query stopped is
+    given ``exit_grace`` seconds to exit (its supervisor writes the record once more when it
+    does); still running then is :class:`QueryStillRunning` too. Returns the batch state at the
+    end.
     """
     before = control.batch_state()
     start = clock()
     end = start + max(quiet_period, 0.0)
     last_update: str | None = None
+    waiting_for_exit = False
     while True:
         now = clock()
         after = control.batch_state()
@@ -374,8 +391,22 @@ def wait_quiet(
         heartbeat = control.heartbeat()
         alive = heartbeat_alive(heartbeat, missed_beats=missed_beats)
         if now >= end and not alive:
-            return after
-        if now >= end and heartbeat is not None:
+            driver = control.driver()
+            if driver is None or not driver.is_alive(missed_beats=missed_beats):
+                return after
+            if not waiting_for_exit:
+                log.info("the query stopped; waiting up to %.0f s for its driver process (group %d on %s) to exit",
+                         exit_grace, driver.pid, driver.host or "?")
+                waiting_for_exit = True
+            if now >= end + exit_grace:
+                raise QueryStillRunning(
+                    found=f"the driver process of launch {driver.launch_id} (process group {driver.pid} on "
+                          f"{driver.host or '?'}) still running {exit_grace:g} s after its query stopped",
+                    expected="the driver to exit once its query stopped",
+                    action="Look at the driver log; kill the process group on that host if it hangs.",
+                    path=control.uri,
+                )
+        elif now >= end and heartbeat is not None:
             refreshed = last_update is not None and heartbeat.updated_at != last_update
             grace = end + heartbeat.interval_s * missed_beats + poll_interval
             if refreshed or now >= grace:

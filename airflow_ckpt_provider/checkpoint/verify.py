@@ -32,18 +32,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
     CheckpointNotEmpty,
     FileSinkHazard,
-    InvalidHandover,
     NotStartedYet,
     SharedCheckpoint,
     SourceNotKafka,
     StartMismatch,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
-from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets, parse_json
+from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+from airflow_ckpt_provider.spark.control import CONTROL_DIR
+
+class InvalidVerifyResult(CheckpointError, ValueError):
+    summary = "invalid verification result"
+    default_action = "Pass the JSON returned by the verify operator (or `ckpt verify-handover --json`), unchanged."
+
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"
@@ -122,6 +128,25 @@ class VerifyResult:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> VerifyResult:
+        """Rebuild from :meth:`to_json` output or its dict (the verify operator's XCom); raises
+        :class:`InvalidVerifyResult` on anything else."""
+        try:
+            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            parts = tuple(PartitionStart(topic=str(p["topic"]), partition=int(p["partition"]), given=p["given"],
+                                         recorded=p["recorded"], status=str(p["status"]),
+                                         handed_over=p.get("handed_over"), broker_earliest=p.get("broker_earliest"))
+                          for p in raw["partitions"])
+            return cls(checkpoint_uri=str(raw["checkpoint_uri"]), query_id=raw.get("query_id"),
+                       source=int(raw["source"]),
+                       starting_offsets=KafkaOffsets.from_json(json.dumps(raw["starting_offsets"])),
+                       recorded=KafkaOffsets.from_json(json.dumps(raw["recorded"])), partitions=parts,
+                       last_committed_batch=raw.get("last_committed_batch"),
+                       progress_batches=tuple(int(b) for b in raw.get("progress_batches") or ()))
+        except (TypeError, ValueError, KeyError, AttributeError, CheckpointError) as exc:
+            raise InvalidVerifyResult(found=f"{exc!s:.120}", expected="a VerifyResult JSON object") from None
 
     def with_progress(self, last_committed_batch: int | None, batches: tuple[int, ...]) -> VerifyResult:
         return VerifyResult(self.checkpoint_uri, self.query_id, self.source, self.starting_offsets,
@@ -220,34 +245,6 @@ def verify_start(
                         snapshot.last_committed_batch)
 
 
-def parse_handover_input(
-    data: str | bytes | Mapping[str, Any],
-) -> tuple[Handover, KafkaOffsets | None, frozenset[tuple[str, int]]]:
-    """Accept a Handover JSON or the handover operator's XCom (``{"handover",
-    "starting_offsets", "reconciliation"}``, dict or JSON); returns (handover, the XCom's
-    starting_offsets or None, partitions whose data loss was accepted). Raises
-    :class:`InvalidHandover` or :class:`InvalidOffsets`."""
-    if isinstance(data, (str, bytes)):
-        try:
-            data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
-        except ValueError:
-            return Handover.from_json(data), None, frozenset()  # raises InvalidHandover with details
-    if not (isinstance(data, Mapping) and "handover" in data):
-        return Handover.from_json(data), None, frozenset()
-    handover = Handover.from_json(data["handover"])
-    raw = data.get("starting_offsets")
-    starting = KafkaOffsets.from_json(raw) if raw else None
-    recon = data.get("reconciliation") or {}
-    try:
-        accepted = frozenset(
-            (str(e["topic"]), int(e["partition"])) for e in recon.get("expired", []) if recon.get("acceptDataLoss")
-        )
-    except (AttributeError, KeyError, TypeError, ValueError):
-        raise InvalidHandover(found=f"reconciliation {recon!r:.80}",
-                              expected="the handover operator's reconciliation dict") from None
-    return handover, starting, accepted
-
-
 def _location(fs: Any, path: str) -> tuple[str, str]:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     path = fs._strip_protocol(path).rstrip("/") or "/"
@@ -269,7 +266,9 @@ def check_launch_target(
     with ``allow_existing_checkpoint``).
 
     Raises :class:`SharedCheckpoint` when the new checkpoint is the old one and
-    :class:`CheckpointNotEmpty` when it holds anything (both unless ``allow_existing_checkpoint``),
+    :class:`CheckpointNotEmpty` when it holds anything but the provider's control folder
+    ``_ckpt/`` (left by a launch that failed before Spark wrote anything; the caller checks
+    that nothing in it is alive) (both unless ``allow_existing_checkpoint``),
     :class:`FileSinkHazard` when ``sink`` has ``_spark_metadata`` (unless the query restarts on its
     own, non-empty checkpoint, whose batch ids continue).
     """
@@ -282,7 +281,8 @@ def check_launch_target(
     if fs.exists(path):
         entries = fs.ls(path, detail=False) if fs.isdir(path) else [path]
         existing = [posixpath.basename(str(e).rstrip("/")) for e in entries]
-        existing = [e for e in existing if e and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]
+        existing = [e for e in existing if e and e != CONTROL_DIR
+                    and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]
     if existing and not allow_existing_checkpoint:
         raise CheckpointNotEmpty(found=f"{len(existing)} entries ({', '.join(sorted(existing)[:5])})",
                                  expected="an empty or missing location", path=uri)

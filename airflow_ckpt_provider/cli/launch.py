@@ -7,9 +7,10 @@ import json
 import sys
 from typing import TextIO
 
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.verify import parse_handover_input, verify_start
+from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.cli.common import EXIT_OK, storage_options
 
 
@@ -43,9 +44,9 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         with open(args.handover, encoding="utf-8") as handle:
             text = handle.read()
-    handover, xcom_offsets, accepted = parse_handover_input(text)
-    starting = (KafkaOffsets.from_json(args.starting_offsets) if args.starting_offsets
-                else xcom_offsets or handover.kafka_offsets(args.source))
+    result_in = HandoverResult.from_json(text)
+    handover, accepted = result_in.handover, result_in.accepted_loss
+    starting = KafkaOffsets.from_json(args.starting_offsets) if args.starting_offsets else result_in.offsets(args.source)
     snapshot = CheckpointReader(args.checkpoint, storage_options=storage_options(args.storage_option)).snapshot(
         include_initial=True)
     broker = None

@@ -28,6 +28,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     wait_for_ack,
 )
 from airflow_ckpt_provider.cli.common import EXIT_NOT_RUNNING, EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.spark.control import ProcessScope
 
 
 def _positive(value: str) -> float:
@@ -71,16 +72,19 @@ def _print(result: StopResult, out: TextIO, as_json: bool) -> None:
 
 
 def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from airflow_ckpt_provider.hooks.escalation import job_alive, kill_launched_job
+    from airflow_ckpt_provider.jobs import job_for, observe
 
     fs, path = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
     control = ControlFiles(fs, path, uri=args.path)
     handle = None
-    if args.pid is not None:
+    if args.pid is not None:  # a process group on this machine, as this shell sees it
+        scope = ProcessScope.current()
         handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=args.path, app_name="",
-                              started_at=datetime.now(timezone.utc).isoformat(), pid=args.pid)
+                              started_at=datetime.now(timezone.utc).isoformat(), pid=args.pid, host=scope.host,
+                              boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
+    running = bool(handle is not None and observe(handle, control).alive)
     start = begin_stop(control, requested_by=f"ckpt stop ({getpass.getuser()}@{socket.gethostname()})",
-                       timeout_s=args.timeout, launched_job_running=bool(handle and job_alive(handle)))
+                       timeout_s=args.timeout, launched_job_running=running)
     if start.request is None:
         result = not_running_result(control, start.heartbeat, quiet_period=args.quiet_period,
                                     poll_interval=min(args.poll_interval, 0.5))
@@ -92,7 +96,7 @@ def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     reason, ack = wait_for_ack(control, start, start.requested_at + args.timeout, poll_interval=args.poll_interval)
     result = finish_stop(
         control, reason=reason, request_id=start.request.request_id, requested_at=start.requested_at, ack=ack,
-        kill=(lambda: kill_launched_job(handle).action) if handle is not None else None,
+        kill=(lambda: job_for(handle).kill()) if handle is not None else None,
         timeout_s=args.timeout, quiet_period=args.quiet_period, poll_interval=min(args.poll_interval, 0.5),
     )
     _print(result, out, args.json)

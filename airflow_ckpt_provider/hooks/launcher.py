@@ -1,12 +1,15 @@
-"""Launch a streaming job DETACHED with spark-submit and find, watch and kill it afterwards.
+"""Launch a streaming job DETACHED with spark-submit; follow and kill it through its job kind.
 
 ``SparkSubmitOperator`` blocks for as long as the job runs, which for a streaming job is
 forever. :class:`SparkLauncherHook` builds the same spark-submit command (the Spark
-provider's :class:`SparkSubmitHook` resolves the Spark connection and the options) and
+provider's :class:`SparkSubmitHook` resolves the Spark connection and the options), submits it
+through the job kind of the master and deploy mode (:mod:`airflow_ckpt_provider.jobs`) and
 returns as soon as the job is submitted, with a :class:`LaunchHandle`:
 
-* local (client mode; any master): spark-submit runs in its own session
-  (``start_new_session``) with its output in a log file; the handle records pid and log file;
+* local (client mode; any master): spark-submit runs under a supervisor in its own session
+  with its output in a log file; the handle records the process group, the launching process's
+  scope (host, boot id, PID namespace) and the launch id the supervisor records the driver's
+  state under in the checkpoint (``_ckpt/driver.json``);
 * Spark standalone cluster (``spark://`` + ``--deploy-mode cluster``): spark-submit returns
   after submission; the handle records the driver id. Spark refuses Python applications in
   standalone cluster mode, so a ``.py`` application is submitted through Spark's own
@@ -24,16 +27,9 @@ are created readable by their owner only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
+import uuid
 import zipfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -42,9 +38,13 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
+from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.secrets import find_secrets, is_sensitive_key, redact_command, redact_text
+from airflow_ckpt_provider.jobs import DriverState, JobOptions, LaunchedJob, SubmitRequest, job_for
+from airflow_ckpt_provider.jobs.base import resolve_binary
+from airflow_ckpt_provider.jobs.builtin import BUILTIN_KINDS
+from airflow_ckpt_provider.jobs.local import open_private
 from airflow_ckpt_provider.spark.kafka import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
@@ -53,10 +53,6 @@ from airflow_ckpt_provider.spark.kafka import (
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 YARN_NO_WAIT = "spark.yarn.submit.waitAppCompletion"
-ALIVE_DRIVER_STATES = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"})
-ALIVE_YARN_STATES = frozenset({"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"})
-_DRIVER_ID = re.compile(r"driver-\d{14}-\d{4,}")
-_YARN_APP_ID = re.compile(r"application_\d+_\d+")
 _UI_URL = re.compile(r"started at (https?://\S+)")
 _CONN_KEYS = ("master", "queue", "deploy_mode", "spark_binary", "namespace", "principal", "keytab",
               "rest_scheme", "rest_port", "rest_endpoint")
@@ -81,12 +77,6 @@ def launch_mode(master: str, deploy_mode: str | None) -> LaunchMode:
     raise ValueError(f"cluster deploy mode on master {master!r}: only spark:// (standalone) and yarn are supported")
 
 
-def default_master_ui_url(master: str) -> str:
-    """``spark://host:7077`` -> ``http://host:8080`` (the standalone master's default UI port)."""
-    host = master.removeprefix("spark://").rsplit(":", 1)[0]
-    return f"http://{host}:8080"
-
-
 def launcher_jar(folder: Path | None = None) -> Path:
     """A small empty jar used as the primary resource of Python apps in standalone cluster mode."""
     folder = folder or Path.home() / ".cache" / "airflow-ckpt-provider"
@@ -100,26 +90,6 @@ def launcher_jar(folder: Path | None = None) -> Path:
     return path
 
 
-def resolve_binary(name: str) -> str:
-    """An absolute path for ``name``: as given if it is a path, else on PATH, beside this
-    interpreter (a virtualenv's bin/), in ``$SPARK_HOME/bin`` or in pyspark's own bin/."""
-    if os.sep in name:
-        return name
-    candidates = [shutil.which(name), str(Path(sys.executable).parent / name)]
-    if os.environ.get("SPARK_HOME"):
-        candidates.append(str(Path(os.environ["SPARK_HOME"]) / "bin" / name))
-    try:
-        import pyspark
-
-        candidates.append(str(Path(pyspark.__file__).parent / "bin" / name))
-    except ImportError:
-        pass
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return name
-
-
 def _spark_home_env() -> dict[str, str]:
     """``SPARK_HOME`` for pyspark's launcher scripts when it is not set (they need it or python3)."""
     if os.environ.get("SPARK_HOME"):
@@ -129,11 +99,6 @@ def _spark_home_env() -> dict[str, str]:
     except ImportError:
         return {}
     return {"SPARK_HOME": str(Path(pyspark.__file__).parent)}
-
-
-def tail_text(text: str, lines: int) -> str:
-    """The last ``lines`` lines of ``text``, secrets redacted (a tail is shown in logs and errors)."""
-    return redact_text("\n".join(text.splitlines()[-lines:])) if lines > 0 else ""
 
 
 def register_secrets(conf: Mapping[str, str]) -> None:
@@ -158,46 +123,6 @@ def private_dir(folder: Path, mode: int = 0o700) -> Path:
     return folder
 
 
-def open_private(path: Path, mode: str = "ab", perms: int = 0o600) -> Any:  # noqa: ANN401 - a file object
-    """Open ``path`` for writing with ``perms`` whatever the umask (default owner-only: driver
-    logs and spark-submit output can hold what a job prints about its configuration)."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
-    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), perms)
-    try:
-        os.fchmod(fd, perms)  # the umask may have taken bits away; an existing file keeps its mode
-    except OSError:
-        pass
-    return os.fdopen(fd, mode)
-
-
-def _tail_file(path: str | None, lines: int, max_bytes: int = 256_000) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            return tail_text(handle.read().decode("utf-8", errors="replace"), lines)
-    except OSError:
-        return ""
-
-
-def _http_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read().decode("utf-8"))
-
-
-def _local_alive(pid: int) -> bool:
-    from airflow_ckpt_provider.hooks.escalation import local_job_alive
-
-    try:  # reap our own exited child so it does not linger as a zombie
-        os.waitpid(pid, os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
-    return local_job_alive(pid)
-
-
 class SparkLauncherHook(BaseHook):
     """Detached spark-submit launches (see the module doc).
 
@@ -207,6 +132,7 @@ class SparkLauncherHook(BaseHook):
     :class:`SparkSubmitHook` arguments (``jars``, ``py_files``, ``driver_memory``, ...).
     ``master_ui_url`` is the standalone master's web UI, used to follow drivers (``/json/``), read
     their logs (through the worker UI) and kill them; default ``http://<master host>:8080``.
+    Following, log tails and kills go through the handle's job kind (:func:`jobs.job_for`).
     """
 
     conn_name_attr = "spark_conn_id"
@@ -329,7 +255,7 @@ class SparkLauncherHook(BaseHook):
         elif mode is LaunchMode.YARN_CLUSTER:
             hook = self._submit_hook(conf=full_conf, name=name, application_args=application_args)
         command = hook._build_spark_submit_command(application)
-        command[0] = resolve_binary(command[0])
+        command[0] = resolve_binary(command[0], self.env)
         return mode, command, {k: str(v) for k, v in connection.items() if v is not None}
 
     # -- launch ----------------------------------------------------------------------------------
@@ -346,6 +272,9 @@ class SparkLauncherHook(BaseHook):
         env.update(self.env)
         return env
 
+    def _options(self) -> JobOptions:
+        return JobOptions(env={**_spark_home_env(), **self.env})
+
     def launch(
         self,
         application: str,
@@ -356,70 +285,27 @@ class SparkLauncherHook(BaseHook):
         name: str = "ckpt-stream",
         starting_offsets: str | None = None,
         handover_json: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        launch_id: str | None = None,
     ) -> LaunchHandle:
-        """Submit and return at once with the handle. Raises :class:`LaunchFailed` (with the
-        output tail) when spark-submit cannot start, exits non-zero in cluster mode, or prints
-        no driver/application id."""
+        """Submit through the job kind and return at once with the handle. Raises
+        :class:`LaunchFailed` (with the output tail) when spark-submit cannot start, exits
+        non-zero in cluster mode, or prints no driver/application id. ``storage_options`` are the
+        fsspec options of the checkpoint's storage (a local driver's supervisor writes its
+        record there); ``launch_id`` names the launch in that record (default: a new one)."""
         mode, command, connection = self.build_command(
             application, application_args=application_args, conf=conf, name=name,
             checkpoint_uri=checkpoint_uri, starting_offsets=starting_offsets, handover_json=handover_json,
         )
         log_path = self._log_path(name)
         self.log.info("launching %s (%s) on %s; log %s", name, mode.value, connection.get("master"), log_path)
-        started_at = utc_now()
-        env = self._env()
-        if mode is LaunchMode.LOCAL:
-            try:
-                with open_private(log_path) as out:
-                    process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            except OSError as exc:
-                raise LaunchFailed(found=f"{command[0]} could not start ({exc})",
-                                   expected="a spark-submit executable", path=str(log_path)) from None
-            self.log.info("driver runs as process group %d", process.pid)
-            return LaunchHandle(mode=mode, checkpoint_uri=checkpoint_uri, app_name=name, started_at=started_at,
-                                pid=process.pid, master=connection.get("master"), log_path=str(log_path),
-                                ui_url=self._conf_ui_url(conf), extra={"command": json.dumps(redact_command(command))})
-        output = self._run_submit(command, env, log_path)
-        if mode is LaunchMode.STANDALONE_CLUSTER:
-            match = _DRIVER_ID.search(output)
-            if not match:
-                raise LaunchFailed(found="no driver id in the spark-submit output",
-                                   expected="'Driver successfully submitted as driver-...'",
-                                   log_tail=tail_text(output, 40), path=str(log_path))
-            ui = self.master_ui_url or default_master_ui_url(connection["master"])
-            self.log.info("driver %s submitted to %s", match.group(0), connection["master"])
-            return LaunchHandle(mode=mode, checkpoint_uri=checkpoint_uri, app_name=name, started_at=started_at,
-                                driver_id=match.group(0), master=connection["master"], log_path=str(log_path),
-                                extra={"master_ui_url": ui.rstrip("/")})
-        match = _YARN_APP_ID.search(output)
-        if not match:
-            raise LaunchFailed(found="no application id in the spark-submit output",
-                               expected="application_<cluster>_<n>", log_tail=tail_text(output, 40),
-                               path=str(log_path))
-        return LaunchHandle(mode=mode, checkpoint_uri=checkpoint_uri, app_name=name, started_at=started_at,
-                            application_id=match.group(0), master=connection["master"], log_path=str(log_path))
-
-    def _run_submit(self, command: list[str], env: dict[str, str], log_path: Path) -> str:
-        try:
-            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=env, timeout=self.submit_timeout, stdin=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired as exc:
-            output = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-            with open_private(log_path, "w") as out:
-                out.write(output)
-            raise LaunchFailed(found=f"spark-submit still running after {self.submit_timeout:g} s",
-                               expected="spark-submit to return after the submission",
-                               log_tail=tail_text(output, 40), path=str(log_path)) from None
-        except OSError as exc:
-            raise LaunchFailed(found=f"{command[0]} could not start ({exc})",
-                               expected="a spark-submit executable", path=str(log_path)) from None
-        with open_private(log_path, "w") as out:
-            out.write(done.stdout)
-        if done.returncode != 0:
-            raise LaunchFailed(found=f"spark-submit exit code {done.returncode}", expected="exit code 0",
-                               log_tail=tail_text(done.stdout, 40), path=str(log_path))
-        return done.stdout
+        request = SubmitRequest(
+            command=command, env=self._env(), log_path=log_path, checkpoint_uri=checkpoint_uri, app_name=name,
+            master=connection.get("master", ""), started_at=utc_now(), submit_timeout=self.submit_timeout,
+            ui_url=self._conf_ui_url(conf), master_ui_url=self.master_ui_url,
+            storage_options=dict(storage_options or {}), launch_id=launch_id or uuid.uuid4().hex,
+        )
+        return BUILTIN_KINDS[mode.value].launch(request, self._options()).handle
 
     @staticmethod
     def _conf_ui_url(conf: Mapping[str, str] | None) -> str | None:
@@ -429,116 +315,30 @@ class SparkLauncherHook(BaseHook):
         host = conf.get("spark.driver.host") or "127.0.0.1"
         return f"http://{host}:{conf['spark.ui.port']}"
 
-    # -- follow ----------------------------------------------------------------------------------
+    # -- follow and kill, through the handle's job kind ---------------------------------------------
 
-    def driver_state(self, handle: LaunchHandle) -> str:
-        """RUNNING/EXITED (local), the master's driver state (standalone) or the YARN state."""
-        if handle.mode is LaunchMode.LOCAL:
-            return "RUNNING" if _local_alive(int(handle.pid or 0)) else "EXITED"
-        if handle.mode is LaunchMode.STANDALONE_CLUSTER:
-            driver = self._standalone_driver(handle)
-            return str(driver.get("state", "UNKNOWN")) if driver else "NOT_FOUND"
-        done = subprocess.run([resolve_binary("yarn"), "application", "-status", str(handle.application_id)],
-                              capture_output=True, text=True, timeout=120, check=False)
-        match = re.search(r"\bState\s*:\s*(\w+)", done.stdout)
-        return match.group(1) if match else "UNKNOWN"
+    def job(self, handle: LaunchHandle) -> LaunchedJob:
+        """The :class:`LaunchedJob` following ``handle``."""
+        return job_for(handle, self._options())
 
-    def is_alive(self, handle: LaunchHandle) -> bool:
-        """Whether the job still runs (a standalone driver the master no longer lists is dead)."""
-        state = self.driver_state(handle)
-        if handle.mode is LaunchMode.LOCAL:
-            return state == "RUNNING"
-        if handle.mode is LaunchMode.STANDALONE_CLUSTER:
-            return state in ALIVE_DRIVER_STATES
-        return state in ALIVE_YARN_STATES
+    def driver_state(self, handle: LaunchHandle) -> DriverState:
+        """The job kind's answer (UNKNOWN when it cannot tell from here)."""
+        return self.job(handle).state()
 
-    def _master_state(self, handle: LaunchHandle) -> dict[str, Any]:
-        ui = handle.extra.get("master_ui_url") or default_master_ui_url(str(handle.master))
-        return _http_json(ui + "/json/")
-
-    def _standalone_driver(self, handle: LaunchHandle) -> dict[str, Any] | None:
-        state = self._master_state(handle)
-        for driver in list(state.get("activedrivers", [])) + list(state.get("completeddrivers", [])):
-            if driver.get("id") == handle.driver_id:
-                driver["_workers"] = state.get("workers", [])
-                return driver
-        return None
+    def is_alive(self, handle: LaunchHandle) -> bool | None:
+        """Whether the job still runs; None when this process cannot tell (see :class:`DriverState`)."""
+        return self.driver_state(handle).alive
 
     def log_tail(self, handle: LaunchHandle, lines: int = 50) -> str:
-        """The last ``lines`` of the driver log: the local log file; for a standalone driver its
-        stderr and stdout (a Python driver's own output) through its worker's web UI, else the
-        spark-submit output; for YARN the spark-submit output. Secrets are redacted."""
-        if handle.mode is LaunchMode.STANDALONE_CLUSTER:
-            try:
-                parts = [f"==> {kind} <==\n{text}" for kind in ("stderr", "stdout")
-                         if (text := self._worker_log(handle, kind, lines))]
-                if parts:
-                    return "\n".join(parts)
-            except (OSError, ValueError, urllib.error.URLError) as exc:
-                self.log.warning("could not read the driver log of %s: %s", handle.driver_id, exc)
-        return _tail_file(handle.log_path, lines)
-
-    def _worker_log(self, handle: LaunchHandle, kind: str, lines: int) -> str:
-        driver = self._standalone_driver(handle)
-        if not driver:
-            return ""
-        worker = next((w for w in driver.get("_workers", []) if w.get("id") == driver.get("worker")), None)
-        if not worker or not worker.get("webuiaddress"):
-            return ""
-        query = urllib.parse.urlencode({"driverId": handle.driver_id, "logType": kind, "byteLength": 200_000})
-        with urllib.request.urlopen(f"{worker['webuiaddress']}/log/?{query}", timeout=10) as response:
-            text = response.read().decode("utf-8", errors="replace")
-        if text.startswith("==== "):  # "==== Bytes a-b of n of <path> ====" header
-            text = text.split("\n", 1)[1] if "\n" in text else ""
-        return tail_text(text.strip("\n"), lines)
+        """The last ``lines`` of the driver log, secrets redacted."""
+        return self.job(handle).log_tail(lines)
 
     def discover_ui_url(self, handle: LaunchHandle) -> str | None:
         """The Spark UI address the driver logged ("... started at http://..."), else the handle's."""
         found = _UI_URL.findall(self.log_tail(handle, 5000))
         return found[-1] if found else handle.ui_url
 
-    # -- kill ------------------------------------------------------------------------------------
-
     def kill(self, handle: LaunchHandle, *, timeout: float = 60.0) -> str:
-        """Kill the job; returns what was done. Local and YARN go through
-        :func:`airflow_ckpt_provider.hooks.escalation.kill_launched_job`; a standalone driver is
-        killed through the master's web UI (``spark.ui.killEnabled``), else with Spark's legacy
-        ``org.apache.spark.deploy.Client kill`` (``spark-submit --kill`` needs the master's REST
-        server, which is off by default). Raises :class:`EscalationFailed`."""
-        if handle.mode is not LaunchMode.STANDALONE_CLUSTER:
-            from airflow_ckpt_provider.hooks.escalation import kill_launched_job
-
-            return kill_launched_job(handle).action
-        try:
-            if not self.is_alive(handle):
-                return f"driver {handle.driver_id} had ended already"
-        except (OSError, ValueError) as exc:  # master UI unreachable: try Spark's Client below
-            self.log.warning("cannot read the driver state from the master UI: %s", exc)
-        ui = handle.extra.get("master_ui_url") or default_master_ui_url(str(handle.master))
-        data = urllib.parse.urlencode({"id": handle.driver_id, "terminate": "true"}).encode()
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{ui}/driver/kill/", data=data, method="POST"),
-                                   timeout=10).close()
-        except (OSError, urllib.error.URLError) as exc:
-            self.log.warning("kill through the master UI failed (%s); using Spark's Client", exc)
-        if self._wait_dead(handle, min(timeout, 20.0)):
-            return f"killed driver {handle.driver_id} through {ui}"
-        command = [resolve_binary("spark-class"), "org.apache.spark.deploy.Client", "kill", str(handle.master),
-                   str(handle.driver_id)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
-                              env=self._env())
-        if self._wait_dead(handle, timeout):
-            return " ".join(command)
-        raise EscalationFailed(found=f"driver {handle.driver_id} still {self.driver_state(handle)} "
-                               f"(Client exit code {done.returncode})", expected="the driver KILLED")
-
-    def _wait_dead(self, handle: LaunchHandle, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if not self.is_alive(handle):
-                    return True
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.5)
-        return False
+        """Kill the job through its kind; returns what was done. Raises :class:`EscalationFailed`
+        (for a local driver asked from another host or PID namespace: nothing is signalled)."""
+        return self.job(handle).kill(timeout=timeout)

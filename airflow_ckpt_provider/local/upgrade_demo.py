@@ -200,13 +200,13 @@ class UpgradeDemo:
         return audit(read_sink_records(self.sink), ranges)
 
     def close(self) -> None:
-        from airflow_ckpt_provider.hooks.escalation import kill_local
+        from airflow_ckpt_provider.jobs.local import kill_group
 
         if self.producer is not None:
             self.producer.stop()
         for handle in self.handles:
             if handle.pid and _alive(handle.pid):
-                kill_local(handle.pid)
+                kill_group(handle.pid)
         if self._own_kafka:
             self.kafka.stop()
 
@@ -218,9 +218,10 @@ class UpgradeDemo:
 
 
 def _alive(pid: int) -> bool:
-    from airflow_ckpt_provider.hooks.escalation import local_job_alive
+    """Whether the process group ``pid`` (a job this demo launched, in this process's scope) lives."""
+    from airflow_ckpt_provider.jobs.local import group_members
 
-    return local_job_alive(pid)
+    return bool(group_members(pid))
 
 
 def load_reference_dag(dag_id: str = DAG_ID) -> Any:

@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_actor
 from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
-from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.restore import restore_archive
@@ -103,7 +103,7 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
         checkpoint_uri: str,
         archive_root: str,
         stream_name: str,
-        handover: str | None = None,
+        handover: HandoverResult | Handover | str | Mapping[str, Any] | None = None,
         upgrade_id: str | None = None,
         reason: str = "",
         remove_source: bool = False,
@@ -138,11 +138,9 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
 
     def _handover(self) -> Handover | None:
         value: Any = self.handover
-        if value is None or (isinstance(value, str) and not value.strip()):
+        if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
             return None
-        if isinstance(value, Mapping) and "handover" in value and "format" not in value:
-            value = value["handover"]  # the whole XCom of CheckpointHandoverOperator
-        return value if isinstance(value, Handover) else Handover.from_json(value)
+        return HandoverResult.from_json(value).handover  # a handover, or the handover step's result
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self.run_step(context, lambda start, journal: self.archive(context))

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader, Handover, Reconciliation, reconcile
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -26,8 +27,9 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     vanished topics or partitions, offsets past the log end and offsets already deleted by
     retention are refused (the last unless ``accept_data_loss``). Nothing is written.
 
-    Returns (XCom) ``{"handover": Handover JSON dict, "starting_offsets": JSON string for
-    Spark's startingOffsets option, "reconciliation": {...}}``. Raises a typed
+    Returns (XCom) :meth:`HandoverResult.to_dict`: ``{"handover": Handover JSON dict,
+    "starting_offsets": JSON string for Spark's startingOffsets option, "reconciliation": {...}}``;
+    later steps take it whole (``.output``) and read it with :meth:`HandoverResult.from_json`. Raises a typed
     :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` on any refusal.
 
     With ``journal`` (an upgrade journal's URI) a handover already taken for this upgrade is
@@ -79,11 +81,7 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
             CheckpointReader(self.checkpoint_uri, fs=fs), self.kafka_hook,
             source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
         )
-        return {
-            "handover": handover.to_dict(),
-            "starting_offsets": result.starting_offsets.to_json(),
-            "reconciliation": result.to_dict(),
-        }
+        return HandoverResult(handover, result.starting_offsets, result).to_dict()
 
 
 def reconciled_handover(

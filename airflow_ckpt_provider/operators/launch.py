@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import json
 import os
-import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -23,23 +21,20 @@ from airflow_ckpt_provider.checkpoint.errors import (
     LaunchFailed,
     NoProgress,
 )
-from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.verify import (
-    VerifyResult,
-    check_launch_target,
-    parse_handover_input,
-    verify_start,
-)
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_start
 from airflow_ckpt_provider.faults import fault_point
-from airflow_ckpt_provider.hooks.escalation import job_alive
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger, committed_batches
+from airflow_ckpt_provider.spark.control import DriverRecord, Heartbeat, ProcessScope
+from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent, committed_batches
 
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
@@ -61,26 +56,11 @@ class SparkUILink(BaseOperatorLink):
         return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
 
 
-def _check_event(event: Mapping[str, Any] | None) -> dict[str, Any]:
-    if not isinstance(event, Mapping) or set(event) != EVENT_KEYS:
-        keys = sorted(event) if isinstance(event, Mapping) else type(event).__name__
-        raise ValueError(f"unexpected trigger event {keys}; expected keys {sorted(EVENT_KEYS)}")
-    LaunchEvent(event["reason"])  # ValueError on an unknown reason
-    return dict(event)
-
-
-def _json_value(value: str | Mapping[str, Any]) -> Any:
-    """A dict as it is; a JSON string parsed; the Python repr a plain ``{{ ti.xcom_pull(...) }}``
-    renders to (use ``| tojson`` instead) parsed as a literal."""
-    if not isinstance(value, str):
-        return dict(value)
-    try:
-        return json.loads(value)
-    except ValueError:
-        try:
-            return ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            return value  # the core raises a typed error naming what is wrong
+def _handover_input(value: HandoverResult | str | Mapping[str, Any] | None) -> HandoverResult | None:
+    """The handover step's result from an XComArg, a dict or JSON; None when not given."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    return HandoverResult.from_json(value)
 
 
 def _offsets_text(value: str | None) -> str | None:
@@ -103,8 +83,11 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     (:class:`FileSinkHazard`: batch ids restart at 0 and would be skipped silently); invalid
     ``starting_offsets`` (:class:`InvalidOffsets`).
 
+    ``handover`` is the handover step's result (``CheckpointHandoverOperator.output``, a dict or
+    JSON): the job then starts at its ``starting_offsets`` with its handover, unless
+    ``starting_offsets`` / ``handover_json`` are given explicitly.
     The job gets ``spark.ckpt.checkpointLocation``, ``spark.ckpt.startingOffsets`` (and
-    ``spark.ckpt.handoverJson`` when ``handover_json`` is given) as Spark conf; see
+    ``spark.ckpt.handoverJson`` when a handover is known) as Spark conf; see
     :mod:`airflow_ckpt_provider.spark.kafka`. The spark-submit comes from ``spark_conn_id`` or
     ``master``/``deploy_mode`` (see :class:`SparkLauncherHook`). The handle is pushed to XCom
     (key ``launch_handle``) before deferring. Fails with :class:`LaunchFailed` (driver log
@@ -124,7 +107,8 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
-                                      "old_checkpoint_uri", "starting_offsets", "handover_json", "sink_path",
+                                      "old_checkpoint_uri", "handover", "starting_offsets", "handover_json",
+                                      "sink_path",
                                       "master", "deploy_mode", "master_ui_url", "log_dir", *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
     ui_color = "#fdf2e8"
@@ -136,6 +120,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         checkpoint_uri: str,
         application_args: Sequence[str] = (),
         old_checkpoint_uri: str | None = None,
+        handover: HandoverResult | str | Mapping[str, Any] | None = None,
         starting_offsets: str | None = None,
         handover_json: str | None = None,
         conf: Mapping[str, str] | None = None,
@@ -170,12 +155,12 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             raise TypeError("application_args must be a list of strings, not one string")
         self.application = application
         self.checkpoint_uri = checkpoint_uri
-        self.application_args = list(application_args) if isinstance(application_args, (list, tuple)) \
-            else application_args
+        self.application_args = application_args  # template fields are stored as given (rendered later)
         self.old_checkpoint_uri = old_checkpoint_uri
+        self.handover = handover
         self.starting_offsets = starting_offsets
         self.handover_json = handover_json
-        self.conf = dict(conf) if isinstance(conf, Mapping) else conf if conf is not None else {}
+        self.conf = conf
         self.spark_conn_id = spark_conn_id
         self.master = master
         self.deploy_mode = deploy_mode
@@ -213,6 +198,8 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         On an existing checkpoint (``allow_existing_checkpoint``) it also records the last
         committed batch, so the wait is for a batch committed by THIS launch."""
         starting = _offsets_text(self.starting_offsets)
+        if starting is None and (result := _handover_input(self.handover)) is not None:
+            starting = result.offsets().to_json()
         storage = self.storage_hook
         existing = check_launch_target(
             storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
@@ -221,6 +208,9 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             allow_existing_checkpoint=self.allow_existing_checkpoint,
         )
         self._resume_after = None
+        fs, path = storage.filesystem(self.checkpoint_uri)
+        if not existing and fs.exists(path):  # only _ckpt/ from an earlier failed launch: nothing may live there
+            check_query_stopped(fs, path, uri=self.checkpoint_uri)
         if existing:
             self.log.warning("%s is not empty (allow_existing_checkpoint): the query resumes from it and "
                              "Spark ignores startingOffsets", self.checkpoint_uri)
@@ -242,21 +232,23 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     def launch(self, context: Context, start: StepStart | None = None,
                journal: UpgradeJournal | None = None) -> dict[str, Any]:
         """Check, start the job (or adopt the one an interrupted attempt started) and defer."""
-        if not isinstance(self.conf, Mapping) or isinstance(self.application_args, (str, bytes)):
+        if not isinstance(self.conf or {}, Mapping) or isinstance(self.application_args, (str, bytes)) \
+                or not isinstance(self.application_args, Sequence):
             raise TypeError("conf must render to a dict and application_args to a list of strings")
-        conf = {str(k): str(v) for k, v in self.conf.items()}
+        conf = {str(k): str(v) for k, v in (self.conf or {}).items()}
         args = [str(a) for a in self.application_args]
         previous = start.previous if start is not None else None
         if previous is not None and previous.notes.get("launching"):
-            adopted = self._earlier_launch(previous)
-            if adopted is not None:
+            alive, adopted = self._earlier_launch(previous)
+            if alive:
                 min_batch = int(previous.notes.get("min_batch", 0))
                 self.log.warning("resuming: %s was launched by an earlier attempt (run %s) and is running; "
-                                 "waiting for its commit instead of launching a second one", adopted.app_name,
-                                 previous.run_id)
-                if journal is not None:
-                    journal.note(self.task_id, handle=adopted.to_dict())
-                context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=adopted.to_dict())
+                                 "waiting for its commit instead of launching a second one",
+                                 adopted.app_name if adopted else self.checkpoint_uri, previous.run_id)
+                if adopted is not None:
+                    if journal is not None:
+                        journal.note(self.task_id, handle=adopted.to_dict())
+                    context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=adopted.to_dict())
                 self._defer_for_commit(adopted, min_batch)
             self.log.warning("resuming: the job launched by an earlier attempt (run %s) is not running; "
                              "launching it again on %s (it resumes from whatever it wrote there)",
@@ -267,14 +259,19 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         if starting is None:
             self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is latest)")
         handover_json = None
-        if self.handover_json:
-            handover_json = json.dumps(_json_value(self.handover_json), sort_keys=True, separators=(",", ":"))
+        if self.handover_json and str(self.handover_json).strip() not in ("None", "null"):
+            handover_json = HandoverResult.from_json(self.handover_json).handover.to_json()
+        elif (result := _handover_input(self.handover)) is not None:
+            handover_json = result.handover.to_json()
         min_batch = 0 if self._resume_after is None else self._resume_after + 1
-        if journal is not None:
-            journal.note(self.task_id, launching=True, min_batch=min_batch)
+        launch_id = uuid.uuid4().hex
+        if journal is not None:  # the intent first: a re-run finds this launch by its id
+            journal.note(self.task_id, launching=True, min_batch=min_batch, launch_id=launch_id)
+        fs, _ = self.storage_hook.filesystem(self.checkpoint_uri)
         handle = self.launcher_hook.launch(
             self.application, checkpoint_uri=self.checkpoint_uri, application_args=args, conf=conf, name=name,
             starting_offsets=starting, handover_json=handover_json,
+            storage_options=getattr(fs, "storage_options", None), launch_id=launch_id,
         )
         if journal is not None:
             journal.note(self.task_id, handle=handle.to_dict())
@@ -284,38 +281,46 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                       name, self.first_commit_timeout, self.checkpoint_uri)
         self._defer_for_commit(handle, min_batch)
 
-    def _defer_for_commit(self, handle: LaunchHandle, min_batch: int) -> None:
+    def _defer_for_commit(self, handle: LaunchHandle | None, min_batch: int) -> None:
         self.defer(
             trigger=LaunchTrigger(
                 checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
-                handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
+                handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
+                storage_conn_id=self.storage_conn_id,
                 min_batch=min_batch,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
         )
 
-    def _earlier_launch(self, previous: JournalStep) -> LaunchHandle | None:
-        """The job an interrupted attempt launched, if it is alive: by its recorded handle, or by a
-        live heartbeat on the checkpoint (waiting up to ``adopt_grace_s`` for a first beat when
-        the attempt died before recording the handle)."""
+    def _earlier_launch(self, previous: JournalStep) -> tuple[bool, LaunchHandle | None]:
+        """(alive, handle) of the job an interrupted attempt launched: by its recorded handle, by
+        the driver record its supervisor wrote under the noted launch id, or by a live heartbeat
+        on the checkpoint (waiting up to ``adopt_grace_s`` for a first sign when the attempt died
+        before recording the handle). The handle is None when the job is alive but cannot be
+        named from here (only its checkpoint is then watched)."""
         recorded = previous.notes.get("handle")
         handle = LaunchHandle.from_json(recorded) if isinstance(recorded, Mapping) else None
+        launch_id = str(previous.notes.get("launch_id") or "")
         fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
         control = ControlFiles(fs, path, uri=self.checkpoint_uri)
         deadline = time.monotonic() + (self.adopt_grace_s if handle is None else 0.0)
         while True:
-            if handle is not None and job_alive(handle):
-                return handle
+            if handle is None and launch_id and (driver := control.driver()) is not None \
+                    and driver.launch_id == launch_id:
+                handle = _handle_from_driver(self.checkpoint_uri, driver, self.master or "")
+            if handle is not None:
+                verdict = observe(handle, control)
+                self.log.info("the earlier launch %s: %s", handle.app_name, verdict.evidence)
+                if verdict.alive is not None:
+                    return verdict.alive, handle
             beat = control.heartbeat()
             if beat is not None and beat.is_alive():
-                if handle is not None:
-                    return handle
-                self.log.info("found query %s alive on %s (pid %s, host %s) without a recorded handle",
-                              beat.query_id, self.checkpoint_uri, beat.pid, beat.host)
-                return _handle_from_heartbeat(self.checkpoint_uri, beat, self.master or "")
+                self.log.info("found query %s alive on %s (pid %s, %s) without a usable handle",
+                              beat.query_id, self.checkpoint_uri, beat.pid, beat.scope.describe())
+                return True, handle or _handle_from_heartbeat(self.checkpoint_uri, beat, self.master or "")
             if time.monotonic() >= deadline:
-                return None
+                return False, None
             time.sleep(min(self.poll_interval, 2.0))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -323,32 +328,42 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
 
     def first_commit(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         """The handle once the job committed; :class:`LaunchFailed` / :class:`FirstCommitTimeout`."""
-        event = _check_event(event)
-        handle = LaunchHandle.from_json(event["handle"])
-        reason = LaunchEvent(event["reason"])
+        fired = LaunchTriggerEvent.from_json(event)
+        if fired.handle is None:  # an adopted job that cannot be named from here: its checkpoint only
+            if fired.reason is not LaunchEvent.COMMITTED:
+                raise FirstCommitTimeout(found=f"no commits/N after {fired.waited_s:.0f} s ({fired.evidence})",
+                                         expected=f"a committed batch within {self.first_commit_timeout:.0f} s",
+                                         path=self.checkpoint_uri)
+            raise LaunchFailed(found="a running job adopted from its heartbeat, without a launch handle",
+                               expected="a launch handle to return", path=self.checkpoint_uri,
+                               action="The job runs and commits; find it by its heartbeat's host and pid "
+                                      "(ckpt inspect) and pass its handle by hand if it must be stopped later.")
+        handle = LaunchHandle.from_json(fired.handle)
+        reason = fired.reason
         if reason is LaunchEvent.COMMITTED:
             ui_url = self.launcher_hook.discover_ui_url(handle)
             handle = dataclasses.replace(handle, ui_url=ui_url)
             if ui_url:
                 context["ti"].xcom_push(key=SparkUILink().xcom_key, value=ui_url)
             self.log.info("%s committed batch %s after %.1f s; it keeps running%s", handle.app_name,
-                          event["batch"], event["waited_s"], f" (Spark UI {ui_url})" if ui_url else "")
+                          fired.batch, fired.waited_s, f" (Spark UI {ui_url})" if ui_url else "")
             return handle.to_dict()
         if reason is LaunchEvent.DIED:
             raise LaunchFailed(
-                found=f"the job ended ({event['state']}) before committing a batch",
+                found=f"the job ended ({fired.state.value}: {fired.evidence}) before committing a batch",
                 expected=f"a first committed batch in {self.checkpoint_uri}/commits",
-                log_tail=event["log_tail"] or self.launcher_hook.log_tail(handle, 60), path=handle.log_path,
+                log_tail=fired.log_tail or self.launcher_hook.log_tail(handle, 60), path=handle.log_path,
             )
         action = None
         if self.kill_on_timeout:
-            self.log.warning("no committed batch after %.0f s: killing %s", event["waited_s"], handle.app_name)
+            self.log.warning("no committed batch after %.0f s: killing %s", fired.waited_s, handle.app_name)
             done = self.launcher_hook.kill(handle)
             self.log.info("killed: %s", done)
         else:
             action = ("The job was left running (kill_on_timeout=False); stop it with the launch_handle "
                       "XCom, or wait and verify.")
-        raise FirstCommitTimeout(found=f"no commits/N after {event['waited_s']:.0f} s (state {event['state']})",
+        raise FirstCommitTimeout(found=f"no commits/N after {fired.waited_s:.0f} s (job {fired.state.value}: "
+                                       f"{fired.evidence})",
                                  expected=f"a committed batch within {self.first_commit_timeout:.0f} s",
                                  action=action, path=self.checkpoint_uri)
 
@@ -374,7 +389,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def __init__(
         self,
         *,
-        handover: str | Mapping[str, Any],
+        handover: HandoverResult | str | Mapping[str, Any],
         checkpoint_uri: str,
         starting_offsets: str | None = None,
         kafka_conn_id: str | None = None,
@@ -402,11 +417,12 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
 
     def verify(self) -> VerifyResult:
         """The start check alone (no waiting)."""
-        handover, xcom_offsets, accepted = parse_handover_input(_json_value(self.handover))
+        given = HandoverResult.from_json(self.handover)
+        handover, accepted = given.handover, given.accepted_loss
         text = _offsets_text(self.starting_offsets) if self.starting_offsets else None
         if text in ("earliest", "latest"):
             raise InvalidOffsets(found=f"startingOffsets {text!r}", expected="per-partition offsets JSON to verify")
-        starting = KafkaOffsets.from_json(text) if text else xcom_offsets or handover.kafka_offsets(self.source)
+        starting = KafkaOffsets.from_json(text) if text else given.offsets(self.source)
         fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
         snapshot = CheckpointReader(self.checkpoint_uri, fs=fs).snapshot(include_initial=True)
         broker = None
@@ -447,7 +463,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def progress(self, context: Context, event: dict[str, Any] | None, result: dict[str, Any] | None,
                  after: int | None) -> dict[str, Any]:
         """The verified start plus the batches committed during the progress window."""
-        event = _check_event(event)
+        fired = LaunchTriggerEvent.from_json(event)
         if result is None:  # the kwargs do not always come back (dag.test passes only the event)
             result = context["ti"].xcom_pull(task_ids=self.task_id, key="start_verified")
         if not isinstance(result, Mapping):
@@ -455,26 +471,37 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         if after is None:
             last = result.get("last_committed_batch")
             after = last if isinstance(last, int) else -1
-        if LaunchEvent(event["reason"]) is not LaunchEvent.COMMITTED:
+        if fired.reason is not LaunchEvent.COMMITTED:
             raise NoProgress(found=f"no batch after {after} committed in {self.progress_window_s:.0f} s "
-                             f"(job state {event['state']})",
+                             f"(job state {fired.state.value})",
                              expected="the new query to keep committing batches", path=self.checkpoint_uri)
         fs, root = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
         batches = [b for b in committed_batches(fs, root) if b > after]
         self.log.info("the new query committed batch(es) %s during the progress window", batches)
-        return {**result, "last_committed_batch": event["batch"], "progress_batches": batches}
+        return {**result, "last_committed_batch": fired.batch, "progress_batches": batches}
 
 
-def _handle_from_heartbeat(checkpoint_uri: str, beat: Any, master: str) -> LaunchHandle:
-    """A local handle for a job known only by its heartbeat (its process group, when on this
-    host); used to adopt a job whose launch was interrupted before its handle was recorded."""
-    pid = int(beat.pid or 0)
-    if beat.host in ("", socket.gethostname(), socket.getfqdn()) and pid:
-        try:
-            pid = os.getpgid(pid)
-        except ProcessLookupError:
-            pass
-    return LaunchHandle(mode="local", checkpoint_uri=checkpoint_uri, app_name=f"query {beat.query_id}",
-                        started_at=beat.started_at, pid=pid or 1, master=master or None,
-                        extra={"host": beat.host, "adopted_from": "heartbeat"} if beat.host else
-                        {"adopted_from": "heartbeat"})
+def _handle_from_driver(checkpoint_uri: str, driver: DriverRecord, master: str) -> LaunchHandle:
+    """The handle of a local launch known by its supervisor's record (its launch id, process
+    group and scope): the launching attempt died before it recorded the handle."""
+    return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=checkpoint_uri, app_name=f"launch {driver.launch_id[:8]}",
+                        started_at=driver.started_at, pid=driver.pid, master=master or None,
+                        launch_id=driver.launch_id, host=driver.host, boot_id=driver.boot_id,
+                        pid_namespace=driver.pid_namespace, extra={"adopted_from": "driver record"})
+
+
+def _handle_from_heartbeat(checkpoint_uri: str, beat: Heartbeat, master: str) -> LaunchHandle | None:
+    """A local handle for a job known only by its heartbeat: its process group, when the driver
+    runs in this process's scope; None otherwise (a pid seen from elsewhere names nothing here)."""
+    if not beat.scope.same_as(ProcessScope.current()) or beat.pid < 2:
+        return None
+    try:
+        pgid = os.getpgid(beat.pid)
+    except ProcessLookupError:
+        return None
+    if pgid < 2:
+        return None
+    return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=checkpoint_uri, app_name=f"query {beat.query_id}",
+                        started_at=beat.started_at, pid=pgid, master=master or None, host=beat.host,
+                        boot_id=beat.boot_id, pid_namespace=beat.pid_namespace,
+                        extra={"adopted_from": "heartbeat"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -20,27 +19,25 @@ from airflow_ckpt_provider.checkpoint.stop import (
     finish_stop,
     not_running_result,
 )
-from airflow_ckpt_provider.hooks.escalation import job_alive
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.spark.control import StopAck
-from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger
+from airflow_ckpt_provider.jobs import observe
+from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
 
 #: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).
 DEFER_GRACE_S = 120.0
 
 
-def _handle_json(value: str | Mapping[str, Any] | LaunchHandle | None) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, LaunchHandle):
-        return value.to_json()
-    if isinstance(value, Mapping):
-        return json.dumps(dict(value), sort_keys=True)
-    if isinstance(value, str):
+def _launch_handle(value: str | Mapping[str, Any] | LaunchHandle | None) -> LaunchHandle | None:
+    """The (rendered) ``launch_handle`` argument as a handle; None when not given."""
+    if value is None or isinstance(value, LaunchHandle):
         return value
+    if isinstance(value, str) and value.strip() in ("", "None", "null"):
+        return None
+    if isinstance(value, (str, Mapping)):
+        return LaunchHandle.from_json(value)
     raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, not {type(value).__name__}")
 
 
@@ -89,8 +86,12 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         self.init_journal(journal, journal_conn_id, journal_phase)
         if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0:
             raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, quiet_period >= 0")
+        if launch_handle is not None and not isinstance(launch_handle, (str, Mapping, LaunchHandle)) \
+                and not hasattr(launch_handle, "resolve"):
+            raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, "
+                            f"not {type(launch_handle).__name__}")
         self.checkpoint_uri = checkpoint_uri
-        self.launch_handle = _handle_json(launch_handle)
+        self.launch_handle = launch_handle  # a template field: rendered, then read by _handle()
         self.stop_timeout = float(stop_timeout)
         self.quiet_period = float(quiet_period)
         self.storage_conn_id = storage_conn_id
@@ -107,18 +108,18 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         return ControlFiles(fs, path, uri=self.checkpoint_uri)
 
     def _handle(self) -> LaunchHandle | None:
-        text = (self.launch_handle or "").strip()
-        if text in ("", "None", "null"):
+        handle = _launch_handle(self.launch_handle)
+        if handle is None:
             return None
-        handle = LaunchHandle.from_json(text)
         if handle.checkpoint_uri and handle.checkpoint_uri.rstrip("/") != self.checkpoint_uri.rstrip("/"):
             self.log.warning("launch handle is for checkpoint %s, stopping %s", handle.checkpoint_uri,
                              self.checkpoint_uri)
         return handle
 
     def kill(self, handle: LaunchHandle) -> str:
-        """Escalation: kill the launched job through :meth:`SparkLauncherHook.kill` (local process
-        group, standalone driver through the master, YARN application); say what was done."""
+        """Escalation: kill the launched job through its job kind (local process group from the
+        launching scope only, standalone driver through the master, YARN application); say what
+        was done."""
         from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 
         hook = SparkLauncherHook(master=handle.master or "local", master_ui_url=handle.extra.get("master_ui_url"))
@@ -132,7 +133,11 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         runs)."""
         handle = self._handle()
         control = self._control()
-        launched = bool(handle is not None and job_alive(handle) is not False)
+        launched = False
+        if handle is not None:
+            verdict = observe(handle, control)
+            self.log.info("launched job %s: %s", handle.app_name or handle.kind, verdict.evidence)
+            launched = verdict.alive is not False
         start = begin_stop(control, requested_by=f"airflow:{self.dag_id}.{self.task_id}", timeout_s=self.stop_timeout,
                            launched_job_running=launched, missed_beats=self.missed_beats)
         if start.request is None:
@@ -163,20 +168,15 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         return self.complete_step(lambda: self.finish(event))
 
     def finish(self, event: dict[str, Any] | None) -> dict[str, Any]:
-        if not isinstance(event, dict) or set(event) != EVENT_KEYS:
-            raise ValueError(f"unexpected trigger event {event!r}: expected keys {sorted(EVENT_KEYS)}")
-        reason = StopReason(event["reason"])
-        ack = StopAck.from_json(event["ack"]) if event["ack"] else None
-        if reason is StopReason.ACKNOWLEDGED and ack is None:
-            raise ValueError(f"trigger event {event!r} acknowledges without an ack")
+        fired = StopTriggerEvent.from_json(event)
+        reason = fired.reason
         handle = self._handle() if reason is StopReason.TIMEOUT else None
-        requested_at = float(event["requested_at"])
         return finish_stop(
             self._control(),
             reason=reason,
-            request_id=str(event["request_id"]),
-            requested_at=requested_at,
-            ack=ack,
+            request_id=fired.request_id,
+            requested_at=fired.requested_at,
+            ack=fired.ack,
             kill=(lambda: self.kill(handle)) if handle is not None else None,
             timeout_s=self.stop_timeout,
             quiet_period=self.quiet_period,

@@ -8,27 +8,55 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
     _ckpt/heartbeat.json     written by the running query every ``interval_s`` seconds
     _ckpt/stop-request.json  written by the provider: please stop between two batches
     _ckpt/stop-ack.json      written by the query once it stopped: where, and how
+    _ckpt/driver.json        written by the provider's supervisor of a local driver process:
+                             running (refreshed every ``interval_s``) or exited, with exit code
 
-All three are small JSON objects written whole (write to a temporary name, then rename where
+All are small JSON objects written whole (write to a temporary name, then rename where
 the filesystem allows it). Times are UTC ISO-8601 strings.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
+from airflow_ckpt_provider.enums import StrEnum
 from typing import Any, TypeVar
 
 CONTROL_DIR = "_ckpt"
 HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
 STOP_REQUEST = f"{CONTROL_DIR}/stop-request.json"
 STOP_ACK = f"{CONTROL_DIR}/stop-ack.json"
+DRIVER = f"{CONTROL_DIR}/driver.json"
 
-RUNNING = "running"
-STOPPED = "stopped"
-CLEAN = "clean"  # stopped between batches: last planned == last committed
-INTERRUPTED = "interrupted"  # a planned batch was cut short; its offsets must not be handed over
+
+class HeartbeatState(StrEnum):
+    """A query's state in its heartbeat."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class AckOutcome(StrEnum):
+    """How a query stopped on request."""
+
+    CLEAN = "clean"  # stopped between batches: last planned == last committed
+    INTERRUPTED = "interrupted"  # a planned batch was cut short; its offsets must not be handed over
+
+
+class DriverStatus(StrEnum):
+    """A supervised driver process's state in ``_ckpt/driver.json``."""
+
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+RUNNING = HeartbeatState.RUNNING
+STOPPED = HeartbeatState.STOPPED
+CLEAN = AckOutcome.CLEAN
+INTERRUPTED = AckOutcome.INTERRUPTED
 
 T = TypeVar("T", bound="_ControlRecord")
 
@@ -39,6 +67,44 @@ def utc_now() -> str:
 
 def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ProcessScope:
+    """Where a process id means something: the host name, the kernel's boot id and the PID
+    namespace. A pid may be looked up or signalled only from the same scope: another host,
+    another boot (pids are reused) or another PID namespace (a container, ``unshare --pid``)
+    sees other processes under the same number. Scopes match when all three parts are equal and
+    the host is known: a handle recorded without boot id or namespace (by hand, or by an older
+    version) never matches a scope where they are known."""
+
+    host: str = ""
+    boot_id: str = ""
+    pid_namespace: str = ""
+
+    @classmethod
+    def current(cls) -> ProcessScope:
+        """This process's scope (Linux: ``/proc``; elsewhere boot id and namespace stay unknown)."""
+        try:
+            namespace = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            namespace = ""
+        return cls(socket.gethostname(), _read_text("/proc/sys/kernel/random/boot_id"), namespace)
+
+    def same_as(self, other: ProcessScope) -> bool:
+        """Whether a pid recorded in ``other`` names the same process when seen from here."""
+        return bool(self.host) and self == other
+
+    def describe(self) -> str:
+        return f"host {self.host or '?'}, boot {self.boot_id[:8] or '?'}, {self.pid_namespace or 'pid namespace ?'}"
 
 
 class _ControlRecord:
@@ -68,14 +134,22 @@ class Heartbeat(_ControlRecord):
     host: str = ""
     pid: int = 0
     app_id: str = ""
+    boot_id: str = ""
+    pid_namespace: str = ""
 
     def is_alive(self, now: datetime | None = None, missed_beats: float = 3.0) -> bool:
         """Running and updated within ``missed_beats`` intervals of ``now``."""
-        if self.state != RUNNING:
-            return False
-        now = now or datetime.now(timezone.utc)
-        age = (now - parse_time(self.updated_at)).total_seconds()
-        return age <= max(self.interval_s, 0.1) * missed_beats
+        return self.state == RUNNING and _fresh(self.updated_at, self.interval_s, now, missed_beats)
+
+    @property
+    def scope(self) -> ProcessScope:
+        """Where ``pid`` (the driver's Python process) lives."""
+        return ProcessScope(self.host, self.boot_id, self.pid_namespace)
+
+
+def _fresh(updated_at: str, interval_s: float, now: datetime | None, missed_beats: float) -> bool:
+    age = ((now or datetime.now(timezone.utc)) - parse_time(updated_at)).total_seconds()
+    return age <= max(interval_s, 0.1) * missed_beats
 
 
 @dataclass(frozen=True)
@@ -106,3 +180,37 @@ class StopAck(_ControlRecord):
     last_committed_batch: int | None
     last_planned_batch: int | None
     stopped_at: str
+
+
+@dataclass(frozen=True)
+class DriverRecord(_ControlRecord):
+    """A local driver process as its supervisor sees it (``_ckpt/driver.json``).
+
+    The supervisor (:mod:`airflow_ckpt_provider.jobs.supervise`) starts spark-submit on the
+    launching host and writes this record through the checkpoint's storage: ``running``,
+    refreshed every ``interval_s`` seconds, then ``exited`` with the exit code and the log tail
+    (secrets redacted). Whoever can read the checkpoint can tell whether the driver lives, from
+    any host, container or PID namespace. A record that stopped being refreshed while
+    ``running`` means the supervisor was killed with its driver.
+    """
+
+    launch_id: str
+    state: str
+    pid: int  # the process group: the supervisor and the driver it started
+    started_at: str
+    updated_at: str
+    interval_s: float
+    host: str = ""
+    boot_id: str = ""
+    pid_namespace: str = ""
+    exit_code: int | None = None
+    ended_at: str = ""
+    log_tail: str = ""
+
+    def is_alive(self, now: datetime | None = None, missed_beats: float = 3.0) -> bool:
+        """Running and refreshed within ``missed_beats`` intervals of ``now``."""
+        return self.state == DriverStatus.RUNNING and _fresh(self.updated_at, self.interval_s, now, missed_beats)
+
+    @property
+    def scope(self) -> ProcessScope:
+        return ProcessScope(self.host, self.boot_id, self.pid_namespace)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import threading
 import time
 import uuid
@@ -48,6 +47,7 @@ from airflow_ckpt_provider.spark.control import (
     STOP_REQUEST,
     STOPPED,
     Heartbeat,
+    ProcessScope,
     StopAck,
     StopRequest,
     utc_now,
@@ -158,6 +158,7 @@ class GracefulStop:
         self.margin = margin
         self.boundary_timeout = boundary_timeout
         self.run_id = uuid.uuid4().hex
+        scope = ProcessScope.current()
         self.heartbeat = Heartbeat(
             query_id=str(query.id),
             run_id=self.run_id,
@@ -165,9 +166,11 @@ class GracefulStop:
             started_at=utc_now(),
             updated_at=utc_now(),
             interval_s=self.heartbeat_interval,
-            host=socket.gethostname(),
+            host=scope.host,
             pid=os.getpid(),
             app_id=self._app_id(),
+            boot_id=scope.boot_id,
+            pid_namespace=scope.pid_namespace,
         )
         self._stop_beats = threading.Event()
         self._beat_lock = threading.Lock()

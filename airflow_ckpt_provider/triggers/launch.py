@@ -1,25 +1,32 @@
-"""Deferrable wait for a launched job's first committed batch (runs in the triggerer)."""
+"""Deferrable wait for a launched job's first committed batch (runs in the triggerer).
+
+The triggerer may run on another host, in another container or PID namespace than the worker
+that launched the job: the job's liveness is judged only from what works from anywhere
+(:func:`airflow_ckpt_provider.jobs.observe`: the job's records in its checkpoint and what its
+kind can ask remotely), never from a process id seen from the wrong place.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import posixpath
-import re
+import json
 import time
-from collections.abc import AsyncIterator
-from enum import Enum
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass
+from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.jobs import DriverState, observe
 
-__all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "committed_batches"]
-
-_BATCH = re.compile(r"(0|[1-9][0-9]*)\Z")
+__all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "committed_batches"]
 
 
-class LaunchEvent(str, Enum):
+class LaunchEvent(StrEnum):
     """Why the trigger fired; shared with the operators that resume on it."""
 
     COMMITTED = "committed"  # commits/N with N >= min_batch exists
@@ -27,31 +34,68 @@ class LaunchEvent(str, Enum):
     TIMEOUT = "timeout"  # neither happened before the deadline
 
 
-#: Keys of every event this trigger fires; the operators check them on resume.
-EVENT_KEYS = frozenset({"reason", "batch", "state", "log_tail", "handle", "waited_s"})
-
-
-def committed_batches(fs: Any, root: str) -> list[int]:
+def committed_batches(fs: Any, root: str) -> list[int]:  # noqa: ANN401 - an fsspec filesystem
     """Sorted batch ids in ``<root>/commits`` (none when the folder does not exist yet)."""
-    path = posixpath.join(root.rstrip("/"), "commits")
-    fs.invalidate_cache(path)
-    try:
-        names = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return []
-    found = (name.rstrip("/").rsplit("/", 1)[-1] for name in names)
-    return sorted(int(name) for name in found if _BATCH.match(name))
+    return list_batch_ids(fs, f"{root.rstrip('/')}/commits")
+
+
+@dataclass(frozen=True)
+class LaunchTriggerEvent:
+    """The one event :class:`LaunchTrigger` fires: why, the newest committed batch (None if
+    none), the job's state in :class:`DriverState` words, the evidence for it in words, the
+    driver log tail (when it died), the handle (dict, or None when only the checkpoint was
+    watched) and the seconds waited."""
+
+    reason: LaunchEvent
+    batch: int | None
+    state: DriverState
+    log_tail: str
+    handle: Mapping[str, Any] | None
+    waited_s: float
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(reason=self.reason.value, state=self.state.value,
+                    handle=dict(self.handle) if self.handle is not None else None)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any] | None) -> LaunchTriggerEvent:
+        """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
+        raw = json.loads(data) if isinstance(data, str) else data
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"unexpected trigger event of type {type(raw).__name__}; expected a dict")
+        missing, unknown = REQUIRED_KEYS - set(raw), set(raw) - EVENT_KEYS
+        if missing or unknown:
+            raise ValueError(f"unexpected trigger event keys {sorted(raw)}; expected {sorted(EVENT_KEYS)} "
+                             f"({sorted(EVENT_KEYS - REQUIRED_KEYS)} optional)")
+        state = str(raw["state"]).lower()
+        return cls(reason=LaunchEvent(raw["reason"]),
+                   batch=None if raw["batch"] is None else int(raw["batch"]),
+                   state=DriverState(state) if state in DriverState._value2member_map_ else DriverState.UNKNOWN,
+                   log_tail=str(raw["log_tail"] or ""), handle=dict(raw["handle"]) if raw["handle"] else None,
+                   waited_s=float(raw["waited_s"]), evidence=str(raw.get("evidence") or ""))
+
+
+#: Keys of every event this trigger fires; the operators check them on resume.
+EVENT_KEYS = frozenset({"reason", "batch", "state", "log_tail", "handle", "waited_s", "evidence"})
+#: Keys an event from an earlier version of this trigger (still deferred during an upgrade) has.
+REQUIRED_KEYS = EVENT_KEYS - {"evidence"}
 
 
 class LaunchTrigger(BaseTrigger):
     """Poll the checkpoint's ``commits/`` (and the job's liveness) until batch ``min_batch`` or a
-    later one is committed, the job dies, or ``deadline`` (epoch seconds) passes.
+    later one is committed, the job is known to have ended, or ``deadline`` (epoch seconds)
+    passes. Fires one :class:`LaunchTriggerEvent` (as a dict).
 
-    Fires one event ``{"reason": LaunchEvent value, "batch": newest committed batch or None,
-    "state": the job's last known state, "log_tail": driver log tail (when it died),
-    "handle": the LaunchHandle dict or None, "waited_s"}``. Without a ``handle`` only the
-    checkpoint is watched. Storage and status errors are retried until the deadline; blocking
-    I/O runs in a thread.
+    Without a ``handle`` only the checkpoint is watched. A job whose liveness cannot be told from
+    where the triggerer runs is waited for until the deadline (see :mod:`airflow_ckpt_provider.jobs.
+    liveness`). Storage and status errors are retried until the deadline; blocking I/O runs in a
+    thread.
     """
 
     def __init__(
@@ -92,52 +136,51 @@ class LaunchTrigger(BaseTrigger):
 
     # blocking helpers, run in a thread
 
-    def _filesystem(self) -> tuple[Any, str]:
+    def _control(self) -> ControlFiles:
         from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 
-        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+        fs, path = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+        return ControlFiles(fs, path, uri=self.checkpoint_uri)
 
-    def _launcher(self) -> Any:
-        from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+    def _event(self, reason: LaunchEvent, batch: int | None, state: DriverState, log_tail: str = "",
+               evidence: str = "") -> LaunchTriggerEvent:
+        return LaunchTriggerEvent(reason=reason, batch=batch, state=state, log_tail=log_tail, handle=self.handle,
+                                  waited_s=round(time.time() - self.started_at, 3), evidence=evidence)
 
-        return SparkLauncherHook(master="local")  # follows a handle: needs no connection
-
-    def _event(self, reason: LaunchEvent, batch: int | None, state: str, log_tail: str = "") -> dict[str, Any]:
-        return {"reason": reason.value, "batch": batch, "state": state, "log_tail": log_tail,
-                "handle": self.handle, "waited_s": round(time.time() - self.started_at, 3)}
-
-    def _poll(self, fs: Any, root: str) -> dict[str, Any] | None:
-        batches = committed_batches(fs, root)
+    def _poll(self, control: ControlFiles) -> LaunchTriggerEvent | None:
+        batches = committed_batches(control.fs, control.root)
         if batches and batches[-1] >= self.min_batch:
-            return self._event(LaunchEvent.COMMITTED, batches[-1], "RUNNING")
+            return self._event(LaunchEvent.COMMITTED, batches[-1], DriverState.RUNNING)
+        state, evidence = DriverState.UNKNOWN, "no launch handle: only the checkpoint is watched"
         if self.handle is not None:
-            launcher, handle = self._launcher(), LaunchHandle.from_json(self.handle)
-            state = launcher.driver_state(handle)
-            if not launcher.is_alive(handle):
-                batches = committed_batches(fs, root)  # it may have committed just before it ended
+            verdict = observe(LaunchHandle.from_json(self.handle), control)
+            state, evidence = verdict.state, verdict.evidence
+            if verdict.alive is False:
+                batches = committed_batches(control.fs, control.root)  # it may have committed just before it ended
                 if batches and batches[-1] >= self.min_batch:
-                    return self._event(LaunchEvent.COMMITTED, batches[-1], state)
-                return self._event(LaunchEvent.DIED, batches[-1] if batches else None, state,
-                                   launcher.log_tail(handle, self.log_lines))
+                    return self._event(LaunchEvent.COMMITTED, batches[-1], state, evidence=evidence)
+                tail = verdict.log_tail[-20_000:] if self.log_lines else ""
+                tail = "\n".join(tail.splitlines()[-self.log_lines:]) if self.log_lines > 0 else ""
+                return self._event(LaunchEvent.DIED, batches[-1] if batches else None, state, tail, evidence)
         if time.time() >= self.deadline:
-            return self._event(LaunchEvent.TIMEOUT, batches[-1] if batches else None, "RUNNING")
+            return self._event(LaunchEvent.TIMEOUT, batches[-1] if batches else None, state, evidence=evidence)
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        fs_root: tuple[Any, str] | None = None
+        control: ControlFiles | None = None
         while True:
-            event: dict[str, Any] | None = None
+            event: LaunchTriggerEvent | None = None
             try:
-                if fs_root is None:
-                    fs_root = await asyncio.to_thread(self._filesystem)
-                event = await asyncio.to_thread(self._poll, *fs_root)
+                if control is None:
+                    control = await asyncio.to_thread(self._control)
+                event = await asyncio.to_thread(self._poll, control)
             except (OSError, ValueError) as exc:  # storage, HTTP (URLError) or a garbled status
                 self.log.warning("checking %s failed (%s); retrying", self.checkpoint_uri, exc)
                 if time.time() >= self.deadline:
-                    event = self._event(LaunchEvent.TIMEOUT, None, "UNKNOWN")
+                    event = self._event(LaunchEvent.TIMEOUT, None, DriverState.UNKNOWN, evidence=str(exc))
             if event is not None:
-                self.log.info("%s: %s (batch %s) after %.1f s", self.checkpoint_uri, event["reason"],
-                              event["batch"], event["waited_s"])
-                yield TriggerEvent(event)
+                self.log.info("%s: %s (batch %s) after %.1f s; job %s (%s)", self.checkpoint_uri, event.reason.value,
+                              event.batch, event.waited_s, event.state.value, event.evidence or "no evidence")
+                yield TriggerEvent(event.to_dict())
                 return
             await asyncio.sleep(max(0.05, min(self.poll_interval, self.deadline - time.time())))

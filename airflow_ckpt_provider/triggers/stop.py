@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -18,10 +20,47 @@ from airflow_ckpt_provider.checkpoint.stop import (
 )
 from airflow_ckpt_provider.spark.control import Heartbeat, StopAck
 
-__all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason"]
+__all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason", "StopTriggerEvent"]
 
 #: Keys of every event this trigger fires; the operator checks them on resume.
 EVENT_KEYS = frozenset({"reason", "request_id", "run_id", "ack", "heartbeat", "requested_at", "waited_s"})
+
+
+@dataclass(frozen=True)
+class StopTriggerEvent:
+    """The one event :class:`GracefulStopTrigger` fires: why waiting ended, the request and the
+    run asked, the acknowledgement (when acknowledged), the last heartbeat seen, when the stop
+    was asked (epoch seconds) and how long it waited."""
+
+    reason: StopReason
+    request_id: str
+    run_id: str
+    ack: StopAck | None
+    heartbeat: Heartbeat | None
+    requested_at: float
+    waited_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason.value, "request_id": self.request_id, "run_id": self.run_id,
+            "ack": self.ack.to_json() if self.ack is not None else None,
+            "heartbeat": self.heartbeat.to_json() if self.heartbeat is not None else None,
+            "requested_at": self.requested_at, "waited_s": self.waited_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str | None) -> StopTriggerEvent:
+        """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
+        raw = json.loads(data) if isinstance(data, str) else data
+        if not isinstance(raw, Mapping) or set(raw) != EVENT_KEYS:
+            raise ValueError(f"unexpected trigger event {raw!r}: expected keys {sorted(EVENT_KEYS)}")
+        event = cls(reason=StopReason(raw["reason"]), request_id=str(raw["request_id"]), run_id=str(raw["run_id"]),
+                    ack=StopAck.from_json(raw["ack"]) if raw["ack"] else None,
+                    heartbeat=Heartbeat.from_json(raw["heartbeat"]) if raw["heartbeat"] else None,
+                    requested_at=float(raw["requested_at"]), waited_s=float(raw["waited_s"]))
+        if event.reason is StopReason.ACKNOWLEDGED and event.ack is None:
+            raise ValueError(f"trigger event {raw!r} acknowledges without an ack")
+        return event
 
 
 class GracefulStopTrigger(BaseTrigger):
@@ -92,15 +131,8 @@ class GracefulStopTrigger(BaseTrigger):
 
     def _event(self, reason: StopReason, ack: StopAck | None, heartbeat: Heartbeat | None,
                now: float) -> dict[str, Any]:
-        return {
-            "reason": reason.value,
-            "request_id": self.request_id,
-            "run_id": self.run_id,
-            "ack": ack.to_json() if ack is not None else None,
-            "heartbeat": heartbeat.to_json() if heartbeat is not None else None,
-            "requested_at": self.requested_at,
-            "waited_s": round(now - self.requested_at, 3),
-        }
+        return StopTriggerEvent(reason, self.request_id, self.run_id, ack, heartbeat, self.requested_at,
+                                round(now - self.requested_at, 3)).to_dict()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         control: ControlFiles | None = None

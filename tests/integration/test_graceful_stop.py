@@ -25,7 +25,7 @@ import pytest
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.hooks.escalation import local_job_alive
+from airflow_ckpt_provider.jobs.local import group_members
 from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
 from tests.integration.streams import batch_ids
@@ -172,7 +172,7 @@ def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: A
     assert result.ack is None and result.waited_s >= 4 + 3
     assert time.monotonic() - started < 60
     assert job.proc.wait(timeout=30) != 0
-    assert not local_job_alive(job.proc.pid), "the driver's JVM must be gone too"
+    assert not group_members(job.proc.pid), "the driver's JVM must be gone too"
     assert not (job.checkpoint / STOP_REQUEST).exists(), "the request is withdrawn after the kill"
 
     before = (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits"))

@@ -98,7 +98,7 @@ def test_a_done_launch_returns_and_publishes_its_handle(tmp_path: Path, journal:
     journal.finish("relaunch", handle)
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(tmp_path / "v2"),
                               journal=journal.path)
-    fake = FakeLauncher(1, tmp_path / "log")
+    fake = FakeLauncher(_dead_pid(), tmp_path / "log")
     op.__dict__["launcher_hook"] = fake
     ti = TI()
     assert op.execute(context("run-2", ti)) == handle
@@ -113,7 +113,7 @@ def test_an_interrupted_launch_adopts_the_live_job(tmp_path: Path, journal: Upgr
     journal.note("relaunch", handle=started.to_dict())  # then the worker died
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(cp),
                               starting_offsets='{"events":{"0":5}}', journal=journal.path)
-    fake = FakeLauncher(1, tmp_path / "log")
+    fake = FakeLauncher(_dead_pid(), tmp_path / "log")
     op.__dict__["launcher_hook"] = fake
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context("run-2"))
@@ -125,19 +125,20 @@ def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Pa
                                                                     live_group: int) -> None:
     from datetime import datetime, timezone
 
-    from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat
+    from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat, ProcessScope
 
     cp = tmp_path / "v2"
     (cp / "_ckpt").mkdir(parents=True)
     now = datetime.now(timezone.utc).isoformat()
+    scope = ProcessScope.current()  # the driver beats from this machine, as GracefulStop records it
     beat = Heartbeat(query_id="q2", run_id="r", state=RUNNING, started_at=now, updated_at=now, interval_s=60,
-                     host=os.uname().nodename, pid=live_group)
+                     host=scope.host, pid=live_group, boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
     (cp / HEARTBEAT).write_text(beat.to_json())
     journal.begin("relaunch", run_id="run-1")
     journal.note("relaunch", launching=True, min_batch=0)  # died before recording the handle
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=str(cp),
                               journal=journal.path, adopt_grace_s=0)
-    fake = FakeLauncher(1, tmp_path / "log")
+    fake = FakeLauncher(_dead_pid(), tmp_path / "log")
     op.__dict__["launcher_hook"] = fake
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context("run-2"))
@@ -169,7 +170,7 @@ def test_a_fresh_launch_refuses_a_non_empty_checkpoint_but_notes_nothing(tmp_pat
     built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=built.uri,
                               journal=journal.path)
-    op.__dict__["launcher_hook"] = FakeLauncher(1, tmp_path / "log")
+    op.__dict__["launcher_hook"] = FakeLauncher(_dead_pid(), tmp_path / "log")
     with pytest.raises(Exception, match="not empty"):
         op.execute(context("run-1"))
     step = journal.step("relaunch")

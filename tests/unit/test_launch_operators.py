@@ -21,6 +21,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     FileSinkHazard,
     FirstCommitTimeout,
+    InvalidHandover,
     InvalidOffsets,
     LaunchFailed,
     NoProgress,
@@ -29,6 +30,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.spark.control import ProcessScope
 from airflow_ckpt_provider.operators.launch import (
     HANDLE_XCOM_KEY,
     HandoverVerifyOperator,
@@ -57,9 +59,11 @@ def dead_pid() -> int:
 
 
 def local_handle(pid: int, log: Path, cp: str = "/cp") -> LaunchHandle:
+    """A local handle as the launcher records it: the pid in this process's scope."""
+    scope = ProcessScope.current()
     return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=cp, app_name="app",
-                        started_at="2026-01-01T00:00:00+00:00",
-                        pid=pid, log_path=str(log))
+                        started_at="2026-01-01T00:00:00+00:00", pid=pid, log_path=str(log),
+                        host=scope.host, boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
 
 
 # -- trigger ---------------------------------------------------------------------------------------
@@ -91,7 +95,7 @@ def test_trigger_fires_died_with_log_tail(tmp_path: Path) -> None:
     handle = local_handle(dead_pid(), log, str(tmp_path / "cp"))
     event = first_event(LaunchTrigger(str(tmp_path / "cp"), deadline=time.time() + 30, handle=handle.to_dict(),
                                       poll_interval=0.05))
-    assert event["reason"] == LaunchEvent.DIED.value and event["state"] == "EXITED"
+    assert event["reason"] == LaunchEvent.DIED.value and event["state"] == "exited"
     assert event["log_tail"].endswith("RuntimeError: deliberate") and event["batch"] is None
 
 
@@ -177,9 +181,9 @@ def test_launch_fails_when_the_job_dies(tmp_path: Path) -> None:
     operator, fake = launch_operator(tmp_path)
     handle = local_handle(fake.pid, fake.log_file)
     with pytest.raises(LaunchFailed) as failed:
-        operator.execute_complete({"ti": TI()}, event(LaunchEvent.DIED, handle, state="EXITED",
+        operator.execute_complete({"ti": TI()}, event(LaunchEvent.DIED, handle, state="exited",
                                                       log_tail="Traceback\nValueError: bad conf"))
-    assert "ValueError: bad conf" in str(failed.value) and "EXITED" in str(failed.value)
+    assert "ValueError: bad conf" in str(failed.value) and "exited" in str(failed.value)
 
 
 @pytest.mark.parametrize("kill_on_timeout", [True, False])
@@ -251,9 +255,12 @@ def test_verify_operator_without_window(tmp_path: Path) -> None:
                                       checkpoint_uri=cp, progress_window_s=0)
     result = operator.execute({"ti": TI()})
     assert result["ok"] is True and result["recorded"] == {T: {"0": 100, "1": 200, "2": 0}}
-    # a plain "{{ ti.xcom_pull(...) }}" renders the dict's Python repr: accepted as well
-    operator.handover = str(handover_xcom(tmp_path))
+    operator.handover = handover_xcom(tmp_path)  # what the XComArg renders to
     assert operator.execute({"ti": TI()}) == result
+    # a plain "{{ ti.xcom_pull(...) }}" renders the dict's Python repr: refused, saying what to pass
+    operator.handover = str(handover_xcom(tmp_path))
+    with pytest.raises(InvalidHandover, match="tojson"):
+        operator.execute({"ti": TI()})
 
 
 def test_verify_operator_mismatch(tmp_path: Path) -> None:

@@ -15,12 +15,10 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
-from airflow_ckpt_provider.hooks.launcher import (
-    PYTHON_RUNNER,
-    SparkLauncherHook,
-    default_master_ui_url,
-    launch_mode,
-)
+from airflow_ckpt_provider.hooks.launcher import PYTHON_RUNNER, SparkLauncherHook, launch_mode
+from airflow_ckpt_provider.jobs import DriverState
+from airflow_ckpt_provider.jobs.standalone import default_master_ui_url
+from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, ProcessScope
 
 HANDOVER = '{"events":{"0":100,"1":-2}}'
 
@@ -150,9 +148,10 @@ def test_local_launch_is_detached_and_killable(tmp_path: Path) -> None:
     binary = fake_submit(tmp_path, 'echo "SparkUI: Bound SparkUI to 127.0.0.1, and started at http://127.0.0.1:4051"; '
                                    'echo "args: $*"; exec sleep 60')
     hook = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(tmp_path / "logs"))
-    handle = hook.launch("job.py", checkpoint_uri="/cp", application_args=["x"])
+    handle = hook.launch("job.py", checkpoint_uri=str(tmp_path / "cp"), application_args=["x"])
     try:
         assert handle.mode is LaunchMode.LOCAL and os.getpgid(handle.pid) == handle.pid  # own session
+        assert handle.scope == ProcessScope.current() and handle.launch_id
         deadline = time.monotonic() + 10
         while "args:" not in hook.log_tail(handle) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -168,10 +167,14 @@ def test_local_launch_is_detached_and_killable(tmp_path: Path) -> None:
 def test_exited_local_job_is_not_alive(tmp_path: Path) -> None:
     binary = fake_submit(tmp_path, 'echo "Traceback: boom"; exit 3')
     hook = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(tmp_path))
-    handle = hook.launch("job.py", checkpoint_uri="/cp")
-    deadline = time.monotonic() + 10
+    handle = hook.launch("job.py", checkpoint_uri=str(tmp_path / "cp"))
+    deadline = time.monotonic() + 30
     while hook.is_alive(handle):
         assert time.monotonic() < deadline, "an exited job (even a zombie child) must count as dead"
         time.sleep(0.05)
     assert hook.log_tail(handle, 5) == "Traceback: boom"
-    assert hook.driver_state(handle) == "EXITED"
+    assert hook.driver_state(handle) is DriverState.EXITED
+    # the supervisor recorded the exit in the checkpoint, readable from anywhere
+    record = DriverRecord.from_json((tmp_path / "cp" / DRIVER).read_bytes())
+    assert (record.launch_id, record.state, record.exit_code, record.pid) == (handle.launch_id, "exited", 3, handle.pid)
+    assert record.log_tail == "Traceback: boom"

@@ -107,6 +107,8 @@ def _aliases(tree: ast.Module) -> dict[str, tuple[str, str | None]]:
 def _target(call: ast.Call, aliases: dict[str, tuple[str, str | None]], runners: set[str]) -> tuple[str, str] | None:
     """(module, function) a call starts a process with, or None."""
     func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in runners:  # options.runner(...)
+        return "subprocess", "run"
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
         module = aliases.get(func.value.id, (func.value.id, None))
         if module[1] is None:
@@ -121,9 +123,13 @@ def _target(call: ast.Call, aliases: dict[str, tuple[str, str | None]], runners:
 
 
 def _runner_parameters(tree: ast.Module) -> set[str]:
-    """Parameters whose default is ``subprocess.run``/``Popen`` (dependency-injected runners)."""
+    """Parameters and dataclass fields whose default is ``subprocess.run``/``Popen``
+    (dependency-injected runners)."""
     found = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(node.value, ast.Attribute) and node.value.attr in _SPAWN:
+            found.add(node.target.id)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args.args + node.args.kwonlyargs
             defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + list(node.args.defaults)
@@ -207,10 +213,10 @@ def test_no_shell_and_no_shell_helpers_anywhere() -> None:
 def test_every_process_start_gets_an_argument_list() -> None:
     starts = [s for s in _process_starts() if s[2].startswith("subprocess.") and s[2].split(".")[1] in _SPAWN]
     where = {f"{file}:{call}" for file, _, call, *_ in starts}
-    # the scan sees the launcher, the escalation runner and the local stack (it is not vacuous)
-    assert {"hooks/launcher.py:subprocess.Popen", "hooks/launcher.py:subprocess.run",
+    # the scan sees the job kinds, the supervisor, the command runner and the local stack (it is not vacuous)
+    assert {"jobs/local.py:subprocess.Popen", "jobs/supervise.py:subprocess.Popen",
             "local/kafka.py:subprocess.Popen"} <= where, where
-    assert any(file == "hooks/escalation.py" for file, *_ in starts), "runner=subprocess.run injection not seen"
+    assert any(file == "jobs/base.py" for file, *_ in starts), "runner=subprocess.run injection not seen"
     bad = []
     for file, line, call, node, function, tree in starts:
         first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
@@ -352,7 +358,7 @@ def test_launch_handle_never_carries_secrets() -> None:
     command = ["spark-submit", "--conf", f"spark.hadoop.fs.s3a.secret.key={AWS_SECRET}", "job.py",
                "--password", SASL_SECRET]
     handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="2026-01-01T00:00:00",
-                          pid=1, master=f"spark://svc:{CONN_SECRET}@m:7077",
+                          pid=4242, master=f"spark://svc:{CONN_SECRET}@m:7077",
                           extra={"command": json.dumps(command), "note": f"token={TOKEN_SECRET}"})
     assert leaks(handle, handle.to_json()) == []
     assert json.loads(handle.extra["command"])[:2] == ["spark-submit", "--conf"]

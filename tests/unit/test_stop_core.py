@@ -25,7 +25,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     StopTimeout,
 )
-from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.launch import InvalidLaunchHandle, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import (
     BatchState,
     ControlFiles,
@@ -42,7 +42,9 @@ from airflow_ckpt_provider.checkpoint.stop import (
     wait_decision,
     wait_quiet,
 )
-from airflow_ckpt_provider.hooks import escalation
+from airflow_ckpt_provider.jobs import DriverState, JobOptions, job_for
+from airflow_ckpt_provider.jobs.local import group_members, kill_group
+from airflow_ckpt_provider.spark.control import ProcessScope
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
 from tests.unit.conftest import write_checkpoint
 
@@ -244,74 +246,106 @@ def test_finish_stop_timeout_without_kill_withdraws_the_request(tmp_path: Path) 
 
 def start_group(script: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    deadline = time.monotonic() + 10
-    while not escalation.local_job_alive(proc.pid):
+    deadline = time.monotonic() + 30
+    while not group_members(proc.pid):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     return proc
 
 
-def local(pid: int) -> LaunchHandle:
-    return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="t", pid=pid)
+def local(pid: int, scope: ProcessScope | None = None) -> LaunchHandle:
+    scope = scope or ProcessScope.current()
+    return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="t", pid=pid,
+                        host=scope.host, boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
 
 
 def test_kill_local_terminates_the_process_group() -> None:
     proc = start_group("import subprocess, sys, time; "
                        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
-    result = escalation.kill_launched_job(local(proc.pid), term_timeout=10)
-    assert not result.forced and "SIGTERM" in result.action
+    job = job_for(local(proc.pid))
+    assert job.state() is DriverState.RUNNING
+    action = job.kill(timeout=10)
+    assert "SIGTERM" in action and "SIGKILL" not in action
     assert proc.wait(timeout=10) == -signal.SIGTERM
-    assert not escalation.local_job_alive(proc.pid), "the child in the group must be gone too"
-    assert escalation.job_alive(local(proc.pid)) is False
-    again = escalation.kill_launched_job(local(proc.pid))
-    assert again.already_gone
+    assert not group_members(proc.pid), "the child in the group must be gone too"
+    assert job.state().alive is False
+    assert "gone already" in job.kill()
 
 
 def test_kill_local_escalates_to_sigkill() -> None:
     proc = start_group("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                        "open(1, 'w').write(''); time.sleep(120)")
     time.sleep(0.3)  # let the handler be installed
-    result = escalation.kill_launched_job(local(proc.pid), term_timeout=0.5)
-    assert result.forced
+    action = kill_group(proc.pid, term_timeout=0.5)
+    assert "SIGKILL" in action
     assert proc.wait(timeout=10) == -signal.SIGKILL
 
 
-def test_kill_local_refuses_a_driver_on_another_host() -> None:
-    handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri="/cp", app_name="a", started_at="t",
-                          pid=999_999, extra={"host": "some-other-worker.example"})
-    with pytest.raises(EscalationFailed) as error:
-        escalation.kill_launched_job(handle)
-    assert "some-other-worker.example" in str(error.value)
-    assert escalation.job_alive(handle) is None
+@pytest.mark.parametrize("other", [
+    pytest.param({"host": "some-other-worker.example"}, id="another-host"),
+    pytest.param({"boot_id": "00000000-0000-0000-0000-000000000000"}, id="another-boot"),
+    pytest.param({"pid_namespace": "pid:[1]"}, id="another-pid-namespace"),
+    pytest.param({"boot_id": "", "pid_namespace": ""}, id="scope-unknown"),
+])
+def test_a_local_driver_from_another_scope_is_never_signalled(other: dict[str, str]) -> None:
+    proc = start_group("import time; time.sleep(120)")
+    try:
+        here = ProcessScope.current()
+        handle = local(proc.pid, ProcessScope(**{**here.__dict__, **other}))
+        job = job_for(handle)
+        assert job.state() is DriverState.UNKNOWN, "a pid seen from another scope names nothing here"
+        with pytest.raises(EscalationFailed) as error:
+            job.kill()
+        assert "Nothing was signalled" in str(error.value)
+        assert group_members(proc.pid), "the process must be untouched"
+    finally:
+        kill_group(proc.pid)
+
+
+@pytest.mark.parametrize("pid", [0, 1, -5])
+def test_handles_never_name_pid_0_or_1(pid: int) -> None:
+    with pytest.raises(InvalidLaunchHandle):
+        local(pid)
+    with pytest.raises(EscalationFailed):
+        kill_group(pid)
 
 
 class Runner:
-    def __init__(self, returncode: int = 0) -> None:
+    def __init__(self, returncode: int = 0, stdout: str = "") -> None:
         self.commands: list[list[str]] = []
         self.returncode = returncode
+        self.stdout = stdout
 
     def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         assert "shell" not in kwargs
         self.commands.append(command)
-        return subprocess.CompletedProcess(command, self.returncode, "", "driver not found")
+        return subprocess.CompletedProcess(command, self.returncode, self.stdout, "application not found")
 
 
-def test_kill_standalone_and_yarn_commands() -> None:
-    runner = Runner()
-    standalone = LaunchHandle(mode=LaunchMode.STANDALONE_CLUSTER, checkpoint_uri="/cp", app_name="a",
-                              started_at="t", driver_id="driver-2026-0001", master="spark://m:7077")
+@pytest.mark.parametrize(("report", "state"), [
+    ("State : RUNNING\nFinal-State : UNDEFINED", DriverState.RUNNING),
+    ("State : ACCEPTED", DriverState.SUBMITTED),
+    ("State : FINISHED\nFinal-State : SUCCEEDED", DriverState.FINISHED),
+    ("State : FINISHED\nFinal-State : FAILED", DriverState.FAILED),
+    ("State : KILLED", DriverState.KILLED),
+    ("garbled", DriverState.UNKNOWN),
+])
+def test_yarn_state_and_kill_commands(report: str, state: DriverState, tmp_path: Path) -> None:
     yarn = LaunchHandle(mode=LaunchMode.YARN_CLUSTER, checkpoint_uri="/cp", app_name="a", started_at="t",
                         application_id="application_1_0002")
-    escalation.kill_launched_job(standalone, spark_submit="/opt/spark/bin/spark-submit", runner=runner)
-    escalation.kill_launched_job(yarn, yarn="/opt/hadoop/bin/yarn", runner=runner)
-    assert runner.commands == [
-        ["/opt/spark/bin/spark-submit", "--master", "spark://m:7077", "--kill", "driver-2026-0001"],
-        ["/opt/hadoop/bin/yarn", "application", "-kill", "application_1_0002"],
-    ]
-    assert escalation.job_alive(standalone) is None
+    runner = Runner(stdout=report)
+    home = tmp_path / "hadoop"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "yarn").write_text("#!/bin/sh\n")
+    (home / "bin" / "yarn").chmod(0o755)
+    job = job_for(yarn, JobOptions(env={"HADOOP_HOME": str(home)}, runner=runner))
+    assert job.state() is state
+    assert job.kill() == "yarn application -kill application_1_0002"
+    assert runner.commands == [[str(home / "bin" / "yarn"), "application", "-status", "application_1_0002"],
+                               [str(home / "bin" / "yarn"), "application", "-kill", "application_1_0002"]]
     with pytest.raises(EscalationFailed) as error:
-        escalation.kill_launched_job(yarn, yarn="yarn", runner=Runner(returncode=1))
-    assert "driver not found" in str(error.value)
+        job_for(yarn, JobOptions(runner=Runner(returncode=1))).kill()
+    assert "application not found" in str(error.value)
 
 
 # -- the Spark side imports only pyspark, the stdlib and airflow_ckpt_provider.spark ---------------

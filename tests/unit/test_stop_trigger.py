@@ -21,10 +21,9 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_ckpt_provider.checkpoint.errors import CheckpointNotQuiet, QueryNotRunning, StopTimeout
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles, StopResult
-from airflow_ckpt_provider.hooks.escalation import KillResult
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.operators.stop import DEFER_GRACE_S, GracefulStopOperator
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, StopRequest
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck, StopRequest
 from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger, StopReason
 from tests.unit.conftest import write_checkpoint
 
@@ -164,8 +163,10 @@ def operator(control: ControlFiles, **kwargs: Any) -> GracefulStopOperator:
 
 
 def local_handle(control: ControlFiles, pid: int = 999_999) -> LaunchHandle:
+    scope = ProcessScope.current()
     return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=control.uri, app_name="job",
-                        started_at=iso(), pid=pid)
+                        started_at=iso(), pid=pid, host=scope.host, boot_id=scope.boot_id,
+                        pid_namespace=scope.pid_namespace)
 
 
 def test_operator_defers_with_trigger_and_timeout(control: ControlFiles) -> None:
@@ -238,13 +239,13 @@ def test_complete_on_timeout_escalates_through_the_hook(control: ControlFiles,
 
     def fake_kill(self: SparkLauncherHook, handle: LaunchHandle, **kwargs: object) -> str:
         killed.append(handle)
-        return KillResult(LaunchMode.LOCAL, f"SIGTERM to process group {handle.pid}", 0.1).action
+        return f"SIGTERM to process group {handle.pid}"
 
     monkeypatch.setattr(SparkLauncherHook, "kill", fake_kill)
     control.write_request(StopRequest(request_id="req-1", requested_at=iso()))
     handle = local_handle(control)
     op = operator(control, launch_handle=handle.to_dict())
-    assert isinstance(op.launch_handle, str)
+    assert op.launch_handle == handle.to_dict(), "a template field is stored as given"
     result = StopResult.from_json(op.execute_complete({}, event(StopReason.TIMEOUT)))
     assert killed == [handle]
     assert result.outcome.value == "escalated" and result.escalation == "SIGTERM to process group 999999"

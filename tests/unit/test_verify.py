@@ -15,13 +15,16 @@ from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Kafka
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     FileSinkHazard,
+    InvalidHandover,
     NotStartedYet,
     SharedCheckpoint,
     SourceNotKafka,
     StartMismatch,
 )
-from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.verify import (
+    InvalidVerifyResult,
+    VerifyResult,
     AT_EARLIEST,
     EXACT,
     GAP,
@@ -30,7 +33,6 @@ from airflow_ckpt_provider.checkpoint.verify import (
     UNEXPECTED,
     check_launch_target,
     compare_starts,
-    parse_handover_input,
     verify_start,
 )
 from tests.unit.conftest import kafka_json, write_checkpoint
@@ -123,17 +125,24 @@ def test_not_started_and_not_kafka(tmp_path: Path) -> None:
         verify_start(CheckpointReader(str(rate)).snapshot(include_initial=True), HANDOVER)
 
 
-def test_parse_handover_input_shapes(tmp_path: Path) -> None:
+def test_handover_result_shapes(tmp_path: Path) -> None:
     old = tmp_path / "old"
     write_checkpoint(str(old), sources=lambda b: [kafka_json({T: {0: 100, 1: 200}})])
     handover = handover_from_snapshot(CheckpointReader(str(old)).snapshot())
-    assert parse_handover_input(handover.to_json()) == (handover, None, frozenset())
+    bare = HandoverResult.from_json(handover.to_json())
+    assert (bare.handover, bare.starting_offsets, bare.accepted_loss) == (handover, None, frozenset())
+    assert bare.offsets() == offsets(p0=100, p1=200) and HandoverResult.from_json(handover) == bare
     xcom = {"handover": handover.to_dict(), "starting_offsets": '{"events":{"0":150,"1":200}}',
-            "reconciliation": {"expired": [{"topic": T, "partition": 0, "offset": 100, "earliest": 150}],
+            "reconciliation": {"startingOffsets": {T: {"0": 150, "1": 200}}, "addedPartitions": [],
+                               "expired": [{"topic": T, "partition": 0, "offset": 100, "earliest": 150}],
                                "acceptDataLoss": True}}
-    got = parse_handover_input(json.dumps(xcom))
-    assert got == (handover, offsets(p0=150, p1=200), frozenset({(T, 0)}))
-    assert parse_handover_input(xcom) == got
+    got = HandoverResult.from_json(json.dumps(xcom))
+    assert (got.handover, got.offsets(), got.accepted_loss) == (handover, offsets(p0=150, p1=200), frozenset({(T, 0)}))
+    assert HandoverResult.from_json(xcom) == got == HandoverResult.from_json(got.to_json())
+    assert got.to_dict() == xcom, "the XCom shape is the one the handover operator always returned"
+    for bad in ("not json", "[1]", {**xcom, "extra": 1}, {**xcom, "reconciliation": {"expired": "x"}}):
+        with pytest.raises(InvalidHandover):
+            HandoverResult.from_json(bad)
 
 
 # -- launch preflight ------------------------------------------------------------------------------
@@ -206,3 +215,14 @@ def test_cli_verify_handover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     code, out, err = run_cli("verify-handover", str(file), bad)
     assert code == 2 and out == "" and err.startswith("ckpt: error: new query did not start at the handover")
     assert f"{T}-1: gap, given 200, recorded 201" in err and "Traceback" not in err
+
+
+def test_verify_result_round_trips_through_its_one_parser(tmp_path: Path) -> None:
+    cp = tmp_path / "new"
+    write_checkpoint(str(cp), batches=range(2), sources=lambda b: [kafka_json({T: {0: 100, 1: 200}})])
+    result = verify_start(CheckpointReader(str(cp)).snapshot(include_initial=True), offsets(p0=100, p1=200),
+                          handover=HANDOVER).with_progress(3, (2, 3))
+    assert VerifyResult.from_json(result.to_json()) == result == VerifyResult.from_json(result.to_dict())
+    for bad in ("{}", '{"partitions": 5}', "not json"):
+        with pytest.raises(InvalidVerifyResult):
+            VerifyResult.from_json(bad)

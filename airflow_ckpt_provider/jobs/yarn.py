@@ -1,0 +1,97 @@
+"""YARN cluster job kind: the driver runs in the application master; the ResourceManager knows.
+
+Submitted with ``spark.yarn.submit.waitAppCompletion=false`` (spark-submit returns once the
+application is accepted); state by ``yarn application -status``, kill by
+``yarn application -kill`` — both work from any host with the cluster's client configuration.
+The log tail is the spark-submit output (``yarn logs`` needs log aggregation and a finished
+application). Command building and parsing are unit-tested; no real YARN runs here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import ClassVar
+
+from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.jobs.base import (
+    DriverState,
+    JobOptions,
+    SubmitRequest,
+    resolve_binary,
+    run_command,
+    tail_file,
+    tail_text,
+)
+from airflow_ckpt_provider.jobs.standalone import submit
+
+log = logging.getLogger(__name__)
+
+_APP_ID = re.compile(r"application_\d+_\d+")
+_STATE = re.compile(r"\bState\s*:\s*(\w+)")
+_FINAL = re.compile(r"\bFinal-State\s*:\s*(\w+)")
+_STATES = {
+    "NEW": DriverState.SUBMITTED, "NEW_SAVING": DriverState.SUBMITTED, "SUBMITTED": DriverState.SUBMITTED,
+    "ACCEPTED": DriverState.SUBMITTED, "RUNNING": DriverState.RUNNING, "FINISHED": DriverState.FINISHED,
+    "FAILED": DriverState.FAILED, "KILLED": DriverState.KILLED,
+}
+
+
+class YarnJob:
+    """A YARN application (see the module doc)."""
+
+    kind: ClassVar[str] = LaunchMode.YARN_CLUSTER.value
+
+    def __init__(self, handle: LaunchHandle, options: JobOptions | None = None) -> None:
+        if handle.mode is not LaunchMode.YARN_CLUSTER:
+            raise ValueError(f"not a YARN handle: {handle.kind}")
+        self.handle = handle
+        self.options = options or JobOptions()
+
+    @classmethod
+    def launch(cls, request: SubmitRequest, options: JobOptions | None = None) -> YarnJob:
+        output = submit(request, options or JobOptions(), what="YARN submission")
+        match = _APP_ID.search(output)
+        if not match:
+            raise LaunchFailed(found="no application id in the spark-submit output",
+                               expected="application_<cluster>_<n>", log_tail=tail_text(output, 40),
+                               path=str(request.log_path))
+        handle = LaunchHandle(mode=LaunchMode.YARN_CLUSTER, checkpoint_uri=request.checkpoint_uri,
+                              app_name=request.app_name, started_at=request.started_at,
+                              application_id=match.group(0), master=request.master, log_path=str(request.log_path))
+        return cls(handle, options)
+
+    def _yarn(self, *args: str, what: str) -> tuple[int, str]:
+        done = run_command([resolve_binary("yarn", self.options.env, homes=("HADOOP_HOME",)), "application", *args], self.options, what=what)
+        return done.returncode, "\n".join(part for part in (done.stdout, done.stderr) if part)
+
+    def state(self) -> DriverState:
+        try:
+            code, output = self._yarn("-status", str(self.handle.application_id), what="YARN status")
+        except OSError as exc:
+            log.warning("cannot ask YARN for %s: %s", self.handle.application_id, exc)
+            return DriverState.UNKNOWN
+        match = _STATE.search(output)
+        if code != 0 or not match:
+            return DriverState.UNKNOWN
+        state = _STATES.get(match.group(1), DriverState.UNKNOWN)
+        if state is DriverState.FINISHED:  # FINISHED with Final-State FAILED/KILLED
+            final = _FINAL.search(output)
+            state = _STATES.get(final.group(1), state) if final and final.group(1) != "SUCCEEDED" else state
+        return state
+
+    def log_tail(self, lines: int = 50) -> str:
+        return tail_file(self.handle.log_path, lines)
+
+    def kill(self, *, timeout: float = 60.0) -> str:
+        command = f"yarn application -kill {self.handle.application_id}"
+        try:
+            code, output = self._yarn("-kill", str(self.handle.application_id), what="YARN kill")
+        except OSError as exc:
+            raise EscalationFailed(found=f"{command} could not run ({exc})", expected=f"{command} to succeed") from None
+        if code != 0:
+            tail = output.strip().splitlines()[-3:]
+            raise EscalationFailed(found=f"exit code {code} from {command}: {' / '.join(tail)}",
+                                   expected="exit code 0")
+        return command
