@@ -7,7 +7,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
 from airflow_ckpt_provider.enums import StrEnum
+
+
+class TaskState(StrEnum):
+    """What a step's task recorded (Airflow's task states, plus ``not run``)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    RUNNING = "running"
+    NOT_RUN = "not run"
 
 
 class UpgradeOutcome(StrEnum):
@@ -30,7 +41,7 @@ def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequ
     complete) must not restart the old version: it may still be running, and two queries must
     never share a checkpoint.
     """
-    return states.get(stop_step) == "success" and any(states.get(s) == "failed" for s in after_stop)
+    return states.get(stop_step) == TaskState.SUCCESS and any(states.get(s) == TaskState.FAILED for s in after_stop)
 
 
 def upgrade_outcome(
@@ -44,8 +55,8 @@ def upgrade_outcome(
     back`` (the old version was restarted), else ``failed``."""
     if rejected:
         return REJECTED
-    if all(states.get(step) == "success" for step in upgrade_steps):
+    if all(states.get(step) == TaskState.SUCCESS for step in upgrade_steps):
         return UPGRADED
-    if rollback_step and states.get(rollback_step) == "success":
+    if rollback_step and states.get(rollback_step) == TaskState.SUCCESS:
         return ROLLED_BACK
     return FAILED

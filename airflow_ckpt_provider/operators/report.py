@@ -12,7 +12,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
-from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, upgrade_outcome
+from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, TaskState, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.faults import fault_point
@@ -91,7 +91,7 @@ class UpgradeReportOperator(BaseOperator):
         archive = ti.xcom_pull(task_ids=self.archive_task_id) or {}
         archive_uri = archive.get("location", "")
         notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
-                 if state == "failed"]
+                 if state == TaskState.FAILED]
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         if journal is not None:
             notes.extend(self._journal_notes(journal, str(context.get("run_id", ""))))
@@ -143,7 +143,8 @@ class UpgradeReportOperator(BaseOperator):
             return False
         first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else None
         if states:
-            return states.get(self.approval_task_id) == "success" and states.get(first_step) == "skipped"
+            return (states.get(self.approval_task_id) == TaskState.SUCCESS
+                    and states.get(first_step) == TaskState.SKIPPED)
         answer = ti.xcom_pull(task_ids=self.approval_task_id) or {}
         if "Reject" in (answer.get("chosen_options") or []):
             return True

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.outcome import TaskState
 from airflow_ckpt_provider.checkpoint.report import StepTiming
 
 STARTED = "ckpt_step_started"
@@ -28,7 +29,7 @@ def step_started(context: Any) -> None:
 
 
 def step_succeeded(context: Any, result: Any = None) -> None:
-    context["ti"].xcom_push(key=ENDED, value={"state": "success", "at": _now()})
+    context["ti"].xcom_push(key=ENDED, value={"state": TaskState.SUCCESS.value, "at": _now()})
 
 
 def _shorten(text: str, head: int = 400, tail: int = 1600) -> str:
@@ -39,7 +40,7 @@ def _shorten(text: str, head: int = 400, tail: int = 1600) -> str:
 def step_failed(context: Any) -> None:
     error = context.get("exception")
     context["ti"].xcom_push(
-        key=ENDED, value={"state": "failed", "at": _now(), "error": _shorten(str(error)) if error else ""}
+        key=ENDED, value={"state": TaskState.FAILED.value, "at": _now(), "error": _shorten(str(error)) if error else ""}
     )
 
 
@@ -77,7 +78,7 @@ def step_timings(ti: Any, task_ids: Iterable[str], states: dict[str, str] | None
         seconds = None
         if started and ended.get("at"):
             seconds = (datetime.fromisoformat(ended["at"]) - datetime.fromisoformat(started)).total_seconds()
-        state = states.get(task_id) or ended.get("state") or ("failed" if started else "not run")
+        state = states.get(task_id) or ended.get("state") or (TaskState.FAILED if started else TaskState.NOT_RUN)
         timings.append(StepTiming(task_id, state, seconds, started, ended.get("at")))
     return timings
 
