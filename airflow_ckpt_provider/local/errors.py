@@ -78,3 +78,9 @@ class AirflowApiUnavailable(AirflowApiError):
     or a call that must not be repeated blindly got no usable answer."""
 
     summary = "Airflow REST API did not answer"
+
+
+class PidNamespaceUnavailable(LocalStackError):
+    """A component cannot run in its own PID namespace: ``unshare`` is missing or not permitted."""
+
+    summary = "cannot start a process in its own PID namespace"
