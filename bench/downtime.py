@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # -- the baseline: stop version 2 gracefully and start it again on its own checkpoint -----
         pgid = _heartbeat_group(demo.new_cp)
-        demo.wait_for_commits(demo.new_cp, len(_committed(demo.new_cp)) + 3, 120)  # steady state
+        demo.wait_for_batch(demo.new_cp, _committed(demo.new_cp)[-1].batch_id + 3, 120)  # steady state
         stop_args = ["stop", str(demo.new_cp), "--timeout", "120", "--quiet-period", f"{DAG_QUIET_PERIOD_S:g}"]
         asked = time.time()
         code = ckpt([*stop_args, *(["--pid", str(pgid)] if pgid else [])])
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         last_before = before[-1]
         launched = time.time()
         handle = demo.launch(V2, demo.new_cp, starting_offsets=None)
-        demo.wait_for_commits(demo.new_cp, len(before) + 1, 300, handle)
+        demo.wait_for_batch(demo.new_cp, last_before.batch_id + 1, 300, handle)
         first_after = min((b for b in _committed(demo.new_cp) if b.batch_id > last_before.batch_id),
                           key=lambda b: b.committed_at)
         bare_s = first_after.committed_at - last_before.committed_at

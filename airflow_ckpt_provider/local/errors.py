@@ -57,3 +57,30 @@ class AirflowHomeError(LocalStackError):
     """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
 
     summary = "Airflow home not ready"
+
+
+class AirflowApiError(LocalStackError):
+    """The Airflow REST API answered a call with a status the caller did not expect.
+
+    ``status`` is the HTTP status, or None when there was no answer at all.
+    """
+
+    summary = "Airflow REST API call failed"
+
+    def __init__(self, *, found: str, expected: str, action: str, detail: str = "",
+                 status: int | None = None) -> None:
+        self.status = status
+        super().__init__(found=found, expected=expected, action=action, detail=detail)
+
+
+class AirflowApiUnavailable(AirflowApiError):
+    """The Airflow REST API did not answer (timeouts, refused connections, 5xx) before the deadline,
+    or a call that must not be repeated blindly got no usable answer."""
+
+    summary = "Airflow REST API did not answer"
+
+
+class PidNamespaceUnavailable(LocalStackError):
+    """A component cannot run in its own PID namespace: ``unshare`` is missing or not permitted."""
+
+    summary = "cannot start a process in its own PID namespace"

@@ -91,7 +91,7 @@ class UpgradeDemo:
         self.kafka.create_topic(self.topic, self.partitions)
         self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate).start()
         handle = self.launch(V1, self.old_cp, starting_offsets="earliest")
-        self.wait_for_commits(self.old_cp, min_batches, timeout, handle)
+        self.wait_for_batch(self.old_cp, min_batches - 1, timeout, handle)  # batch ids start at 0
         log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)
         return handle
 
@@ -116,17 +116,27 @@ class UpgradeDemo:
         self.handles.append(handle)
         return handle
 
-    def wait_for_commits(self, checkpoint: Path, count: int, timeout: float,
-                         handle: LaunchHandle | None = None) -> None:
+    def wait_for_batch(self, checkpoint: Path, batch_id: int, timeout: float,
+                       handle: LaunchHandle | None = None) -> int:
+        """Wait until ``checkpoint``'s last committed batch id is >= ``batch_id`` and return it.
+
+        Compares batch ids, never a count of commit files: Spark keeps only the last
+        ``minBatchesToRetain`` (default 100) of them. ``RuntimeError`` if ``handle``'s job exits
+        first, ``TimeoutError`` after ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
+        commits = checkpoint / "commits"
+        last: int | None = None
         while time.monotonic() < deadline:
-            commits = checkpoint / "commits"
-            if commits.is_dir() and sum(1 for p in commits.iterdir() if p.name.isdigit()) >= count:
-                return
+            if commits.is_dir():
+                last = max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=None)
+            if last is not None and last >= batch_id:
+                return last
             if handle is not None and handle.pid and not _alive(handle.pid):
                 raise RuntimeError(f"{handle.app_name} exited; see {handle.log_path}")
             time.sleep(0.5)
-        raise TimeoutError(f"{checkpoint} has fewer than {count} commits after {timeout:.0f} s")
+        raise TimeoutError(f"{checkpoint}: last committed batch {last} after {timeout:.0f} s, "
+                           f"not yet {batch_id}")
 
     # -- the upgrade --------------------------------------------------------------------------------
 

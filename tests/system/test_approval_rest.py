@@ -40,7 +40,7 @@ def test_reject_then_approve_over_rest(demo: UpgradeDemo, tmp_path: Path) -> Non
 
         # v1 was not touched: still running and committing on its checkpoint
         before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
-        demo.wait_for_commits(demo.old_cp, (before or 0) + 3, timeout=60, handle=v1)
+        demo.wait_for_batch(demo.old_cp, (before or 0) + 3, timeout=60, handle=v1)
         assert not demo.new_cp.exists()
 
         approved = af.trigger(DAG_ID, demo.dag_conf(v1))
