@@ -252,7 +252,7 @@ class LocalAirflow:
         """Stop every process started (SIGTERM, or SIGINT to ``airflow standalone``, to each
         process group), SIGKILL what still runs after ``timeout`` seconds, then end leftovers
         of those groups. The isolated triggerer's namespace ends with its PID 1."""
-        from airflow_ckpt_provider.hooks.escalation import local_job_alive
+        from airflow_ckpt_provider.jobs.local import group_members
 
         procs, self._processes = self._processes, {}
         if not procs:
@@ -274,7 +274,7 @@ class LocalAirflow:
                 except subprocess.TimeoutExpired:
                     log.error("Airflow %s (pid %d) survived SIGKILL for %.0f s", name, proc.pid, timeout)
         for name, proc in procs.items():  # children its group leader left behind
-            if local_job_alive(proc.pid):
+            if group_members(proc.pid):
                 log.warning("processes of Airflow %s's group %d outlived it: killing them", name, proc.pid)
                 _signal_group(proc.pid, signal.SIGKILL)
 

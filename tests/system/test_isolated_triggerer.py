@@ -52,7 +52,7 @@ def run_dag(af: LocalAirflow, conf: dict[str, Any]) -> tuple[str, str, dict[str,
 def stop_jobs_under(*roots: Path) -> None:
     """Kill the process groups of Spark jobs still running on these paths: the versions Airflow
     launched are not in UpgradeDemo.handles, and a failed assertion must not leave them running."""
-    from airflow_ckpt_provider.hooks.escalation import kill_local
+    from airflow_ckpt_provider.jobs.local import kill_group
 
     needles = [str(root).encode() for root in roots]
     groups = set()
@@ -65,7 +65,7 @@ def stop_jobs_under(*roots: Path) -> None:
         if group is not None and group != os.getpgrp():
             groups.add(group)
     for group in groups:
-        kill_local(group)
+        kill_group(group)
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 1800)
