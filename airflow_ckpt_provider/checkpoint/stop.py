@@ -39,8 +39,8 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
-    CheckpointError,
     CheckpointNotQuiet,
+    InvalidStopResult,
     QueryStillRunning,
     StopTimeout,
 )
@@ -73,11 +73,6 @@ class StopReason(str, Enum):
     ACKNOWLEDGED = "acknowledged"
     TIMEOUT = "timeout"
     NOT_RUNNING = "not_running"  # the heartbeat stopped (or went stale) without an acknowledgement
-
-
-class InvalidStopResult(CheckpointError, ValueError):
-    summary = "invalid stop result"
-    default_action = "Pass the JSON returned by the graceful stop operator (or `ckpt stop --json`), unchanged."
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.errors import AirflowHomeError
 from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
-from airflow_ckpt_provider.local.errors import AirflowHomeError
 from airflow_ckpt_provider.local.kafka import ensure_port_free, free_port
 
 log = logging.getLogger(__name__)
