@@ -80,14 +80,11 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     verify_files,
     write_private_file,
 )
+from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, parse_time
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def default_actor() -> str:
@@ -133,7 +130,7 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
     a stop acknowledgement exists, an offsets file planned after it (higher batch than it
     recorded, or modified after ``stopped_at``).
     """
-    now, where = now or _utc_now(), uri or root
+    now, where = now or utc_now(), uri or root
     try:
         beat = Heartbeat.from_json(fs.cat_file(posixpath.join(root, HEARTBEAT)))
     except FileNotFoundError:
@@ -227,7 +224,7 @@ class CheckpointArchive:
         chunk_size: int = CHUNK,
         progress_every_files: int = 1000,
         progress_every_s: float = 10.0,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         on_file_copied: Callable[[str], None] | None = None,
     ) -> None:
         self.fs = archive_fs

@@ -46,6 +46,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
 from airflow_ckpt_provider.checkpoint.logs import batch_number
+from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import (
     HEARTBEAT,
     STOP_ACK,
@@ -219,7 +220,7 @@ def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | N
 
 def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
     """A fresh :class:`StopRequest` that expires ``timeout_s`` after ``now``."""
-    moment = now or datetime.now(timezone.utc)
+    moment = now or utc_now()
     return StopRequest(
         request_id=uuid.uuid4().hex,
         requested_at=moment.isoformat(timespec="milliseconds"),

@@ -12,7 +12,6 @@ import argparse
 import getpass
 import json
 import socket
-from datetime import datetime, timezone
 from typing import TextIO
 
 import fsspec
@@ -28,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     wait_for_ack,
 )
 from airflow_ckpt_provider.cli.common import EXIT_NOT_RUNNING, EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.clock import utc_iso
 
 
 def _positive(value: str) -> float:
@@ -78,7 +78,7 @@ def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     handle = None
     if args.pid is not None:
         handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=args.path, app_name="",
-                              started_at=datetime.now(timezone.utc).isoformat(), pid=args.pid)
+                              started_at=utc_iso(), pid=args.pid)
     start = begin_stop(control, requested_by=f"ckpt stop ({getpass.getuser()}@{socket.gethostname()})",
                        timeout_s=args.timeout, launched_job_running=bool(handle and job_alive(handle)))
     if start.request is None:

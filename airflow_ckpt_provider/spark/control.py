@@ -1,7 +1,8 @@
 """The control files a running query and the provider exchange through the checkpoint's storage.
 
 Standard library only: this module is shared by the Spark side (inside the user's driver,
-which imports nothing but pyspark and this package's ``spark`` modules) and the Airflow side.
+which imports nothing but pyspark and this package's standard-library-only modules: ``spark``,
+``clock``) and the Airflow side.
 
 Layout, inside the checkpoint root (Spark ignores folders it does not know)::
 
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TypeVar
+
+from airflow_ckpt_provider.clock import utc_now
 
 CONTROL_DIR = "_ckpt"
 HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
@@ -31,10 +34,6 @@ CLEAN = "clean"  # stopped between batches: last planned == last committed
 INTERRUPTED = "interrupted"  # a planned batch was cut short; its offsets must not be handed over
 
 T = TypeVar("T", bound="_ControlRecord")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def parse_time(value: str) -> datetime:
@@ -73,7 +72,7 @@ class Heartbeat(_ControlRecord):
         """Running and updated within ``missed_beats`` intervals of ``now``."""
         if self.state != RUNNING:
             return False
-        now = now or datetime.now(timezone.utc)
+        now = now or utc_now()
         age = (now - parse_time(self.updated_at)).total_seconds()
         return age <= max(self.interval_s, 0.1) * missed_beats
 
@@ -92,7 +91,7 @@ class StopRequest(_ControlRecord):
         """True once ``expires_at`` (when set) has passed: a query must no longer honour it."""
         if not self.expires_at:
             return False
-        return (now or datetime.now(timezone.utc)) > parse_time(self.expires_at)
+        return (now or utc_now()) > parse_time(self.expires_at)
 
 
 @dataclass(frozen=True)

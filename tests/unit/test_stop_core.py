@@ -321,10 +321,16 @@ def test_graceful_stop_module_imports_only_what_a_driver_has() -> None:
     tree = ast.parse((REPO / "airflow_ckpt_provider" / "spark" / "graceful_stop.py").read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    shared = {"airflow_ckpt_provider.clock"}  # this package's standard-library-only modules
     for name in names:
         top = name.split(".")[0]
         assert (top in sys.stdlib_module_names or top == "pyspark"
-                or name.startswith("airflow_ckpt_provider.spark")), name
+                or name.startswith("airflow_ckpt_provider.spark") or name in shared), name
+    for name in shared:
+        tree = ast.parse((REPO / (name.replace(".", "/") + ".py")).read_text())
+        used = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        used += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert all(u.split(".")[0] in sys.stdlib_module_names or u == "__future__" for u in used), (name, used)
 
 
 # -- ckpt stop without Spark ----------------------------------------------------------------------
