@@ -41,6 +41,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     INTENT,
@@ -149,19 +150,15 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
     except (ValueError, TypeError):
         log.warning("unreadable stop acknowledgement in %s; ignoring it", where)
         return
-    try:
-        entries = fs.ls(posixpath.join(root, "offsets"), detail=True)
-    except FileNotFoundError:
+    planned = list_batch_ids(fs, posixpath.join(root, "offsets"))
+    if not planned:
         return
-    batches = [(int(n), e) for e in entries if (n := e["name"].rstrip("/").rsplit("/", 1)[-1]).isdigit()]
-    if not batches:
-        return
-    newest, info = max(batches, key=lambda b: b[0])
+    newest = planned[-1]
     if ack.last_planned_batch is not None and newest > ack.last_planned_batch:
         raise QueryStillRunning(
             found=f"offsets/{newest} planned after the stop acknowledgement (last planned "
             f"{ack.last_planned_batch} at {ack.stopped_at})", expected="no batch after the stop", path=where)
-    modified = _modified(info) or _modified(fs.info(info["name"]))
+    modified = _modified(fs.info(posixpath.join(root, "offsets", str(newest))))
     if modified is not None and modified > parse_time(ack.stopped_at) + CLOCK_SKEW:
         raise QueryStillRunning(
             found=f"offsets/{newest} modified {modified.isoformat()} after the stop acknowledgement "

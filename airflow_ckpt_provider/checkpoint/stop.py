@@ -45,7 +45,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StopTimeout,
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
-from airflow_ckpt_provider.checkpoint.logs import batch_number
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import (
     HEARTBEAT,
@@ -324,20 +324,14 @@ class ControlFiles:
         self.write_request(request)
         return request, True
 
-    def _batches(self, folder: str) -> int | None:
-        path = self._path(folder)
-        try:
-            self.fs.invalidate_cache(path)
-            names = self.fs.ls(path, detail=False)
-        except FileNotFoundError:
-            return None
-        ids = (batch_number(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
-        return max((i for i in ids if i is not None), default=None)
+    def _last_batch(self, folder: str) -> int | None:
+        ids = list_batch_ids(self.fs, self._path(folder))
+        return ids[-1] if ids else None
 
     def batch_state(self) -> BatchState:
-        """List ``offsets/`` and ``commits/`` once each (names only)."""
-        return BatchState(last_planned_batch=self._batches("offsets"),
-                          last_committed_batch=self._batches("commits"))
+        """List ``offsets/`` and ``commits/`` once each (names only, :func:`list_batch_ids`)."""
+        return BatchState(last_planned_batch=self._last_batch("offsets"),
+                          last_committed_batch=self._last_batch("commits"))
 
 
 def wait_quiet(

@@ -2,7 +2,7 @@
 
 Standard library only: this module is shared by the Spark side (inside the user's driver,
 which imports nothing but pyspark and this package's standard-library-only modules: ``spark``,
-``clock``) and the Airflow side.
+``clock``, ``batch_names``) and the Airflow side.
 
 Layout, inside the checkpoint root (Spark ignores folders it does not know)::
 

@@ -18,7 +18,7 @@ then the heartbeat with state stopped, and returns.
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
 standard library and this package's standard-library-only modules (``spark.control``,
-``clock``): the driver has no Airflow.
+``clock``, ``batch_names``): the driver has no Airflow.
 
 A request already present when this run starts is honoured only if it is not acknowledged and
 not expired (a job still starting up when the stop was asked). If the query terminates on its
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -39,6 +38,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
@@ -55,7 +55,6 @@ from airflow_ckpt_provider.spark.control import (
 )
 
 log = logging.getLogger(__name__)
-_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
 class HadoopFiles:
@@ -105,13 +104,13 @@ class HadoopFiles:
                 raise OSError(f"could not write {target.toString()}")
 
     def last_batch(self, folder: str) -> int | None:
-        """Highest batch id named in ``folder`` (offsets/ or commits/), None when none."""
+        """Highest batch id named in ``folder`` (offsets/ or commits/) by the name rule of
+        :mod:`airflow_ckpt_provider.batch_names`, None when none."""
         path = self.path(folder)
         if not self.fs.exists(path):
             return None
-        ids = [int(s.getPath().getName()) for s in self.fs.listStatus(path)
-               if _CANONICAL.match(s.getPath().getName())]
-        return max(ids, default=None)
+        ids = (batch_number(s.getPath().getName()) for s in self.fs.listStatus(path))
+        return max((i for i in ids if i is not None), default=None)
 
 
 def _trigger_interval_s(query: Any) -> float | None:

@@ -33,14 +33,9 @@ EVENT_KEYS = frozenset({"reason", "batch", "state", "log_tail", "handle", "waite
 
 def committed_batches(fs: Any, root: str) -> list[int]:
     """Sorted batch ids in ``<root>/commits`` (none when the folder does not exist yet)."""
-    path = posixpath.join(root.rstrip("/"), "commits")
-    fs.invalidate_cache(path)
-    try:
-        names = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return []
-    found = (name.rstrip("/").rsplit("/", 1)[-1] for name in names)
-    return sorted(int(name) for name in found if _BATCH.match(name))
+    from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+
+    return list_batch_ids(fs, posixpath.join(root.rstrip("/"), "commits"))
 
 
 class LaunchTrigger(BaseTrigger):
