@@ -40,6 +40,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     UnreadableCheckpoint,
 )
+from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_private_file
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
@@ -70,16 +71,13 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     default_workers,
     flush_filesystem,
     hash_file,
-    is_local,
     list_tree,
     make_dirs,
-    make_private_dirs,
     run_parallel,
     same_verified,
     scan_tree,
     spread_directories,
     verify_files,
-    write_private_file,
 )
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck, parse_time
