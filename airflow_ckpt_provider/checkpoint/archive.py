@@ -1,4 +1,5 @@
 """Archive a stopped query's checkpoint with a verified manifest; list, prune and restore archives.
+Reads and writes through fsspec filesystems (the checkpoint's and the archive's).
 
 Works on any pair of fsspec filesystems (the checkpoint and the archive may live on different
 stores): local paths, ``memory://``, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``.

@@ -1,4 +1,5 @@
 """The handover: where a new query must start so that nothing is lost and nothing is repeated.
+Pure: no I/O (the reader reads the checkpoint).
 
 A :class:`Handover` records the offsets of every source at the LAST COMMITTED batch of the old
 checkpoint (offsets/N where commits/N exists), or the initial offsets recorded in ``sources/``

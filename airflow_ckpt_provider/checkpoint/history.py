@@ -1,4 +1,5 @@
 """A checkpoint's retained batch history: when each batch ran and how many Kafka records it read.
+Reads through an fsspec filesystem.
 
 Unlike the handover (which reads a constant number of files), this reads every retained
 ``offsets/N`` — it serves reports and downtime measurements, not decisions. Input rows of batch

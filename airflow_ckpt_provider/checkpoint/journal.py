@@ -1,4 +1,5 @@
 """The upgrade journal: what an upgrade intends and what each step did, kept next to the archive.
+Reads and writes through an fsspec filesystem.
 
 Layout, per stream, beside its archives::
 

@@ -1,8 +1,7 @@
-"""Parsers for single checkpoint files, and the one lister of the batch logs.
-
-The parsers are pure functions over bytes (plus the path for messages); :func:`list_batch_ids`
-lists a batch log folder (``offsets/``, ``commits/``) through an fsspec filesystem, by the name
-rule of :mod:`airflow_ckpt_provider.batch_names`.
+"""Parsers for single checkpoint files, and the one lister of the batch logs. The parsers are pure
+functions over bytes (plus the path for messages); :func:`list_batch_ids` reads through an fsspec
+filesystem: it lists a batch log folder (``offsets/``, ``commits/``) by the name rule of
+:mod:`airflow_ckpt_provider.batch_names`.
 
 Formats (checked against checkpoints written by Spark 4.2):
 

@@ -1,4 +1,5 @@
 """Read a Spark Structured Streaming checkpoint through fsspec, touching as few files as possible.
+It never writes.
 
 :class:`CheckpointReader` lists the checkpoint root, ``offsets/`` and ``commits/`` once each and
 opens only ``metadata``, ``commits/N`` and ``offsets/N`` of the last committed batch N (plus the

@@ -1,4 +1,5 @@
 """The upgrade report: handover, step times, downtime and input rows per batch, old vs new.
+Pure, except :func:`render_timeline_png`, which writes a PNG file to the local disk.
 
 :class:`UpgradeReport` is a value object (JSON round-trip); :meth:`to_markdown` and
 :meth:`to_html` render it for people; :func:`render_timeline_png` draws input rows per batch

@@ -1,4 +1,5 @@
-"""Graceful stop, the pure part: value objects, decisions, and the control files through fsspec.
+"""Graceful stop without Spark: pure value objects and decisions, and the control files and batch
+listings, which it reads and writes through an fsspec filesystem.
 
 The running query (see :mod:`airflow_ckpt_provider.spark.graceful_stop`) and the requester (the
 Airflow operator and trigger, or ``ckpt stop``) talk through three small JSON files under the

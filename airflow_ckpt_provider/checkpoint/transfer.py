@@ -1,4 +1,5 @@
 """Parallel, hashing file copies between fsspec filesystems, with progress in the user's words.
+Reads and writes through fsspec filesystems, and the local disk directly (``os`` calls).
 
 Files are streamed in chunks (never read whole unless smaller than one chunk) and hashed with
 SHA-256 while they are copied. Work runs on worker threads: file I/O and hashlib release the GIL.
