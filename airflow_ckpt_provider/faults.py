@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from datetime import datetime, timezone
+
+from airflow_ckpt_provider.clock import utc_iso
 
 ENV = "CKPT_FAULT_POINT"
 LOG_ENV = "CKPT_FAULT_LOG"
@@ -34,7 +35,7 @@ def fault_point(name: str) -> None:
     record = os.environ.get(LOG_ENV)
     if record:
         with open(record, "a", encoding="utf-8") as handle:
-            handle.write(f"{datetime.now(timezone.utc).isoformat()} {name} pid={os.getpid()}\n")
+            handle.write(f"{utc_iso()} {name} pid={os.getpid()}\n")
             handle.flush()
             os.fsync(handle.fileno())
     for handler in logging.getLogger().handlers:

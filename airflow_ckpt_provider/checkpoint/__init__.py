@@ -1,6 +1,8 @@
-"""Pure checkpoint core: read Spark checkpoints, compute and reconcile the Kafka handover.
+"""Checkpoint core: read Spark checkpoints, compute and reconcile the Kafka handover. This file
+only re-exports (pure); each module's docstring says whether it is pure or reads and writes
+through fsspec.
 
-Imports neither Airflow nor Spark. Storage access goes through fsspec.
+Imports neither Airflow nor Spark.
 """
 
 from __future__ import annotations

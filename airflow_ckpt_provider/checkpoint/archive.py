@@ -1,4 +1,5 @@
 """Archive a stopped query's checkpoint with a verified manifest; list, prune and restore archives.
+Reads and writes through fsspec filesystems (the checkpoint's and the archive's).
 
 Works on any pair of fsspec filesystems (the checkpoint and the archive may live on different
 stores): local paths, ``memory://``, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``.
@@ -40,7 +41,9 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     UnreadableCheckpoint,
 )
+from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_private_file
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     INTENT,
@@ -69,17 +72,15 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     default_workers,
     flush_filesystem,
     hash_file,
-    is_local,
     list_tree,
     make_dirs,
-    make_private_dirs,
     run_parallel,
     same_verified,
     scan_tree,
     spread_directories,
     verify_files,
-    write_private_file,
 )
+from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import (
     DRIVER,
     HEARTBEAT,
@@ -92,10 +93,6 @@ from airflow_ckpt_provider.spark.control import (
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def default_actor() -> str:
@@ -142,7 +139,7 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
     a stop acknowledgement exists, an offsets file planned after it (higher batch than it
     recorded, or modified after ``stopped_at``).
     """
-    now, where = now or _utc_now(), uri or root
+    now, where = now or utc_now(), uri or root
     try:
         beat = Heartbeat.from_json(fs.cat_file(posixpath.join(root, HEARTBEAT)))
     except FileNotFoundError:
@@ -173,19 +170,15 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
     except (ValueError, TypeError):
         log.warning("unreadable stop acknowledgement in %s; ignoring it", where)
         return
-    try:
-        entries = fs.ls(posixpath.join(root, "offsets"), detail=True)
-    except FileNotFoundError:
+    planned = list_batch_ids(fs, posixpath.join(root, "offsets"))
+    if not planned:
         return
-    batches = [(int(n), e) for e in entries if (n := e["name"].rstrip("/").rsplit("/", 1)[-1]).isdigit()]
-    if not batches:
-        return
-    newest, info = max(batches, key=lambda b: b[0])
+    newest = planned[-1]
     if ack.last_planned_batch is not None and newest > ack.last_planned_batch:
         raise QueryStillRunning(
             found=f"offsets/{newest} planned after the stop acknowledgement (last planned "
             f"{ack.last_planned_batch} at {ack.stopped_at})", expected="no batch after the stop", path=where)
-    modified = _modified(info) or _modified(fs.info(info["name"]))
+    modified = _modified(fs.info(posixpath.join(root, "offsets", str(newest))))
     if modified is not None and modified > parse_time(ack.stopped_at) + CLOCK_SKEW:
         raise QueryStillRunning(
             found=f"offsets/{newest} modified {modified.isoformat()} after the stop acknowledgement "
@@ -248,7 +241,7 @@ class CheckpointArchive:
         chunk_size: int = CHUNK,
         progress_every_files: int = 1000,
         progress_every_s: float = 10.0,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         on_file_copied: Callable[[str], None] | None = None,
     ) -> None:
         self.fs = archive_fs

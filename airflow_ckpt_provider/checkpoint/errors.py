@@ -1,20 +1,25 @@
-"""Typed errors of the checkpoint core.
+"""Typed errors of the provider, one family built from keyword fields; pure (no I/O).
 
-Every error is a :class:`CheckpointError` built from keyword fields: what was ``found``, what was
-``expected`` and the ``action`` to take (each class has a default action). ``str(error)`` reads
-``"<summary>[ (<path>[, line N])]: found <found>; expected <expected>. <action>"`` so the command
-line and the Airflow task log can show one self-explaining line.
+Every error is a :class:`ProviderError`: what was ``found``, what was ``expected``, the ``action``
+to take (each class has a default action), optionally the ``path`` it concerns and a multi-line
+``detail`` (a command's output tail). ``str(error)`` reads
+``"<summary>[ (<path>)]: found <found>; expected <expected>. <action>[\\n<detail>]"`` so the command
+line and the Airflow task log show one self-explaining line. :class:`CheckpointError` covers the
+checkpoint, the handover, the broker and the upgrade steps; :class:`LocalStackError` the embedded
+local stack (Java, Maven, Kafka broker, Spark standalone, Airflow home) and is raised only after
+anything the failing step started has been stopped again. Every error pickles with its fields
+(Airflow and multiprocessing send errors across processes).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
-class CheckpointError(Exception):
-    """Base class: something about a checkpoint, a handover or a broker prevents a safe answer."""
+class ProviderError(Exception):
+    """Base of every error this provider raises on purpose (see the module docstring)."""
 
-    summary: ClassVar[str] = "checkpoint error"
+    summary: ClassVar[str] = "error"
     default_action: ClassVar[str] = "Nothing was changed; fix the cause and retry."
 
     def __init__(
@@ -24,28 +29,37 @@ class CheckpointError(Exception):
         expected: str,
         action: str | None = None,
         path: str | None = None,
+        detail: str = "",
     ) -> None:
         self.found = found
         self.expected = expected
         self.action = action if action is not None else self.default_action
         self.path = path
+        self.detail = detail
         super().__init__(str(self))
 
     def _where(self) -> str:
         return f" ({self.path})" if self.path else ""
 
     def __str__(self) -> str:
-        return f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
+        text = f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
+        return f"{text}\n{self.detail}" if self.detail else text
 
-    def __reduce__(self):  # keep keyword-only construction picklable (Airflow, multiprocessing)
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
         return (_rebuild, (type(self), dict(self.__dict__)))
 
 
-def _rebuild(cls: type[CheckpointError], state: dict) -> CheckpointError:
+def _rebuild(cls: type[ProviderError], state: dict[str, Any]) -> ProviderError:
     error = cls.__new__(cls)
     error.__dict__.update(state)
     Exception.__init__(error, str(error))
     return error
+
+
+class CheckpointError(ProviderError):
+    """Something about a checkpoint, a handover, a broker or an upgrade step prevents a safe answer."""
+
+    summary = "checkpoint error"
 
 
 class CheckpointNotFound(CheckpointError):
@@ -301,6 +315,11 @@ class ArchiveInsideCheckpoint(ArchiveError):
 # -- graceful stop (checkpoint/stop.py, hooks/escalation.py) -----------------------------------------
 
 
+class InvalidStopResult(CheckpointError, ValueError):
+    summary = "invalid stop result"
+    default_action = "Pass the JSON returned by the graceful stop operator (or `ckpt stop --json`), unchanged."
+
+
 class StopTimeout(CheckpointError):
     summary = "no stop acknowledgement"
     default_action = (
@@ -416,11 +435,8 @@ class LaunchFailed(CheckpointError):
         path: str | None = None,
     ) -> None:
         self.log_tail = log_tail
-        super().__init__(found=found, expected=expected, action=action, path=path)
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        return f"{text}\n--- driver log tail ---\n{self.log_tail}" if self.log_tail else text
+        super().__init__(found=found, expected=expected, action=action, path=path,
+                         detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
 
 
 class FirstCommitTimeout(CheckpointError):
@@ -455,3 +471,112 @@ class UpgradeRolledBack(JournalError):
     summary = "upgrade already rolled back"
     default_action = ("Nothing was changed: a rolled-back upgrade does not go forward again (the old version runs "
                       "again). To try again, start a new upgrade to a new, empty checkpoint.")
+
+
+# -- upgrade report (operators/report.py) -----------------------------------------------------------
+
+
+class UpgradeFailed(CheckpointError):
+    summary = "upgrade did not complete"
+    default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
+
+
+# -- embedded local stack (airflow_ckpt_provider/local/) ----------------------------------------------
+
+
+class LocalStackError(ProviderError, RuntimeError):
+    """The local stack could not be set up or started."""
+
+    summary = "local stack error"
+    default_action = "Nothing was left running; fix the cause and retry."
+
+
+class ToolMissing(LocalStackError):
+    """A required command line tool (java, mvn) is not on PATH or does not run."""
+
+    summary = "required tool missing"
+
+
+class JarsMissing(LocalStackError):
+    """The Maven-resolved jars of a component are not in the JVM folder."""
+
+    summary = "JVM jars missing"
+
+
+class VersionMismatch(LocalStackError):
+    """The pinned JVM artifacts do not match the installed Python packages."""
+
+    summary = "version mismatch"
+
+
+class PortInUse(LocalStackError):
+    """A requested TCP port on 127.0.0.1 is already taken."""
+
+    summary = "port already in use"
+
+
+class BrokerStartFailed(LocalStackError):
+    """The Kafka broker exited or did not answer metadata requests in time."""
+
+    summary = "Kafka broker did not come up"
+
+
+class StandaloneStartFailed(LocalStackError):
+    """The Spark standalone master or worker exited or did not register in time."""
+
+    summary = "Spark standalone cluster did not come up"
+
+
+class AirflowHomeError(LocalStackError):
+    """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
+
+    summary = "Airflow home not ready"
+
+
+class AirflowApiError(LocalStackError):
+    """The Airflow REST API answered a call with a status the caller did not expect.
+
+    ``status`` is the HTTP status, or None when there was no answer at all.
+    """
+
+    summary = "Airflow REST API call failed"
+
+    def __init__(self, *, found: str, expected: str, action: str | None = None, detail: str = "",
+                 status: int | None = None) -> None:
+        self.status = status
+        super().__init__(found=found, expected=expected, action=action, detail=detail)
+
+
+class AirflowApiUnavailable(AirflowApiError):
+    """The Airflow REST API did not answer (timeouts, refused connections, 5xx) before the deadline,
+    or a call that must not be repeated blindly got no usable answer."""
+
+    summary = "Airflow REST API did not answer"
+
+
+class PidNamespaceUnavailable(LocalStackError):
+    """A component cannot run in its own PID namespace: ``unshare`` is missing or not permitted."""
+
+    summary = "cannot start a process in its own PID namespace"
+
+
+class InvalidLaunchHandle(CheckpointError, ValueError):
+    """A LaunchHandle JSON that is malformed, lacks its mode's ids, or names pid 0 or 1."""
+
+    summary = "invalid launch handle"
+    default_action = "Pass the JSON returned by the launch operator, unchanged."
+
+
+class InvalidVerifyResult(CheckpointError, ValueError):
+    """A VerifyResult JSON that cannot be read back."""
+
+    summary = "invalid verification result"
+    default_action = "Pass the JSON returned by the verify operator (or `ckpt verify-handover --json`), unchanged."
+
+
+class UnknownJobKind(CheckpointError, ValueError):
+    """A handle's mode names a job kind no installed package registers."""
+
+    summary = "unknown job kind"
+    default_action = ("Install and import the package that registers this job kind "
+                      "(register_job_kind or the 'airflow_ckpt_provider.job_kinds' entry point).")

@@ -1,15 +1,21 @@
-"""Whole-file writes for the provider's own small files (journal, lock, control files).
+"""The provider's file-writing primitives (private modes, whole writes); writes to the local disk
+and through an fsspec filesystem.
 
-On local disks: a temporary name, fsync, rename and fsync of the directory, with private modes
-(a stricter umask narrows them further). Elsewhere one object write, which object stores make
-whole.
+Whole-file writes for the provider's own small files (journal, lock, control files, archive
+intent and manifest): on local disks a temporary name, fsync, rename and fsync of the directory;
+elsewhere one object write, which object stores make whole. Private files and directories for
+everything the provider creates locally (archive files, driver logs): created with the given
+mode, which a stricter umask narrows further unless said otherwise (:func:`open_private`).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import posixpath
+from pathlib import Path
+from typing import IO, Any
 
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
@@ -18,11 +24,26 @@ log = logging.getLogger(__name__)
 
 #: Private by default: readable by the group (operators), by nobody else.
 FILE_MODE, DIR_MODE = 0o640, 0o750
+#: Owner only: driver logs and spark-submit output can hold what a job prints about its configuration.
+OWNER_FILE_MODE, OWNER_DIR_MODE = 0o600, 0o700
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def is_local(fs: AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
+
+
+def pwrite_all(fd: int, data: bytes, offset: int = 0) -> None:
+    """Write all of ``data`` at ``offset`` of the open file ``fd``, resuming partial writes
+    (legal after signals or on a nearly full disk). ``OSError`` on failure or no progress."""
+    written = os.pwrite(fd, data, offset)
+    if written < len(data):
+        view = memoryview(data)
+        while written < len(data):
+            more = os.pwrite(fd, view[written:], offset + written)
+            if more <= 0:
+                raise OSError(errno.EIO, "write made no progress", str(fd))
+            written += more
 
 
 def make_private_dirs(path: str, mode: int = DIR_MODE) -> None:
@@ -41,21 +62,67 @@ def make_private_dirs(path: str, mode: int = DIR_MODE) -> None:
             raise
 
 
+def private_dir(folder: str | os.PathLike[str], mode: int = OWNER_DIR_MODE) -> Path:
+    """Create the local ``folder`` (and parents) as needed with at most ``mode`` (default owner
+    only), through :func:`make_private_dirs`; an existing folder is left as it is. Returns it as
+    a :class:`~pathlib.Path`; ``OSError`` if it cannot be created."""
+    make_private_dirs(os.fspath(folder), mode)
+    return Path(folder)
+
+
+def open_private(path: str | os.PathLike[str], mode: str = "ab", perms: int = OWNER_FILE_MODE) -> IO[Any]:
+    """Open the local file ``path`` for writing (``mode``: ``"a"``/``"ab"`` append, ``"w"``/``"wb"``
+    truncate; created if missing) and give it exactly ``perms`` whatever the umask or the mode
+    of an existing file (where this process may chmod it). Returns the file object of
+    :func:`os.fdopen`; ``OSError`` if it cannot be opened."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    fd = os.open(path, flags | O_CLOEXEC, perms)
+    try:
+        try:
+            os.fchmod(fd, perms)  # os.open's mode is narrowed by the umask and ignored for an existing file
+        except OSError:
+            pass  # not the owner: the file stays as its owner made it
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_private_file(path: str, data: bytes, *, atomic: bool = False) -> None:
+    """Write ``data`` to the LOCAL file ``path``, created with mode 0o640 (less with a stricter
+    umask); an existing file is truncated in place and keeps its mode. ``atomic``: through
+    :func:`replace_file` instead (whole and durable or not at all). ``OSError`` on failure."""
+    if atomic:
+        replace_file(path, data, FILE_MODE)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, FILE_MODE)
+    try:
+        pwrite_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def replace_file(path: str, data: bytes, mode: int = FILE_MODE) -> None:
     """Write the LOCAL file ``path`` under a temporary name in its directory, fsync it, rename it
     over ``path`` and fsync the directory: ``path`` appears whole and durable or not at all.
-    Created with ``mode`` (less with a stricter umask). ``OSError`` on failure."""
+    Created with ``mode`` (less with a stricter umask). ``OSError`` on failure (the temporary file
+    is removed again)."""
     folder = os.path.dirname(path) or "."
     temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+        try:
+            pwrite_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
     dir_fd = os.open(folder, os.O_RDONLY | O_CLOEXEC)
     try:
         os.fsync(dir_fd)
@@ -84,7 +151,7 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
         except FileExistsError:
             return False
         try:
-            os.write(fd, data)
+            pwrite_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -105,6 +172,6 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
         return True
 
 
-
-__all__ = ["DIR_MODE", "FILE_MODE", "O_CLOEXEC", "create_exclusive", "is_local", "make_private_dirs",
-           "replace_file", "write_atomic"]
+__all__ = ["DIR_MODE", "FILE_MODE", "OWNER_DIR_MODE", "OWNER_FILE_MODE", "O_CLOEXEC", "create_exclusive", "is_local",
+           "make_private_dirs", "open_private", "private_dir", "pwrite_all", "replace_file", "write_atomic",
+           "write_private_file"]

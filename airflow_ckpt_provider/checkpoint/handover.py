@@ -1,4 +1,5 @@
 """The handover: where a new query must start so that nothing is lost and nothing is repeated.
+Pure: no I/O (the reader reads the checkpoint).
 
 A :class:`Handover` records the offsets of every source at the LAST COMMITTED batch of the old
 checkpoint (offsets/N where commits/N exists), or the initial offsets recorded in ``sources/``
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import (
@@ -23,6 +24,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
+from airflow_ckpt_provider.clock import utc_iso
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
@@ -32,11 +34,6 @@ _KEYS = frozenset(
      "taken_at", "sources"}
 )
 _SOURCE_KEYS = frozenset({"index", "name", "kind", "raw", "offsets"})
-
-
-def utc_now() -> str:
-    """Current UTC time as an ISO 8601 string with an explicit +00:00 offset."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def _bad(found: str, expected: str) -> InvalidHandover:
@@ -219,7 +216,7 @@ def handover_from_snapshot(snapshot: CheckpointSnapshot, *, taken_at: str | None
         from_initial=from_initial,
         sources=sources,
         in_flight_batch=snapshot.in_flight_batch,
-        taken_at=taken_at if taken_at is not None else utc_now(),
+        taken_at=taken_at if taken_at is not None else utc_iso(timespec="microseconds"),
     )
 
 

@@ -1,4 +1,5 @@
 """A checkpoint's retained batch history: when each batch ran and how many Kafka records it read.
+Reads through an fsspec filesystem.
 
 Unlike the handover (which reads a constant number of files), this reads every retained
 ``offsets/N`` — it serves reports and downtime measurements, not decisions. Input rows of batch
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.logs import parse_batch_name, parse_initial_source, parse_offset_log
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids, parse_initial_source, parse_offset_log
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 
 
@@ -55,17 +56,9 @@ def batch_history(fs: AbstractFileSystem, root: str, *, limit: int = 500) -> lis
     Raises the reader's typed errors for corrupt offset files.
     """
     root = root.rstrip("/")
-    names = fs.ls(posixpath.join(root, "offsets"), detail=False)
-    planned = sorted(
-        b for b in (parse_batch_name(posixpath.basename(n)) for n in names) if b is not None
-    )[-limit:]
+    planned = list_batch_ids(fs, posixpath.join(root, "offsets"))[-limit:]
     commit_dir = posixpath.join(root, "commits")
-    committed = set()
-    if fs.exists(commit_dir):
-        committed = {
-            b for b in (parse_batch_name(posixpath.basename(n)) for n in fs.ls(commit_dir, detail=False))
-            if b is not None
-        }
+    committed = set(list_batch_ids(fs, commit_dir))
     previous: dict[tuple[str, int], int] | None = _initial_ends(fs, root) if planned and planned[0] == 0 else None
     records = []
     for batch in planned:

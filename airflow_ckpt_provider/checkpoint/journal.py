@@ -1,4 +1,5 @@
 """The upgrade journal: what an upgrade intends and what each step did, kept next to the archive.
+Reads and writes through an fsspec filesystem.
 
 Layout, per stream, beside its archives::
 
@@ -36,15 +37,22 @@ import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
+
 from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError, JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
+    JournalCorrupt,
+    UpgradeInProgress,
+    UpgradeRolledBack,
+)
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
 from airflow_ckpt_provider.checkpoint.manifest import check_name
+from airflow_ckpt_provider.clock import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +73,6 @@ UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
 #: Outcomes that end an upgrade and free its stream for the next one.
 FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
 
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ class UpgradeJournal:
     upgrade's steps run one after the other, and the lock keeps other upgrades out."""
 
     def __init__(self, fs: AbstractFileSystem, path: str, *, uri: str | None = None,
-                 clock: Callable[[], datetime] = _now) -> None:
+                 clock: Callable[[], datetime] = utc_now) -> None:
         self.fs, self.path = fs, path
         self.uri = uri or path
         self.clock = clock

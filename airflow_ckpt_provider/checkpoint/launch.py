@@ -15,14 +15,9 @@ from dataclasses import asdict, dataclass, field
 from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 from airflow_ckpt_provider.spark.control import ProcessScope
-
-
-class InvalidLaunchHandle(CheckpointError, ValueError):
-    summary = "invalid launch handle"
-    default_action = "Pass the JSON returned by the launch operator, unchanged."
 
 
 class LaunchMode(StrEnum):

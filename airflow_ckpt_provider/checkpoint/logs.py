@@ -1,4 +1,7 @@
-"""Parsers for single checkpoint files: pure functions over bytes (plus the path for messages).
+"""Parsers for single checkpoint files, and the one lister of the batch logs. The parsers are pure
+functions over bytes (plus the path for messages); :func:`list_batch_ids` reads through an fsspec
+filesystem: it lists a batch log folder (``offsets/``, ``commits/``) by the name rule of
+:mod:`airflow_ckpt_provider.batch_names`.
 
 Formats (checked against checkpoints written by Spark 4.2):
 
@@ -21,10 +24,11 @@ import re
 import struct
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.batch_names import batch_number, zero_padded
 from airflow_ckpt_provider.checkpoint.errors import (
     CorruptCheckpointFile,
     InvalidOffsets,
@@ -32,14 +36,15 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, parse_json
 
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
 MAX_OFFSET_LOG_VERSION = 2
 MAX_COMMIT_LOG_VERSION = 3
 MAX_INITIAL_OFFSETS_VERSION = 1
 CRC_MAGIC = b"crc\x00"
 DEFAULT_BYTES_PER_CHECKSUM = 512
 
-_DIGITS = re.compile(r"[0-9]+\Z")
-_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
 _VERSION = re.compile(r"v([0-9]+)\Z")
 
 
@@ -63,40 +68,49 @@ class CommitLogEntry:
     state_unique_ids: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
-def batch_number(name: str) -> int | None:
-    """Non-raising: the batch id of a canonical decimal name (``0``, ``17``), else None."""
-    return int(name) if _CANONICAL.match(name) else None
-
-
-def list_batch_ids(fs: Any, folder: str) -> list[int]:  # noqa: ANN401 - an fsspec filesystem
-    """Sorted batch ids named in the log folder ``folder`` (``offsets/`` or ``commits/``) through
-    fsspec; [] when it does not exist. Lists afresh (the listing cache is dropped first)."""
-    fs.invalidate_cache(folder)
-    try:
-        names = fs.ls(folder, detail=False)
-    except FileNotFoundError:
-        return []
-    ids = (batch_number(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
-    return sorted(i for i in ids if i is not None)
-
-
 def parse_batch_name(name: str, path: str | None = None) -> int | None:
-    """Batch id of a file name in ``offsets/`` or ``commits/``, or None for anything else.
+    """Batch id of a listing entry of ``offsets/`` or ``commits/``, or None for anything else.
 
-    Only canonical decimal names (``0``, ``17``) are batch files. A digits-only name with leading
-    zeros (``007``) would be read by Spark as a batch too, so it raises
+    The rule is :func:`airflow_ckpt_provider.batch_names.batch_number` (plain decimal names only;
+    checksums, temporary files and directory markers are not batch files). A digits-only name with
+    leading zeros (``007``) would be read by Spark as a batch too, so it raises
     :class:`CorruptCheckpointFile` instead of being silently skipped or silently used.
     """
-    if _CANONICAL.match(name):
-        return int(name)
-    if _DIGITS.match(name):
+    batch = batch_number(name)
+    if batch is None and zero_padded(name):
+        base = name.rsplit("/", 1)[-1]
         raise CorruptCheckpointFile(
             path=path or name,
-            found=f"file name {name!r} (leading zeros)",
+            found=f"file name {base!r} (leading zeros)",
             expected="batch files named by a plain integer such as '7'",
             action="Remove or rename the stray file; it shadows a batch id.",
         )
-    return None
+    return batch
+
+
+def batch_ids(entries: Iterable[str], folder: str) -> list[int]:
+    """Sorted batch ids named by the listing ``entries`` of ``folder`` (paths or base names), by
+    :func:`parse_batch_name`; an entry naming ``folder`` itself (a directory marker) is skipped.
+    :class:`CorruptCheckpointFile` for a zero-padded name."""
+    own = folder.rstrip("/")
+    ids = (parse_batch_name(entry, entry) for entry in entries if entry.rstrip("/") != own)
+    return sorted(batch for batch in ids if batch is not None)
+
+
+def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
+    """Sorted batch ids in the batch log ``folder`` (``<root>/offsets`` or ``<root>/commits``,
+    a path of ``fs``); ``[]`` when the folder does not exist.
+
+    Drops fsspec's listing cache of ``folder`` first, so a poll sees new batches, and lists names
+    only (no metadata request per entry). :class:`CorruptCheckpointFile` for a zero-padded name;
+    other I/O errors (``OSError``) propagate.
+    """
+    fs.invalidate_cache(folder)
+    try:
+        entries = fs.ls(folder, detail=False)
+    except FileNotFoundError:
+        return []
+    return batch_ids((str(entry) for entry in entries), folder)
 
 
 def crc_target(name: str) -> str | None:

@@ -1,6 +1,7 @@
 """Value objects of a checkpoint archive: the manifest, archive names, listing entries, retention.
+Pure: no I/O here.
 
-Pure: no I/O here. An archive of stream ``S`` made for upgrade ``U`` lives at
+An archive of stream ``S`` made for upgrade ``U`` lives at
 ``<archive_root>/S/<YYYYmmddTHHMMSSZ>-U/`` and holds::
 
     _intent.json     written first: what is being archived, by whom, from where

@@ -1,4 +1,5 @@
 """Offset value objects: Kafka offsets and the classified offset of one streaming source.
+Pure: no I/O.
 
 :class:`KafkaOffsets` maps topic -> partition -> NEXT offset to read (the exclusive end of a
 batch), with -2 (earliest) and -1 (latest) allowed as sentinels, exactly what Spark's Kafka

@@ -1,4 +1,5 @@
 """Decisions over the steps' recorded states: whether to roll back, and how the upgrade ended.
+Pure: no I/O.
 
 ``states`` maps a step (task id) to what it recorded: ``success``, ``failed``, ``running`` or
 ``not run`` (see :mod:`airflow_ckpt_provider.operators.timing`).

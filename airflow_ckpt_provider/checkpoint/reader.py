@@ -1,4 +1,5 @@
 """Read a Spark Structured Streaming checkpoint through fsspec, touching as few files as possible.
+It never writes.
 
 :class:`CheckpointReader` lists the checkpoint root, ``offsets/`` and ``commits/`` once each and
 opens only ``metadata``, ``commits/N`` and ``offsets/N`` of the last committed batch N (plus the
@@ -121,8 +122,12 @@ class CheckpointReader:
         names: dict[str, str] = {}
         own = path.rstrip("/")
         for entry in entries:
-            full = (entry if isinstance(entry, str) else entry["name"]).rstrip("/")
-            kind = "file" if isinstance(entry, str) else entry.get("type", "file")
+            raw = entry if isinstance(entry, str) else entry["name"]
+            full = raw.rstrip("/")
+            if isinstance(entry, str):  # a name ending in '/' is a directory (marker)
+                kind = "directory" if raw.endswith("/") else "file"
+            else:
+                kind = entry.get("type", "file")
             if full == own:
                 if kind == "file" and not batch_dir:
                     raise NotACheckpoint(found="a file", expected="a checkpoint directory",
@@ -137,9 +142,8 @@ class CheckpointReader:
                 if target is not None:
                     crc_targets.append(target)
                 continue
-            batch = batch_number(name)
-            if batch is None and batch_dir and name.isdigit():  # raises for names like '007'
-                parse_batch_name(name, self._display(posixpath.join(path, name)))
+            batch = (parse_batch_name(name, self._display(posixpath.join(path, name))) if batch_dir
+                     else batch_number(name))  # batch dirs: zero-padded names like '007' raise
             if batch is not None and kind == "file":
                 batches[batch] = name
         orphans = [t for t in crc_targets if t not in names]

@@ -1,4 +1,5 @@
 """The upgrade report: handover, step times, downtime and input rows per batch, old vs new.
+Pure, except :func:`render_timeline_png`, which writes a PNG file to the local disk.
 
 :class:`UpgradeReport` is a value object (JSON round-trip); :meth:`to_markdown` and
 :meth:`to_html` render it for people; :func:`render_timeline_png` draws input rows per batch
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.clock import utc_iso
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class UpgradeReport:
     new_batches: Sequence[BatchRecord] = ()
     audit: Mapping[str, Any] | None = None
     notes: Sequence[str] = ()
-    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (lists, not tuples), as XCom stores them."""

@@ -1,4 +1,5 @@
 """Read, verify and restore checkpoint archives made by :class:`CheckpointArchive`.
+Reads and writes through fsspec filesystems.
 
 Restore is what a rollback uses: it copies an archive's checkpoint back to an empty location and
 proves, file by file, that the bytes there are the archived ones.

@@ -1,4 +1,5 @@
-"""Graceful stop, the pure part: value objects, decisions, and the control files through fsspec.
+"""Graceful stop without Spark: pure value objects and decisions, and the control files and batch
+listings, which it reads and writes through an fsspec filesystem.
 
 The running query (see :mod:`airflow_ckpt_provider.spark.graceful_stop`) and the requester (the
 Airflow operator and trigger, or ``ckpt stop``) talk through three small JSON files under the
@@ -39,13 +40,14 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
-    CheckpointError,
     CheckpointNotQuiet,
+    InvalidStopResult,
     QueryStillRunning,
     StopTimeout,
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
-from airflow_ckpt_provider.checkpoint.logs import batch_number
+from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.spark.control import (
     DRIVER,
     HEARTBEAT,
@@ -77,11 +79,6 @@ class StopReason(StrEnum):
     ACKNOWLEDGED = "acknowledged"
     TIMEOUT = "timeout"
     NOT_RUNNING = "not_running"  # the heartbeat stopped (or went stale) without an acknowledgement
-
-
-class InvalidStopResult(CheckpointError, ValueError):
-    summary = "invalid stop result"
-    default_action = "Pass the JSON returned by the graceful stop operator (or `ckpt stop --json`), unchanged."
 
 
 @dataclass(frozen=True)
@@ -228,7 +225,7 @@ def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | N
 
 def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
     """A fresh :class:`StopRequest` that expires ``timeout_s`` after ``now``."""
-    moment = now or datetime.now(timezone.utc)
+    moment = now or utc_now()
     return StopRequest(
         request_id=uuid.uuid4().hex,
         requested_at=moment.isoformat(timespec="milliseconds"),
@@ -340,20 +337,14 @@ class ControlFiles:
         self.write_request(request)
         return request, True
 
-    def _batches(self, folder: str) -> int | None:
-        path = self._path(folder)
-        try:
-            self.fs.invalidate_cache(path)
-            names = self.fs.ls(path, detail=False)
-        except FileNotFoundError:
-            return None
-        ids = (batch_number(str(name).rstrip("/").rsplit("/", 1)[-1]) for name in names)
-        return max((i for i in ids if i is not None), default=None)
+    def _last_batch(self, folder: str) -> int | None:
+        ids = list_batch_ids(self.fs, self._path(folder))
+        return ids[-1] if ids else None
 
     def batch_state(self) -> BatchState:
-        """List ``offsets/`` and ``commits/`` once each (names only)."""
-        return BatchState(last_planned_batch=self._batches("offsets"),
-                          last_committed_batch=self._batches("commits"))
+        """List ``offsets/`` and ``commits/`` once each (names only, :func:`list_batch_ids`)."""
+        return BatchState(last_planned_batch=self._last_batch("offsets"),
+                          last_committed_batch=self._last_batch("commits"))
 
 
 def wait_quiet(

@@ -1,4 +1,5 @@
 """Parallel, hashing file copies between fsspec filesystems, with progress in the user's words.
+Reads and writes through fsspec filesystems, and the local disk directly (``os`` calls).
 
 Files are streamed in chunks (never read whole unless smaller than one chunk) and hashed with
 SHA-256 while they are copied. Work runs on worker threads: file I/O and hashlib release the GIL.
@@ -41,11 +42,11 @@ Durability of a local archive: :func:`flush_filesystem` is one ``syncfs(2)`` of 
 filesystem after the last file (the archive runs it while its final checks run). An ``fsync`` per
 file costs a device flush (and, with a journal, a commit) per file: archiving the 20,000 files of
 ``bench/archive.py`` took 6.6-6.9 s with one per file against 5.0-5.1 s with one syncfs
-(alternating runs on one machine). Files of 64 KiB or more get a
-write-back head start (:func:`start_writeback`) so the disk works while later files are hashed
-and the final syncfs has less left to do. :func:`write_private_file` with ``atomic=True`` then
-writes the manifest under a temporary name, fsyncs it, renames it into place and fsyncs the
-directory. Local archive files are created with mode 0o640 and directories 0o750 (less if the
+(alternating runs on one machine). Files of 64 KiB or more get a write-back head start
+(:func:`start_writeback`) so the disk works while later files are hashed and the final syncfs has
+less left to do. :func:`~airflow_ckpt_provider.checkpoint.files.write_private_file` with
+``atomic=True`` then writes the manifest under a temporary name, fsyncs it, renames it into place
+and fsyncs the directory. Local archive files are created with mode 0o640 and directories 0o750 (less if the
 umask says so): checkpoints hold application state.
 """
 
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import errno
 import functools
 import hashlib
 import itertools
@@ -74,7 +74,7 @@ from airflow_ckpt_provider.checkpoint.files import (
     O_CLOEXEC,
     is_local,
     make_private_dirs,
-    replace_file,
+    pwrite_all,
 )
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
 
@@ -183,17 +183,6 @@ def _reader(fs: AbstractFileSystem, path: str) -> tuple[Callable[[int], bytes], 
     return handle.read, handle.close
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    written = os.pwrite(fd, data, offset)
-    if written < len(data):  # partial writes are legal (signals, nearly full disks)
-        view = memoryview(data)
-        while written < len(data):
-            more = os.pwrite(fd, view[written:], offset + written)
-            if more <= 0:
-                raise OSError(errno.EIO, "write made no progress", str(fd))
-            written += more
-
-
 def _checked_stamp(fd: int, size: int, path: str) -> tuple[int, int, int]:
     """The stamp of a file just verified; its size must be ``size``; mode narrowed to 0o640."""
     info = os.fstat(fd)
@@ -227,7 +216,7 @@ def copy_verified(src_fs: AbstractFileSystem, src: str, dst: str, *, size_hint: 
             want = min(size_hint + 1, chunk) if size_hint >= 0 else chunk
             while block := read(want):
                 digest.update(block)
-                _pwrite_all(fd, block, offset)
+                pwrite_all(fd, block, offset)
                 if os.pread(fd, len(block), offset) != block:
                     raise ReadBackMismatch(dst, f"bytes {offset}-{offset + len(block)} read back differently")
                 offset += len(block)
@@ -341,20 +330,6 @@ def flush_filesystem(path: str) -> str:
     finally:
         os.close(fd)
     return "syncfs"
-
-
-def write_private_file(path: str, data: bytes, *, atomic: bool = False) -> None:
-    """Write ``data`` to the LOCAL file ``path`` with mode 0o640; ``atomic``: through
-    :func:`~airflow_ckpt_provider.checkpoint.files.replace_file` (whole and durable or not at
-    all). ``OSError`` on failure."""
-    if atomic:
-        replace_file(path, data, FILE_MODE)
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, FILE_MODE)
-    try:
-        _pwrite_all(fd, data, 0)
-    finally:
-        os.close(fd)
 
 
 def scan_tree(fs: AbstractFileSystem, root: str) -> tuple[dict[str, int], dict[str, Any], list[str]]:

@@ -1,4 +1,5 @@
-"""Verify that a new query started exactly at the handover (pure; no Spark, no Kafka client).
+"""Verify that a new query started exactly at the handover (no Spark, no Kafka client): the
+comparisons are pure; :func:`check_launch_target` lists the launch locations through fsspec.
 
 A Kafka source of a query started on a fresh checkpoint writes ``sources/<i>/0`` once: the
 offsets it really starts from, with Spark's sentinels already RESOLVED (a partition given as
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    InvalidVerifyResult,
     CheckpointError,
     CheckpointNotEmpty,
     FileSinkHazard,
@@ -45,11 +47,6 @@ from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffs
 from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.spark.control import CONTROL_DIR
-
-class InvalidVerifyResult(CheckpointError, ValueError):
-    summary = "invalid verification result"
-    default_action = "Pass the JSON returned by the verify operator (or `ckpt verify-handover --json`), unchanged."
-
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"

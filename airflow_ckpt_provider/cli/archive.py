@@ -12,7 +12,6 @@ import logging
 import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import TextIO
 
 import fsspec
@@ -21,6 +20,7 @@ from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.manifest import human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.clock import utc_now
 
 
 @contextmanager
@@ -85,7 +85,7 @@ def _archive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     dst_fs, root = fsspec.core.url_to_fs(args.to, **storage_options(args.to_option))
     name = args.name or posixpath.basename(src.rstrip("/"))
     upgrade_id = args.upgrade_id or sanitize_upgrade_id(
-        "cli-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        "cli-" + utc_now().strftime("%Y%m%dT%H%M%SZ"))
     if not args.upgrade_id:
         err.write(f"ckpt: upgrade id {upgrade_id} (pass --upgrade-id {upgrade_id} to resume after a failure)\n")
     with _progress(err):

@@ -12,7 +12,6 @@ import argparse
 import getpass
 import json
 import socket
-from datetime import datetime, timezone
 from typing import TextIO
 
 import fsspec
@@ -28,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     wait_for_ack,
 )
 from airflow_ckpt_provider.cli.common import EXIT_NOT_RUNNING, EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import ProcessScope
 
 
@@ -80,7 +80,7 @@ def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.pid is not None:  # a process group on this machine, as this shell sees it
         scope = ProcessScope.current()
         handle = LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=args.path, app_name="",
-                              started_at=datetime.now(timezone.utc).isoformat(), pid=args.pid, host=scope.host,
+                              started_at=utc_iso(), pid=args.pid, host=scope.host,
                               boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
     running = bool(handle is not None and observe(handle, control).alive)
     start = begin_stop(control, requested_by=f"ckpt stop ({getpass.getuser()}@{socket.gethostname()})",

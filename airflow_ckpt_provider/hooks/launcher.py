@@ -32,19 +32,19 @@ import re
 import uuid
 import zipfile
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
+from airflow_ckpt_provider.checkpoint.files import open_private, private_dir
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.clock import utc_iso, utc_now
 from airflow_ckpt_provider.checkpoint.secrets import find_secrets, is_sensitive_key, redact_command, redact_text
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, LaunchedJob, SubmitRequest, job_for
 from airflow_ckpt_provider.jobs.base import resolve_binary
 from airflow_ckpt_provider.jobs.builtin import BUILTIN_KINDS
-from airflow_ckpt_provider.jobs.local import open_private
 from airflow_ckpt_provider.spark.kafka import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
@@ -56,10 +56,6 @@ YARN_NO_WAIT = "spark.yarn.submit.waitAppCompletion"
 _UI_URL = re.compile(r"started at (https?://\S+)")
 _CONN_KEYS = ("master", "queue", "deploy_mode", "spark_binary", "namespace", "principal", "keytab",
               "rest_scheme", "rest_port", "rest_endpoint")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def launch_mode(master: str, deploy_mode: str | None) -> LaunchMode:
@@ -113,14 +109,6 @@ def register_secrets(conf: Mapping[str, str]) -> None:
         text = str(value)
         for secret in ([text] if text and is_sensitive_key(key) else []) + find_secrets(text):
             mask_secret(secret)
-
-
-def private_dir(folder: Path, mode: int = 0o700) -> Path:
-    """Create ``folder`` (and parents) as needed with at most ``mode`` (default owner-only); an
-    existing folder is left as it is."""
-    if not folder.is_dir():
-        folder.mkdir(parents=True, exist_ok=True, mode=mode)
-    return folder
 
 
 class SparkLauncherHook(BaseHook):
@@ -264,7 +252,7 @@ class SparkLauncherHook(BaseHook):
         folder = Path(self.log_dir) if self.log_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "airflow-ckpt-launch"
         private_dir(folder)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-        return folder / f"{safe}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')}.log"
+        return folder / f"{safe}-{utc_now().strftime('%Y%m%dT%H%M%S%f')}.log"
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -301,7 +289,7 @@ class SparkLauncherHook(BaseHook):
         self.log.info("launching %s (%s) on %s; log %s", name, mode.value, connection.get("master"), log_path)
         request = SubmitRequest(
             command=command, env=self._env(), log_path=log_path, checkpoint_uri=checkpoint_uri, app_name=name,
-            master=connection.get("master", ""), started_at=utc_now(), submit_timeout=self.submit_timeout,
+            master=connection.get("master", ""), started_at=utc_iso(timespec="seconds"), submit_timeout=self.submit_timeout,
             ui_url=self._conf_ui_url(conf), master_ui_url=self.master_ui_url,
             storage_options=dict(storage_options or {}), launch_id=launch_id or uuid.uuid4().hex,
         )

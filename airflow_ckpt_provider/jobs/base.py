@@ -24,7 +24,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import UnknownJobKind
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.secrets import redact_text
 
@@ -34,12 +34,6 @@ ENTRY_POINT_GROUP = "airflow_ckpt_provider.job_kinds"
 STORAGE_OPTIONS_ENV = "CKPT_STORAGE_OPTIONS"
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-class UnknownJobKind(CheckpointError, ValueError):
-    summary = "unknown job kind"
-    default_action = ("Install and import the package that registers this job kind "
-                      "(register_job_kind or the 'airflow_ckpt_provider.job_kinds' entry point).")
 
 
 class DriverState(StrEnum):

@@ -19,27 +19,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
+from airflow_ckpt_provider.checkpoint.files import open_private
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.secrets import redact_command
 from airflow_ckpt_provider.jobs.base import STORAGE_OPTIONS_ENV, DriverState, JobOptions, SubmitRequest, tail_file
 from airflow_ckpt_provider.spark.control import ProcessScope
 
 log = logging.getLogger(__name__)
-
-
-def open_private(path: Path, mode: str = "ab", perms: int = 0o600) -> Any:  # noqa: ANN401 - a file object
-    """Open ``path`` for writing with ``perms`` whatever the umask (default owner-only: driver
-    logs and spark-submit output can hold what a job prints about its configuration)."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
-    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), perms)
-    try:
-        os.fchmod(fd, perms)  # the umask may have taken bits away; an existing file keeps its mode
-    except OSError:
-        pass
-    return os.fdopen(fd, mode)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -31,13 +31,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
-from airflow_ckpt_provider.local.errors import (
+from airflow_ckpt_provider.checkpoint.errors import (
     AirflowApiError,
     AirflowApiUnavailable,
     AirflowHomeError,
     PidNamespaceUnavailable,
 )
+from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
 from airflow_ckpt_provider.local.kafka import ensure_port_free, free_port
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from airflow_ckpt_provider.checkpoint.errors import BrokerStartFailed, PortInUse
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.errors import BrokerStartFailed, PortInUse
 
 log = logging.getLogger(__name__)
 

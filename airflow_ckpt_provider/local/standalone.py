@@ -21,17 +21,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.errors import StandaloneStartFailed
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.kafka import LOOPBACK, free_port
 
 log = logging.getLogger(__name__)
-
-
-class StandaloneStartFailed(LocalStackError):
-    """The standalone master or worker exited or did not register in time."""
-
-    summary = "Spark standalone cluster did not come up"
 
 
 def spark_home() -> Path:

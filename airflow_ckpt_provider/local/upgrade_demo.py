@@ -124,12 +124,14 @@ class UpgradeDemo:
         ``minBatchesToRetain`` (default 100) of them. ``RuntimeError`` if ``handle``'s job exits
         first, ``TimeoutError`` after ``timeout`` seconds.
         """
+        from fsspec.implementations.local import LocalFileSystem
+
+        from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+
         deadline = time.monotonic() + timeout
-        commits = checkpoint / "commits"
-        last: int | None = None
+        fs, last = LocalFileSystem(), None
         while time.monotonic() < deadline:
-            if commits.is_dir():
-                last = max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=None)
+            last = max(list_batch_ids(fs, str(checkpoint / "commits")), default=None)
             if last is not None and last >= batch_id:
                 return last
             if handle is not None and handle.pid and not _alive(handle.pid):

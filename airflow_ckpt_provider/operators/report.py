@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
+from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, TaskState, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
-from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings, task_states
-
-
-
-class UpgradeFailed(CheckpointError):
-    summary = "upgrade did not complete"
-    default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
 
 
 class UpgradeReportOperator(BaseOperator):

@@ -8,28 +8,25 @@ step records its own start, end and outcome: pass :data:`STEP_CALLBACKS` as ``de
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.outcome import TaskState
 from airflow_ckpt_provider.checkpoint.report import StepTiming
+from airflow_ckpt_provider.clock import utc_iso
 
 STARTED = "ckpt_step_started"
 ENDED = "ckpt_step_ended"
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
 def step_started(context: Any) -> None:
     ti = context["ti"]
     if ti.xcom_pull(task_ids=ti.task_id, key=STARTED) is None:
-        ti.xcom_push(key=STARTED, value=_now())
+        ti.xcom_push(key=STARTED, value=utc_iso(timespec="milliseconds"))
 
 
 def step_succeeded(context: Any, result: Any = None) -> None:
-    context["ti"].xcom_push(key=ENDED, value={"state": TaskState.SUCCESS.value, "at": _now()})
+    context["ti"].xcom_push(key=ENDED, value={"state": TaskState.SUCCESS.value, "at": utc_iso(timespec="milliseconds")})
 
 
 def _shorten(text: str, head: int = 400, tail: int = 1600) -> str:
@@ -40,7 +37,9 @@ def _shorten(text: str, head: int = 400, tail: int = 1600) -> str:
 def step_failed(context: Any) -> None:
     error = context.get("exception")
     context["ti"].xcom_push(
-        key=ENDED, value={"state": TaskState.FAILED.value, "at": _now(), "error": _shorten(str(error)) if error else ""}
+        key=ENDED,
+        value={"state": TaskState.FAILED.value, "at": utc_iso(timespec="milliseconds"),
+               "error": _shorten(str(error)) if error else ""},
     )
 
 

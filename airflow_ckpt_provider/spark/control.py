@@ -1,7 +1,8 @@
 """The control files a running query and the provider exchange through the checkpoint's storage.
 
 Standard library only: this module is shared by the Spark side (inside the user's driver,
-which imports nothing but pyspark and this package's ``spark`` modules) and the Airflow side.
+which imports nothing but pyspark and this package's standard-library-only modules: ``spark``,
+``clock``, ``batch_names``) and the Airflow side.
 
 Layout, inside the checkpoint root (Spark ignores folders it does not know)::
 
@@ -21,9 +22,11 @@ import json
 import os
 import socket
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
-from airflow_ckpt_provider.enums import StrEnum
+from datetime import datetime
 from typing import Any, TypeVar
+
+from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.enums import StrEnum
 
 CONTROL_DIR = "_ckpt"
 HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
@@ -59,10 +62,6 @@ CLEAN = AckOutcome.CLEAN
 INTERRUPTED = AckOutcome.INTERRUPTED
 
 T = TypeVar("T", bound="_ControlRecord")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def parse_time(value: str) -> datetime:
@@ -148,7 +147,7 @@ class Heartbeat(_ControlRecord):
 
 
 def _fresh(updated_at: str, interval_s: float, now: datetime | None, missed_beats: float) -> bool:
-    age = ((now or datetime.now(timezone.utc)) - parse_time(updated_at)).total_seconds()
+    age = ((now or utc_now()) - parse_time(updated_at)).total_seconds()
     return age <= max(interval_s, 0.1) * missed_beats
 
 
@@ -166,7 +165,7 @@ class StopRequest(_ControlRecord):
         """True once ``expires_at`` (when set) has passed: a query must no longer honour it."""
         if not self.expires_at:
             return False
-        return (now or datetime.now(timezone.utc)) > parse_time(self.expires_at)
+        return (now or utc_now()) > parse_time(self.expires_at)
 
 
 @dataclass(frozen=True)

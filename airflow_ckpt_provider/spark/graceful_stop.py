@@ -17,7 +17,8 @@ then the heartbeat with state stopped, and returns.
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
-standard library and this package's ``spark`` modules: the driver has no Airflow.
+standard library and this package's standard-library-only modules (``spark.control``,
+``clock``, ``batch_names``): the driver has no Airflow.
 
 A request already present when this run starts is honoured only if it is not acknowledged and
 not expired (a job still starting up when the stop was asked). If the query terminates on its
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from dataclasses import replace
 from typing import Any
 
+from airflow_ckpt_provider.batch_names import batch_number
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
     CONTROL_DIR,
@@ -50,11 +52,9 @@ from airflow_ckpt_provider.spark.control import (
     ProcessScope,
     StopAck,
     StopRequest,
-    utc_now,
 )
 
 log = logging.getLogger(__name__)
-_CANONICAL = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
 class HadoopFiles:
@@ -104,13 +104,13 @@ class HadoopFiles:
                 raise OSError(f"could not write {target.toString()}")
 
     def last_batch(self, folder: str) -> int | None:
-        """Highest batch id named in ``folder`` (offsets/ or commits/), None when none."""
+        """Highest batch id named in ``folder`` (offsets/ or commits/) by the name rule of
+        :mod:`airflow_ckpt_provider.batch_names`, None when none."""
         path = self.path(folder)
         if not self.fs.exists(path):
             return None
-        ids = [int(s.getPath().getName()) for s in self.fs.listStatus(path)
-               if _CANONICAL.match(s.getPath().getName())]
-        return max(ids, default=None)
+        ids = (batch_number(s.getPath().getName()) for s in self.fs.listStatus(path))
+        return max((i for i in ids if i is not None), default=None)
 
 
 def _trigger_interval_s(query: Any) -> float | None:
@@ -163,8 +163,8 @@ class GracefulStop:
             query_id=str(query.id),
             run_id=self.run_id,
             state=RUNNING,
-            started_at=utc_now(),
-            updated_at=utc_now(),
+            started_at=utc_iso(timespec="milliseconds"),
+            updated_at=utc_iso(timespec="milliseconds"),
             interval_s=self.heartbeat_interval,
             host=scope.host,
             pid=os.getpid(),
@@ -186,7 +186,7 @@ class GracefulStop:
 
     def _beat(self, state: str = RUNNING) -> None:
         with self._beat_lock:
-            self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_now())
+            self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
             self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
 
     def _beat_loop(self) -> None:
@@ -251,7 +251,7 @@ class GracefulStop:
             outcome=CLEAN if clean else INTERRUPTED,
             last_committed_batch=committed,
             last_planned_batch=planned,
-            stopped_at=utc_now(),
+            stopped_at=utc_iso(timespec="milliseconds"),
         )
         log.info("query stopped %s after %.1f s: last committed batch %s, last planned batch %s",
                  ack.outcome, time.monotonic() - asked, committed, planned)

@@ -13,7 +13,6 @@ import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
-from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -21,6 +20,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 
 __all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "committed_batches"]

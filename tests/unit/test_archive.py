@@ -20,7 +20,7 @@ from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import archive as archive_module
-from airflow_ckpt_provider.checkpoint import transfer
+from airflow_ckpt_provider.checkpoint import files, transfer
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveConflict,
@@ -578,7 +578,7 @@ def test_local_archive_is_flushed_before_the_manifest(tmp_path: Path, monkeypatc
     src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
     built = build(src)
     events: list[str] = []
-    real_flush, real_write = transfer.flush_filesystem, transfer.write_private_file
+    real_flush, real_write = transfer.flush_filesystem, files.write_private_file
     monkeypatch.setattr(archive_module, "flush_filesystem", lambda path: events.append("flush") or real_flush(path))
 
     def write(path: str, data: bytes, *, atomic: bool = False) -> None:

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import QueryStillRunning
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
-from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat, utc_now
+from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat
 from tests.unit.conftest import write_checkpoint
 
 
 def test_live_heartbeat_refuses_restart_on_existing_checkpoint(tmp_path: Path) -> None:
     built = write_checkpoint(str(tmp_path / "cp"))
-    beat = Heartbeat("q", "r", RUNNING, utc_now(), utc_now(), 1.0)
+    beat = Heartbeat("q", "r", RUNNING, utc_iso(timespec="milliseconds"), utc_iso(timespec="milliseconds"), 1.0)
     (tmp_path / "cp" / HEARTBEAT).parent.mkdir(parents=True)
     (tmp_path / "cp" / HEARTBEAT).write_text(beat.to_json())
     before = sorted(p.name for p in (tmp_path / "cp").rglob("*"))

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
+import uuid
+from pathlib import Path
+from typing import Any
 
+import fsspec
+import pytest
+from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+
+from airflow_ckpt_provider.batch_names import batch_number, zero_padded
 from airflow_ckpt_provider.checkpoint.errors import CorruptCheckpointFile, UnsupportedLogVersion
 from airflow_ckpt_provider.checkpoint.logs import (
+    batch_ids,
     crc_target,
     hadoop_crc,
+    list_batch_ids,
     parse_batch_name,
     parse_commit_log,
     parse_initial_offsets,
@@ -17,6 +26,8 @@ from airflow_ckpt_provider.checkpoint.logs import (
     verify_crc,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from tests.unit.conftest import write_checkpoint
 
 # Real files from a Spark 4.2 query (two named sources, offsetLog.formatVersion=2,
 # RocksDB checkpoint format 2) and their Hadoop .crc files.
@@ -206,6 +217,109 @@ def test_parse_batch_name(name: str, batch: int | None) -> None:
 def test_leading_zero_batch_names_are_refused(name: str) -> None:
     with pytest.raises(CorruptCheckpointFile, match="leading zeros"):
         parse_batch_name(name, f"commits/{name}")
+
+
+@pytest.mark.parametrize(
+    ("entry", "batch"),
+    [("0", 0), ("17", 17), ("/ck/commits/17", 17), ("bucket/ck/offsets/12345678901", 12345678901),
+     (".3.crc", None), ("/ck/commits/.3.crc", None), (".3.8f1e2d.tmp", None), ("/ck/offsets/.3.8f1e2d.tmp", None),
+     ("3.bak", None), ("007", None), ("/ck/commits/00", None), ("-1", None), ("+1", None), (" 1", None),
+     ("1e3", None), ("\u0661", None), ("", None), ("commits", None),
+     ("5/", None), ("/ck/commits/5/", None), ("/ck/commits/", None), ("bucket/ck/offsets/", None)],
+)
+def test_batch_name_rule(entry: str, batch: int | None) -> None:
+    """One rule for the core and the Spark driver: plain decimal names only; no markers, no
+    checksums, no temporary files."""
+    assert batch_number(entry) == batch
+    if not zero_padded(entry):
+        assert parse_batch_name(entry) == batch
+
+
+@pytest.mark.parametrize(("entry", "padded"), [("007", True), ("00", True), ("/ck/commits/0042", True),
+                                               ("0", False), ("70", False), ("007/", False), ("a07", False),
+                                               (".007.crc", False)])
+def test_zero_padded(entry: str, padded: bool) -> None:
+    assert zero_padded(entry) is padded
+
+
+def test_batch_ids_skip_the_folders_own_entry() -> None:
+    """Some stores list the folder itself (a directory marker); a folder named like a number
+    must not count as a batch."""
+    assert batch_ids(["/data/7", "/data/7/", "/data/7/3", "/data/7/1", "/data/7/.1.crc"], "/data/7") == [1, 3]
+    assert batch_ids([], "/ck/commits") == []
+    with pytest.raises(CorruptCheckpointFile, match="'007' .leading zeros.") as refused:
+        batch_ids(["/ck/commits/5", "/ck/commits/007"], "/ck/commits")
+    assert refused.value.path == "/ck/commits/007"
+
+
+def _local(tmp_path: Path) -> tuple[Any, str]:
+    return fsspec.filesystem("file"), str(tmp_path / "ck" / "commits")
+
+
+def _memory(tmp_path: Path) -> tuple[Any, str]:
+    return MemoryFileSystem(), f"/t-{uuid.uuid4().hex}/ck/commits"
+
+
+@pytest.mark.parametrize("make", [_local, _memory], ids=["local", "memory"])
+@pytest.mark.parametrize(
+    ("names", "ids"),
+    [([], []), (["0"], [0]), (["2", "10", "1", "0"], [0, 1, 2, 10]),
+     (["0", "1", ".1.crc", ".0.crc", ".2.1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed.tmp", "2.bak", "_x"], [0, 1]),
+     ([".5.crc"], [])],
+)
+def test_list_batch_ids(make: Any, names: list[str], ids: list[int], tmp_path: Path) -> None:
+    fs, folder = make(tmp_path)
+    fs.makedirs(folder, exist_ok=True)
+    for name in names:
+        fs.pipe_file(f"{folder}/{name}", b"v1\n{}")
+    assert list_batch_ids(fs, folder) == ids
+
+
+@pytest.mark.parametrize("make", [_local, _memory], ids=["local", "memory"])
+def test_list_batch_ids_missing_folder_and_zero_padded_names(make: Any, tmp_path: Path) -> None:
+    fs, folder = make(tmp_path)
+    assert list_batch_ids(fs, folder) == []
+    fs.makedirs(folder, exist_ok=True)
+    assert list_batch_ids(fs, folder) == []
+    fs.pipe_file(f"{folder}/007", b"v1")
+    with pytest.raises(CorruptCheckpointFile, match="leading zeros"):
+        list_batch_ids(fs, folder)
+
+
+def test_list_batch_ids_ignores_object_store_directory_markers() -> None:
+    """Object stores list 0-byte marker objects: one named like the folder with a trailing '/'."""
+    fs, folder = MemoryFileSystem(), f"/t-{uuid.uuid4().hex}/ck/offsets"
+    for name in ("0", "1", ".1.crc"):
+        fs.pipe_file(f"{folder}/{name}", b"v1")
+    fs.store[f"{folder}/"] = MemoryFile(fs, f"{folder}/", b"")  # the folder's own marker
+    assert f"{folder}/" in fs.ls(folder, detail=False)
+    assert list_batch_ids(fs, folder) == [0, 1]
+
+
+def test_list_batch_ids_drops_the_listing_cache_first(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    local = fsspec.filesystem("file")
+
+    class Recording:
+        def invalidate_cache(self, path: str) -> None:
+            calls.append(("invalidate_cache", path))
+
+        def ls(self, path: str, detail: bool = True) -> list[str]:
+            calls.append(("ls", path))
+            assert detail is False  # names only: no stat per entry
+            return local.ls(path, detail=False)
+
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "4").write_bytes(b"v1")
+    assert list_batch_ids(Recording(), str(tmp_path / "commits")) == [4]  # type: ignore[arg-type]
+    assert calls == [("invalidate_cache", str(tmp_path / "commits")), ("ls", str(tmp_path / "commits"))]
+
+
+def test_list_batch_ids_agrees_with_the_reader(location: str) -> None:
+    built = write_checkpoint(location, batches=range(12), committed=range(11), crc=True, tmp_files=True)
+    snapshot = CheckpointReader(built.uri).snapshot()
+    assert list_batch_ids(built.fs, f"{built.root}/offsets") == list(range(12))
+    assert list_batch_ids(built.fs, f"{built.root}/commits")[-1] == snapshot.last_committed_batch == 10
 
 
 def test_crc_target() -> None:

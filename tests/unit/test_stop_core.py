@@ -355,10 +355,50 @@ def test_graceful_stop_module_imports_only_what_a_driver_has() -> None:
     tree = ast.parse((REPO / "airflow_ckpt_provider" / "spark" / "graceful_stop.py").read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    shared = {"airflow_ckpt_provider.clock", "airflow_ckpt_provider.batch_names"}  # this package's standard-library-only modules
     for name in names:
         top = name.split(".")[0]
         assert (top in sys.stdlib_module_names or top == "pyspark"
-                or name.startswith("airflow_ckpt_provider.spark")), name
+                or name.startswith("airflow_ckpt_provider.spark") or name in shared), name
+    for name in shared:
+        tree = ast.parse((REPO / (name.replace(".", "/") + ".py")).read_text())
+        used = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        used += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert all(u.split(".")[0] in sys.stdlib_module_names or u == "__future__" for u in used), (name, used)
+
+
+class _HadoopListing:
+    """Just enough of Hadoop's FileSystem (through py4j) for HadoopFiles.last_batch."""
+
+    def __init__(self, names: list[str] | None) -> None:
+        self.names = names
+
+    def exists(self, path: Any) -> bool:
+        return self.names is not None
+
+    def listStatus(self, path: Any) -> list[Any]:  # noqa: N802 - the Java name
+        class Status:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def getPath(self) -> Any:  # noqa: N802
+                return type("P", (), {"getName": lambda _self: self.name})()
+
+        return [Status(n) for n in self.names or []]
+
+
+@pytest.mark.parametrize(
+    ("names", "last"),
+    [(None, None), ([], None), (["0", "1", "2", "10", ".10.crc", ".11.0d3f.tmp", "_x", "3.bak"], 10),
+     ([".4.crc"], None), (["7", "0070"], 7)],
+)
+def test_driver_side_last_batch_uses_the_shared_name_rule(names: list[str] | None, last: int | None) -> None:
+    from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
+    files = object.__new__(HadoopFiles)
+    files.fs = _HadoopListing(names)
+    files.path = lambda rel: rel  # type: ignore[method-assign]
+    assert files.last_batch("commits") == last  # a zero-padded name is skipped here, never raised
 
 
 # -- ckpt stop without Spark ----------------------------------------------------------------------

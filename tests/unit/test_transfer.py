@@ -21,11 +21,9 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     check_unchanged,
     copy_verified,
     flush_filesystem,
-    make_private_dirs,
     run_parallel,
     same_verified,
     spread_directories,
-    write_private_file,
 )
 
 LOCAL = fsspec.filesystem("file")
@@ -133,22 +131,6 @@ def test_check_unchanged_catches_a_rewrite_with_the_same_bytes(tmp_path: Path) -
     with pytest.raises(ArchiveCorrupt) as extra:
         check_unchanged(LOCAL, str(root), files, {"a": transfer._stamp((root / "a").stat())}, where="archive")
     assert extra.value.file == "b"
-
-
-def test_write_private_file_atomic_leaves_one_whole_file(tmp_path: Path) -> None:
-    target = tmp_path / "manifest.json"
-    target.write_bytes(b"old")
-    write_private_file(str(target), b'{"new": true}', atomic=True)
-    assert target.read_bytes() == b'{"new": true}'
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
-    assert mode(target) == 0o640 & ~_umask()
-
-
-def test_make_private_dirs_gives_every_new_level_0o750(tmp_path: Path) -> None:
-    make_private_dirs(str(tmp_path / "a" / "b" / "c"))
-    for path in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
-        assert mode(path) == 0o750 & ~_umask()
-    make_private_dirs(str(tmp_path / "a" / "b" / "c"))  # exists: fine
 
 
 def test_flush_filesystem_uses_syncfs_on_linux(tmp_path: Path) -> None:
