@@ -7,12 +7,12 @@ CONSTRAINTS := .ci/constraints.txt
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm airflow-home test unit integration system demo docs bench clean
+.PHONY: help venv jvm airflow-home lint test unit integration system demo docs bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
-	@echo "make unit | integration | system | docs | bench | clean"
+	@echo "make lint | unit | integration | system | docs | bench | clean"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
@@ -31,7 +31,11 @@ venv: $(INSTALLED)
 jvm: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch
 
-test: jvm
+lint: venv
+	$(BIN)/ruff check airflow_ckpt_provider dags bench tests docs/hooks.py
+	$(BIN)/mypy
+
+test: lint jvm
 	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
 
 unit: venv

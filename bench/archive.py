@@ -54,9 +54,9 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -212,8 +212,8 @@ class Rounds:
 
     def medians(self) -> tuple[float, float]:
         """(median of cp -r / archive, median of (cp -r + sync) / archive), per round."""
-        return (statistics.median(c / a for c, a in zip(self.cp, self.archive)),
-                statistics.median(d / a for d, a in zip(self.durable_cp, self.archive)))
+        return (statistics.median(c / a for c, a in zip(self.cp, self.archive, strict=False)),
+                statistics.median(d / a for d, a in zip(self.durable_cp, self.archive, strict=False)))
 
 
 def measure(src: Path, work: Path, source: str, rounds: int, workers: int | None) -> tuple[Rounds, str]:
@@ -256,7 +256,7 @@ def report(source: str, rounds: Rounds, mib: float) -> None:
     for phase, seconds in rounds.phases[rounds.archive.index(archive_s)].items():
         print(f"{'  ' + PHASES.get(phase, phase):<46}{seconds:>9.2f}")
     print("rounds (cp -r | cp -r + sync | archive, seconds -> ratios; CPU seconds of cp -r and archive):")
-    for number, (c, d, a) in enumerate(zip(rounds.cp, rounds.durable_cp, rounds.archive)):
+    for number, (c, d, a) in enumerate(zip(rounds.cp, rounds.durable_cp, rounds.archive, strict=False)):
         print(f"  {number}: {c:5.2f} | {d:5.2f} | {a:5.2f} -> {c / a:.2f}x | {d / a:.2f}x"
               f"   (CPU {rounds.cp_cpu[number]:.2f} | {rounds.archive_cpu[number]:.2f})")
     print(f"best vs best: {cp_s / archive_s:.2f}x of cp -r, {durable_s / archive_s:.2f}x of cp -r + sync")

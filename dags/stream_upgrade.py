@@ -28,13 +28,13 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Asset, Param, chain, task
 
+from airflow_ckpt_provider.checkpoint.outcome import should_roll_back
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.launch import HandoverVerifyOperator, StreamLaunchOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
-from airflow_ckpt_provider.checkpoint.outcome import should_roll_back
 from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings, task_states
 
 PARAMS: dict[str, Param] = {
@@ -66,6 +66,10 @@ UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
 #: finds the query stopped.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
+#: The new job's LaunchHandle, pushed by relaunch before it defers ('' when it never launched). A
+#: template rather than an XComArg: an XComArg would make rollback wait on relaunch's success.
+NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') %}"
+              "{{ handle | tojson if handle else '' }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 
@@ -171,7 +175,7 @@ def build_stream_upgrade_dag(
 
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
-            launch_handle="{{ ti.xcom_pull(task_ids='relaunch', key='launch_handle') | tojson if ti.xcom_pull(task_ids='relaunch', key='launch_handle') else '' }}",
+            launch_handle=NEW_HANDLE,
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             journal=JOURNAL, journal_phase="rollback", **STOP_RETRY,
         )

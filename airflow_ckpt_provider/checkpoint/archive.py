@@ -15,6 +15,7 @@ same upgrade id completes the same archive instead of starting another one.
 
 from __future__ import annotations
 
+import builtins
 import getpass
 import json
 import logging
@@ -498,7 +499,7 @@ class CheckpointArchive:
     def list(self, stream_name: str | None = None) -> list[ArchiveInfo]:
         """Archives of one stream (or all streams), oldest first; incomplete ones included."""
         streams = [check_name(stream_name)] if stream_name else self._dirs(self.root)
-        result: list[ArchiveInfo] = []
+        result: builtins.list[ArchiveInfo] = []
         for stream in streams:
             for name in self._dirs(posixpath.join(self.root, stream)):
                 parsed = parse_dir_name(name)
@@ -517,7 +518,7 @@ class CheckpointArchive:
                                           uri=f"{self.uri}/{stream}/{name}"))
         return sorted(result, key=lambda a: (a.stream_name, a.started_at, a.name))
 
-    def _dirs(self, path: str) -> list[str]:
+    def _dirs(self, path: str) -> builtins.list[str]:
         try:
             entries = self.fs.ls(path, detail=True)
         except FileNotFoundError:

@@ -90,7 +90,8 @@ class Handover:
             stamp = datetime.fromisoformat(self.taken_at)
         except (TypeError, ValueError):
             raise _bad(f"taken_at={self.taken_at!r}", "an ISO 8601 timestamp") from None
-        if stamp.utcoffset() is None or stamp.utcoffset().total_seconds() != 0:
+        offset = stamp.utcoffset()
+        if offset is None or offset.total_seconds() != 0:
             raise _bad(f"taken_at={self.taken_at!r}", "a UTC timestamp (+00:00)")
 
     def source(self, source: int | str) -> SourceOffsets:

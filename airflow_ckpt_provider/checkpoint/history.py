@@ -40,8 +40,8 @@ def _mtime(fs: AbstractFileSystem, path: str) -> float | None:
 def _kafka_ends(offsets: tuple[KafkaOffsets, ...]) -> dict[tuple[str, int], int]:
     ends: dict[tuple[str, int], int] = {}
     for kafka in offsets:
-        for topic, partition in kafka.partitions():
-            ends[(topic, partition)] = kafka.get(topic, partition)
+        for topic, partition, offset in kafka.items():
+            ends[(topic, partition)] = offset
     return ends
 
 

@@ -38,8 +38,6 @@ import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-
-from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -53,6 +51,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.enums import StrEnum
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
+from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import ProcessScope
 
 
@@ -81,7 +81,8 @@ class LaunchHandle:
                 expected=f"{', '.join(required)} for mode {self.kind}",
             )
         if self.pid is not None:
-            if isinstance(self.pid, bool) or not isinstance(self.pid, int) or (mode is LaunchMode.LOCAL and self.pid < 2):
+            bad = isinstance(self.pid, bool) or not isinstance(self.pid, int)
+            if bad or (mode is LaunchMode.LOCAL and self.pid < 2):
                 raise InvalidLaunchHandle(found=f"pid {self.pid!r}",
                                           expected="the process group id of the launched driver (an integer > 1)")
         extra = {str(k): _redact_extra(str(k), v) for k, v in dict(self.extra).items()}

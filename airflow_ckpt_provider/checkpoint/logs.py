@@ -260,8 +260,8 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
                 )
             named[name] = (number, None if raw == "-" else raw)
         for index, name in enumerate(sorted(named)):
-            number, raw = named[name]
-            sources.append(_source(index, raw, name, path, number))
+            number, named_raw = named[name]
+            sources.append(_source(index, named_raw, name, path, number))
     return OffsetLogEntry(
         version=version,
         sources=tuple(sources),

@@ -13,11 +13,11 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from airflow_ckpt_provider.enums import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets
+from airflow_ckpt_provider.enums import StrEnum
 
 EARLIEST = -2
 LATEST = -1

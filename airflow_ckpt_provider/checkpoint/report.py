@@ -144,7 +144,7 @@ def render_timeline_png(report: UpgradeReport, path: str) -> bool:
         points = [(b.committed_at, b.input_rows) for b in batches
                   if b.committed_at is not None and b.input_rows is not None]
         if points:
-            xs = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]
+            xs: list[Any] = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]  # matplotlib takes dates
             ax.plot(xs, [r for _, r in points], marker="o", linestyle="-", color=colour, label=label)
     ax.set_ylabel("input rows per batch")
     ax.set_title(f"{report.stream}: {report.outcome}")

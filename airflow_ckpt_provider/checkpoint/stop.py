@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from airflow_ckpt_provider.enums import StrEnum
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -48,6 +47,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.files import write_atomic
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
     DRIVER,
     HEARTBEAT,

@@ -624,7 +624,8 @@ def verify_files(
         size, digest = hash_file(fs, posixpath.join(root, entry.path), chunk)
         progress.add(size)
         if (size, digest) != (entry.size, entry.sha256):
-            return entry.path, f"sha256 {digest[:16]}… ({size} bytes)", f"sha256 {entry.sha256[:16]}… ({entry.size} bytes)"
+            found = f"sha256 {digest[:16]}… ({size} bytes)"
+            return entry.path, found, f"sha256 {entry.sha256[:16]}… ({entry.size} bytes)"
         return None
 
     readahead = Readahead.for_files(fs, root, [f.path for f in files], [f.size for f in files])

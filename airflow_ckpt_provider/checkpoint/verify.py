@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
-    InvalidVerifyResult,
     CheckpointError,
     CheckpointNotEmpty,
     FileSinkHazard,
+    InvalidVerifyResult,
     NotStartedYet,
     SharedCheckpoint,
     SourceNotKafka,

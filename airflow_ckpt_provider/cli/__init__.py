@@ -21,7 +21,13 @@ from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError
 from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
 
 # Modules with a register(subparsers) function, in the order of `ckpt --help`.
-COMMAND_MODULES: tuple[str, ...] = ("airflow_ckpt_provider.cli.read", "airflow_ckpt_provider.cli.archive", "airflow_ckpt_provider.cli.stop", "airflow_ckpt_provider.cli.launch", "airflow_ckpt_provider.cli.journal")
+COMMAND_MODULES: tuple[str, ...] = (
+    "airflow_ckpt_provider.cli.read",
+    "airflow_ckpt_provider.cli.archive",
+    "airflow_ckpt_provider.cli.stop",
+    "airflow_ckpt_provider.cli.launch",
+    "airflow_ckpt_provider.cli.journal",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

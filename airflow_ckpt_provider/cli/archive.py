@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     archive.add_argument("--reason", default="", help="why (recorded in the manifest)")
     archive.add_argument("--remove-source", action="store_true",
                          help="delete the checkpoint after the archive verified")
-    archive.add_argument("--workers", type=int, help="parallel copies (default: one per CPU, 2-8, on local disks; 16 with an object store)")
+    archive.add_argument("--workers", type=int,
+                         help="parallel copies (default: one per CPU, 2-8, on local disks; 16 with an object store)")
     archive.set_defaults(handler=_archive)
 
     verify = sub.add_parser("verify-archive", parents=[location_parent("archive directory (path or URL)")],

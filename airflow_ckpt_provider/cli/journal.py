@@ -38,12 +38,15 @@ def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         out.write(json.dumps({"lock": lock, "journals": [json.loads(r.to_json()) for r in records]}, indent=2) + "\n")
     else:
-        out.write(f"lock: {'held by upgrade ' + lock.get('upgrade_id', '?') + ' (run ' + lock.get('run_id', '?') + ', since ' + lock.get('acquired_at', '?') + ')' if lock else 'free'}\n")
+        held = (f"held by upgrade {lock.get('upgrade_id', '?')} (run {lock.get('run_id', '?')}, "
+                f"since {lock.get('acquired_at', '?')})") if lock else "free"
+        out.write(f"lock: {held}\n")
         for record in records:
             steps = ", ".join(f"{name} {step.state}" + (f" x{step.attempts}" if step.attempts > 1 else "")
                               for name, step in record.steps.items())
-            out.write(f"{record.upgrade_id}  {record.outcome or 'open'}  phase {record.phase}  runs {len(record.runs)}  "
-                      f"{record.intent.old_checkpoint} -> {record.intent.new_checkpoint}\n    {steps or 'no step yet'}\n")
+            out.write(f"{record.upgrade_id}  {record.outcome or 'open'}  phase {record.phase}  "
+                      f"runs {len(record.runs)}  {record.intent.old_checkpoint} -> {record.intent.new_checkpoint}\n"
+                      f"    {steps or 'no step yet'}\n")
     if args.release_lock:
         if lock is None:
             err.write("ckpt: the stream is not locked\n")

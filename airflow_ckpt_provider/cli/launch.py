@@ -46,7 +46,8 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             text = handle.read()
     result_in = HandoverResult.from_json(text)
     handover, accepted = result_in.handover, result_in.accepted_loss
-    starting = KafkaOffsets.from_json(args.starting_offsets) if args.starting_offsets else result_in.offsets(args.source)
+    starting = (KafkaOffsets.from_json(args.starting_offsets) if args.starting_offsets
+                else result_in.offsets(args.source))
     snapshot = CheckpointReader(args.checkpoint, storage_options=storage_options(args.storage_option)).snapshot(
         include_initial=True)
     broker = None

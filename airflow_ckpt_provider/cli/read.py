@@ -14,6 +14,7 @@ from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
 
+
 def broker_view(bootstrap_servers: str, topics: Sequence[str], **client_config: Any) -> BrokerView:
     """Ask Kafka for the partitions and offset ranges of ``topics`` (read-only)."""
     from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker

@@ -40,8 +40,8 @@ from airflow.sdk import BaseHook
 from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
 from airflow_ckpt_provider.checkpoint.files import open_private, private_dir
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
-from airflow_ckpt_provider.clock import utc_iso, utc_now
 from airflow_ckpt_provider.checkpoint.secrets import find_secrets, is_sensitive_key, redact_command, redact_text
+from airflow_ckpt_provider.clock import utc_iso, utc_now
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, LaunchedJob, SubmitRequest, job_for
 from airflow_ckpt_provider.jobs.base import resolve_binary
 from airflow_ckpt_provider.jobs.builtin import BUILTIN_KINDS
@@ -162,7 +162,7 @@ class SparkLauncherHook(BaseHook):
                      java_class: str | None = None) -> Any:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        explicit = None
+        explicit: dict[str, Any] | None = None
         if self.master:
             explicit = {key: None for key in _CONN_KEYS}
             explicit.update({"master": self.master, "deploy_mode": self.deploy_mode,
@@ -289,7 +289,8 @@ class SparkLauncherHook(BaseHook):
         self.log.info("launching %s (%s) on %s; log %s", name, mode.value, connection.get("master"), log_path)
         request = SubmitRequest(
             command=command, env=self._env(), log_path=log_path, checkpoint_uri=checkpoint_uri, app_name=name,
-            master=connection.get("master", ""), started_at=utc_iso(timespec="seconds"), submit_timeout=self.submit_timeout,
+            master=connection.get("master", ""), started_at=utc_iso(timespec="seconds"),
+            submit_timeout=self.submit_timeout,
             ui_url=self._conf_ui_url(conf), master_ui_url=self.master_ui_url,
             storage_options=dict(storage_options or {}), launch_id=launch_id or uuid.uuid4().hex,
         )

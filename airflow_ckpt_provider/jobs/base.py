@@ -19,7 +19,6 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from airflow_ckpt_provider.enums import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -27,6 +26,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from airflow_ckpt_provider.checkpoint.errors import UnknownJobKind
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.secrets import redact_text
+from airflow_ckpt_provider.enums import StrEnum
 
 #: Entry-point group through which installed packages register more job kinds.
 ENTRY_POINT_GROUP = "airflow_ckpt_provider.job_kinds"

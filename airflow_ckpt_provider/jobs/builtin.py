@@ -11,4 +11,6 @@ for _kind in (LocalJob, StandaloneJob, YarnJob):
     register_job_kind(_kind.kind, _kind)
 
 #: The built-in kinds by name, for launching (a handle's mode names its kind).
-BUILTIN_KINDS = {LocalJob.kind: LocalJob, StandaloneJob.kind: StandaloneJob, YarnJob.kind: YarnJob}
+BUILTIN_KINDS: dict[str, type[LocalJob] | type[StandaloneJob] | type[YarnJob]] = {
+    LocalJob.kind: LocalJob, StandaloneJob.kind: StandaloneJob, YarnJob.kind: YarnJob,
+}

@@ -52,8 +52,8 @@ def _control(checkpoint: str) -> Any:  # noqa: ANN401 - ControlFiles, imported l
 def supervise(command: Sequence[str], *, checkpoint: str, launch_id: str, log_path: str,
               interval_s: float = DEFAULT_INTERVAL_S) -> int:
     """Run ``command`` to its end, recording it in ``checkpoint``; returns its exit code."""
-    from airflow_ckpt_provider.jobs.base import tail_file
     from airflow_ckpt_provider.clock import utc_iso
+    from airflow_ckpt_provider.jobs.base import tail_file
     from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, DriverStatus, ProcessScope
 
     def utc_now() -> str:

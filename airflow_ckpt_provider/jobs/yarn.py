@@ -63,7 +63,8 @@ class YarnJob:
         return cls(handle, options)
 
     def _yarn(self, *args: str, what: str) -> tuple[int, str]:
-        done = run_command([resolve_binary("yarn", self.options.env, homes=("HADOOP_HOME",)), "application", *args], self.options, what=what)
+        yarn = resolve_binary("yarn", self.options.env, homes=("HADOOP_HOME",))
+        done = run_command([yarn, "application", *args], self.options, what=what)
         return done.returncode, "\n".join(part for part in (done.stdout, done.stderr) if part)
 
     def state(self) -> DriverState:

@@ -56,7 +56,7 @@ def read_sink_records(*sinks: Path | str) -> Counter[Record]:
             continue
         table = ds.dataset(str(sink), format="parquet").to_table(columns=["topic", "partition", "offset"])
         columns = table.to_pydict()
-        counts.update(zip(columns["topic"], columns["partition"], columns["offset"]))
+        counts.update(zip(columns["topic"], columns["partition"], columns["offset"], strict=False))
     return counts
 
 

@@ -12,8 +12,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_actor
 from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
-from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.restore import restore_archive
 from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook

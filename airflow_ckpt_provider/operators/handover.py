@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader, Handover, Reconciliation, reconcile
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
-from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 
@@ -84,13 +83,21 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         return HandoverResult(handover, result.starting_offsets, result).to_dict()
 
 
+class StepLog(Protocol):
+    """What a step logs through: :class:`logging.Logger` or an operator's ``self.log``."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...  # noqa: ANN401 - loggers return what they like
+
+    def warning(self, msg: str, /, *args: Any) -> Any: ...  # noqa: ANN401
+
+
 def reconciled_handover(
     reader: CheckpointReader,
     kafka_hook: KafkaBrokerHook,
     *,
     source: int | str | None,
     accept_data_loss: bool,
-    log: logging.Logger,
+    log: StepLog,
 ) -> tuple[Handover, Reconciliation]:
     """The handover of ``reader``'s checkpoint, reconciled with the live cluster (logged)."""
     handover = reader.handover()

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
@@ -79,9 +79,10 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     Refuses, before starting anything or creating anything: a checkpoint equal to
     ``old_checkpoint_uri`` (:class:`SharedCheckpoint`) or not empty (:class:`CheckpointNotEmpty`)
     unless ``allow_existing_checkpoint`` (to restart a version on its own checkpoint during a
-    rollback; a live heartbeat on it is still refused: :class:`QueryStillRunning`); a file sink whose ``sink_path`` already holds ``_spark_metadata``
-    (:class:`FileSinkHazard`: batch ids restart at 0 and would be skipped silently); invalid
-    ``starting_offsets`` (:class:`InvalidOffsets`).
+    rollback; a live heartbeat on it is still refused: :class:`QueryStillRunning`); a file sink
+    whose ``sink_path`` already holds ``_spark_metadata`` (:class:`FileSinkHazard`: batch ids
+    restart at 0 and would be skipped silently); invalid ``starting_offsets``
+    (:class:`InvalidOffsets`).
 
     ``handover`` is the handover step's result (``CheckpointHandoverOperator.output``, a dict or
     JSON): the job then starts at its ``starting_offsets`` with its handover, unless
@@ -281,7 +282,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                       name, self.first_commit_timeout, self.checkpoint_uri)
         self._defer_for_commit(handle, min_batch)
 
-    def _defer_for_commit(self, handle: LaunchHandle | None, min_batch: int) -> None:
+    def _defer_for_commit(self, handle: LaunchHandle | None, min_batch: int) -> NoReturn:
         self.defer(
             trigger=LaunchTrigger(
                 checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,

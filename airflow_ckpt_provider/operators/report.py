@@ -135,7 +135,7 @@ class UpgradeReportOperator(BaseOperator):
         and the recorded starts as a fallback where the runtime gives no states."""
         if not self.approval_task_id:
             return False
-        first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else None
+        first_step = self.upgrade_task_ids[0] if self.upgrade_task_ids else ""
         if states:
             return (states.get(self.approval_task_id) == TaskState.SUCCESS
                     and states.get(first_step) == TaskState.SKIPPED)

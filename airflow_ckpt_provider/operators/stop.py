@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import (
     DEFAULT_MISSED_BEATS,
@@ -19,11 +20,10 @@ from airflow_ckpt_provider.checkpoint.stop import (
     finish_stop,
     not_running_result,
 )
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.jobs import observe
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
 
 #: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).
@@ -46,13 +46,13 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
 
     Reads ``_ckpt/heartbeat.json``. Nothing alive (and no live launched job in ``launch_handle``)
     -> returns outcome ``not_running`` once the checkpoint stayed quiet for ``quiet_period``
-    (raises :class:`QueryNotRunning` instead if ``fail_if_not_running``). Otherwise writes ``_ckpt/stop-request.json`` (or joins a pending
-    one) and defers to :class:`GracefulStopTrigger` until the query acknowledges. On timeout
-    (``stop_timeout`` seconds) it kills the job through ``launch_handle`` (the launch
-    operator's XCom: a LaunchHandle JSON string, dict or template); without one it raises
-    :class:`StopTimeout`. In every case it then checks for ``quiet_period`` seconds that no new
-    ``offsets/N`` appears and no heartbeat is alive (:class:`CheckpointNotQuiet`,
-    :class:`QueryStillRunning`).
+    (raises :class:`QueryNotRunning` instead if ``fail_if_not_running``). Otherwise writes
+    ``_ckpt/stop-request.json`` (or joins a pending one) and defers to
+    :class:`GracefulStopTrigger` until the query acknowledges. On timeout (``stop_timeout``
+    seconds) it kills the job through ``launch_handle`` (the launch operator's XCom: a
+    LaunchHandle JSON string, dict or template); without one it raises :class:`StopTimeout`. In
+    every case it then checks for ``quiet_period`` seconds that no new ``offsets/N`` appears and
+    no heartbeat is alive (:class:`CheckpointNotQuiet`, :class:`QueryStillRunning`).
 
     Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running),
     last committed batch, interrupted batch or None, seconds waited, the ack.

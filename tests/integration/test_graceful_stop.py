@@ -102,7 +102,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 def sink_rows(sink: Path) -> list[tuple[int, int]]:
     table = ds.dataset(str(sink), format="parquet").to_table(columns=["partition", "offset"])
-    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=False))
 
 
 def test_operator_stops_a_running_job_between_batches(airflow_home, start_job, tmp_path: Path) -> None:  # noqa: ANN001

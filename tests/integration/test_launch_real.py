@@ -230,9 +230,8 @@ def run_operator(operator, context: dict[str, Any]) -> Any:  # noqa: ANN001
 @pytest.mark.parametrize("mode", ["local", "standalone-cluster"])
 def test_job_crashing_on_start_fails_launch_with_log_tail(mode: str, request, kafka, new_topic, launched,
                                                           tmp_path: Path) -> None:  # noqa: ANN001
-    from tests.dags.launch_verify import CONF
-
     from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
+    from tests.dags.launch_verify import CONF
 
     topic = new_topic(1)
     where: dict[str, str] = {"master": "local[1]"}
@@ -276,9 +275,8 @@ def _processes_mentioning(text: str) -> list[int]:
 
 @pytest.mark.parametrize("hazard", ["non-empty checkpoint", "file sink metadata"])
 def test_refused_launch_starts_nothing(hazard: str, kafka, spark, new_topic, tmp_path: Path) -> None:  # noqa: ANN001
-    from tests.dags.launch_verify import CONF
-
     from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
+    from tests.dags.launch_verify import CONF
 
     topic = new_topic(1)
     produce_records(kafka.bootstrap_servers, topic, 20)

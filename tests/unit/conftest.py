@@ -99,7 +99,7 @@ def _offset_file(version: int, lines: Sequence[str | None], names: Sequence[str]
     if version == 2:
         meta["sourceMetadataInfo"] = {}
         assert names is not None
-        body = [f"{n}:{'-' if raw is None else raw}" for n, raw in reversed(list(zip(names, lines)))]
+        body = [f"{n}:{'-' if raw is None else raw}" for n, raw in reversed(list(zip(names, lines, strict=False)))]
     else:
         body = ["-" if raw is None else raw for raw in lines]
     meta_line = "" if empty_meta and version == 1 else json.dumps(meta, separators=(",", ":"))

@@ -13,7 +13,7 @@ from airflow_ckpt_provider.local.audit import audit, read_sink_records
 
 def write(folder: Path, name: str, rows: list[tuple[str, int, int]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    topics, partitions, offsets = zip(*rows) if rows else ((), (), ())
+    topics, partitions, offsets = zip(*rows, strict=False) if rows else ((), (), ())
     table = pa.table({"topic": list(topics), "partition": pa.array(partitions, pa.int32()),
                       "offset": pa.array(offsets, pa.int64())})
     pq.write_table(table, folder / name)

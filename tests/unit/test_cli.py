@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.cli import read as cli_read
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+from airflow_ckpt_provider.cli import read as cli_read
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from tests.unit.conftest import QUERY_ID, kafka_and_rate, kafka_json, kafka_offsets_at, write_checkpoint
 

@@ -382,7 +382,7 @@ def test_kafka_runs_kraft_combined_single_node(services: dict[str, dict[str, Any
     voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
     assert len(voters) == 1 and voters[0].startswith(f"{node_id}@"), voters
     assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
-    listeners = dict(l.split("://", 1) for l in env["KAFKA_LISTENERS"].split(","))
+    listeners = dict(entry.split("://", 1) for entry in env["KAFKA_LISTENERS"].split(","))
     assert "CONTROLLER" in listeners
     assert voters[0].split(":")[-1] == listeners["CONTROLLER"].split(":")[-1], "voter port != controller port"
     # A single broker cannot host replicated internal topics.
@@ -396,8 +396,8 @@ def test_kafka_listeners_for_network_and_host(services: dict[str, dict[str, Any]
     svc = services["kafka"]
     env = env_of(svc)
     protocol_map = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
-    listeners = dict(l.split("://", 1) for l in env["KAFKA_LISTENERS"].split(","))
-    advertised = dict(l.split("://", 1) for l in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    listeners = dict(entry.split("://", 1) for entry in env["KAFKA_LISTENERS"].split(","))
+    advertised = dict(entry.split("://", 1) for entry in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
     assert set(listeners) <= set(protocol_map), "every listener needs a security protocol"
     assert "CONTROLLER" not in advertised, "the controller listener must not be advertised"
     assert set(advertised) <= set(listeners)
@@ -517,7 +517,7 @@ def test_published_host_ports_do_not_collide(services: dict[str, dict[str, Any]]
 def test_named_volumes_are_declared(services: dict[str, dict[str, Any]], compose: dict[str, Any]) -> None:
     declared = set((compose.get("volumes") or {}).keys())
     used: set[str] = set()
-    for name, svc in services.items():
+    for _name, svc in services.items():
         for source, _ in volume_mounts(svc).values():
             if source and not source.startswith((".", "/", "~", "$")):
                 used.add(source)

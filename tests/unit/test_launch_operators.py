@@ -30,13 +30,13 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.spark.control import ProcessScope
 from airflow_ckpt_provider.operators.launch import (
     HANDLE_XCOM_KEY,
     HandoverVerifyOperator,
     SparkUILink,
     StreamLaunchOperator,
 )
+from airflow_ckpt_provider.spark.control import ProcessScope
 from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger
 from tests.unit.conftest import kafka_json, write_checkpoint
 

@@ -7,9 +7,9 @@ import json
 from importlib import metadata
 from pathlib import Path
 
+import airflow
 import jsonschema
 
-import airflow
 import airflow_ckpt_provider
 from airflow_ckpt_provider import get_provider_info
 

@@ -34,7 +34,7 @@ def test_upgrade_chain_and_rollback_wiring(dags: dict) -> None:
     dag = dags["stream_upgrade"]
     chain = ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover", "archive",
              "relaunch", "verify"]
-    for upstream, downstream in zip(chain, chain[1:]):
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
     assert dag.get_task("graceful_stop").trigger_rule == "none_failed_min_one_success"
     gate = dag.get_task("rollback_gate")

@@ -134,7 +134,7 @@ def _runner_parameters(tree: ast.Module) -> set[str]:
             args = node.args.args + node.args.kwonlyargs
             defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + list(node.args.defaults)
             defaults += list(node.args.kw_defaults)
-            for arg, default in zip(args, defaults):
+            for arg, default in zip(args, defaults, strict=False):
                 if isinstance(default, ast.Attribute) and default.attr in _SPAWN:
                     found.add(arg.arg)
     return found
@@ -261,13 +261,13 @@ def test_launcher_passes_each_argument_verbatim_to_a_real_process(tmp_path: Path
     binary, record = fake_submit(tmp_path)
     hook = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(tmp_path / "logs"))
     conf = {f"spark.test.k{i}": value for i, value in enumerate(hostile)}
-    mode, command, _ = hook.build_command("job.py", application_args=hostile, conf=conf, checkpoint_uri="/cp")
+    mode, command, _ = hook.build_command("job.py", application_args=hostile, conf=conf, checkpoint_uri=str(tmp_path / "cp"))
     assert isinstance(command, list) and all(isinstance(a, str) for a in command)
     for i, value in enumerate(hostile):
         assert f"spark.test.k{i}={value}" in command  # one element per --conf pair, no quoting
     assert command[-len(hostile):] == hostile
 
-    handle = hook.launch("job.py", checkpoint_uri="/cp", application_args=hostile, conf=conf)
+    handle = hook.launch("job.py", checkpoint_uri=str(tmp_path / "cp"), application_args=hostile, conf=conf)
     wait_exited(handle.pid)
     received = record.read_bytes().split(b"\0")[:-1]
     assert [a.decode() for a in received] == command, "the process got exactly the argument list"
@@ -378,7 +378,7 @@ def test_spark_submit_command_is_masked_in_logs_xcom_and_tails(tmp_path: Path, a
     assert SASL_SECRET.encode() in record.read_bytes() and JAAS_SECRET.encode() in record.read_bytes(), \
         "the secrets did reach spark-submit"
     local = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(tmp_path / "logs"))
-    handle = local.launch("job.py", checkpoint_uri="/cp", conf=SECRET_CONF)
+    handle = local.launch("job.py", checkpoint_uri=str(tmp_path / "cp"), conf=SECRET_CONF)
     wait_exited(handle.pid)
     out, err = capfd.readouterr()
     logged = all_logs.text + out + err
@@ -487,7 +487,8 @@ def _writable_by_others(path: Path) -> bool:
 def test_launcher_logs_are_private_under_umask_0(tmp_path: Path, umask0: None) -> None:
     binary, _ = fake_submit(tmp_path)
     logs = tmp_path / "logs"
-    handle = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(logs)).launch("job.py", checkpoint_uri="/cp")
+    handle = SparkLauncherHook(master="local[1]", spark_binary=binary, log_dir=str(logs)).launch(
+        "job.py", checkpoint_uri=str(tmp_path / "cp"))
     wait_exited(handle.pid)
     cluster = SparkLauncherHook(master="yarn", deploy_mode="cluster", spark_binary=binary, log_dir=str(logs))
     with pytest.raises(CheckpointError):  # no application id printed; its output file is written anyway

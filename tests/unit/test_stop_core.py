@@ -44,8 +44,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
 )
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, job_for
 from airflow_ckpt_provider.jobs.local import group_members, kill_group
-from airflow_ckpt_provider.spark.control import ProcessScope
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck
 from tests.unit.conftest import write_checkpoint
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)

@@ -23,14 +23,14 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.verify import (
-    InvalidVerifyResult,
-    VerifyResult,
     AT_EARLIEST,
     EXACT,
     GAP,
     MISSING,
     OVERLAP,
     UNEXPECTED,
+    InvalidVerifyResult,
+    VerifyResult,
     check_launch_target,
     compare_starts,
     verify_start,
