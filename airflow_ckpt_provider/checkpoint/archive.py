@@ -62,6 +62,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.restore import norm_path as _norm
 from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_archive, verify_archive
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
@@ -82,15 +83,7 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     verify_files,
 )
 from airflow_ckpt_provider.clock import utc_now
-from airflow_ckpt_provider.spark.control import (
-    DRIVER,
-    HEARTBEAT,
-    STOP_ACK,
-    DriverRecord,
-    Heartbeat,
-    StopAck,
-    parse_time,
-)
+from airflow_ckpt_provider.spark.control import parse_time
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)
@@ -141,35 +134,20 @@ def check_query_stopped(fs: AbstractFileSystem, root: str, *, now: datetime | No
     recorded, or modified after ``stopped_at``).
     """
     now, where = now or utc_now(), uri or root
-    try:
-        beat = Heartbeat.from_json(fs.cat_file(posixpath.join(root, HEARTBEAT)))
-    except FileNotFoundError:
-        beat = None
-    except (ValueError, TypeError):
-        log.warning("unreadable heartbeat in %s; judging by the stop acknowledgement only", where)
-        beat = None
+    control = ControlFiles(fs, root, uri=where)  # a missing or unreadable record reads as None
+    beat = control.heartbeat()
     if beat is not None and beat.is_alive(now):
         raise QueryStillRunning(
             found=f"a live heartbeat of query {beat.query_id} (run {beat.run_id}), updated "
             f"{beat.updated_at}, every {beat.interval_s:g}s", expected="a stopped query", path=where)
-    try:
-        driver = DriverRecord.from_json(fs.cat_file(posixpath.join(root, DRIVER)))
-    except FileNotFoundError:
-        driver = None
-    except (ValueError, TypeError):
-        log.warning("unreadable driver record in %s; ignoring it", where)
-        driver = None
+    driver = control.driver()
     if driver is not None and driver.is_alive(now):
         raise QueryStillRunning(
             found=f"the driver process of launch {driver.launch_id} (process group {driver.pid} on "
             f"{driver.host or '?'}) still running, record updated {driver.updated_at}",
             expected="a stopped query whose driver exited", path=where)
-    try:
-        ack = StopAck.from_json(fs.cat_file(posixpath.join(root, STOP_ACK)))
-    except FileNotFoundError:
-        return
-    except (ValueError, TypeError):
-        log.warning("unreadable stop acknowledgement in %s; ignoring it", where)
+    ack = control.ack()
+    if ack is None:
         return
     planned = list_batch_ids(fs, posixpath.join(root, "offsets"))
     if not planned:

@@ -120,6 +120,18 @@ class LaunchedJob(Protocol):
     def kill(self, *, timeout: float = 60.0) -> str: ...
 
 
+class JobOfKind:
+    """Base of the built-in kinds: holds the handle (refusing one of another kind) and options."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, handle: LaunchHandle, options: JobOptions | None = None) -> None:
+        if handle.kind != self.kind:
+            raise ValueError(f"not a {self.kind} handle: {handle.kind}")
+        self.handle = handle
+        self.options = options or JobOptions()
+
+
 _KINDS: dict[str, Callable[[LaunchHandle, JobOptions], LaunchedJob]] = {}
 
 
@@ -203,6 +215,7 @@ def run_command(command: Sequence[str], options: JobOptions, *, what: str) -> su
 
 __all__ = [
     "DriverState",
+    "JobOfKind",
     "JobOptions",
     "LaunchedJob",
     "Runner",

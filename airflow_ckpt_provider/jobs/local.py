@@ -25,7 +25,14 @@ from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFail
 from airflow_ckpt_provider.checkpoint.files import open_private
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.secrets import redact_command
-from airflow_ckpt_provider.jobs.base import STORAGE_OPTIONS_ENV, DriverState, JobOptions, SubmitRequest, tail_file
+from airflow_ckpt_provider.jobs.base import (
+    STORAGE_OPTIONS_ENV,
+    DriverState,
+    JobOfKind,
+    JobOptions,
+    SubmitRequest,
+    tail_file,
+)
 from airflow_ckpt_provider.spark.control import ProcessScope
 
 log = logging.getLogger(__name__)
@@ -95,7 +102,7 @@ def kill_group(pgid: int, *, term_timeout: float = 10.0, kill_timeout: float = 1
     return f"SIGTERM then SIGKILL to process group {pgid}"
 
 
-class LocalJob:
+class LocalJob(JobOfKind):
     """A detached local driver (see the module doc)."""
 
     kind: ClassVar[str] = LaunchMode.LOCAL.value
@@ -103,10 +110,7 @@ class LocalJob:
     record_interval_s: ClassVar[float] = 5.0
 
     def __init__(self, handle: LaunchHandle, options: JobOptions | None = None) -> None:
-        if handle.mode is not LaunchMode.LOCAL or handle.pid is None:
-            raise ValueError(f"not a local handle: {handle.kind}")
-        self.handle = handle
-        self.options = options or JobOptions()
+        super().__init__(handle, options)
         self._child: subprocess.Popen[bytes] | None = None
 
     @classmethod

@@ -23,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.files import open_private
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.jobs.base import (
     DriverState,
+    JobOfKind,
     JobOptions,
     SubmitRequest,
     resolve_binary,
@@ -73,16 +74,10 @@ def submit(request: SubmitRequest, options: JobOptions, *, what: str) -> str:
     return output
 
 
-class StandaloneJob:
+class StandaloneJob(JobOfKind):
     """A driver in a Spark standalone cluster (see the module doc)."""
 
     kind: ClassVar[str] = LaunchMode.STANDALONE_CLUSTER.value
-
-    def __init__(self, handle: LaunchHandle, options: JobOptions | None = None) -> None:
-        if handle.mode is not LaunchMode.STANDALONE_CLUSTER:
-            raise ValueError(f"not a standalone handle: {handle.kind}")
-        self.handle = handle
-        self.options = options or JobOptions()
 
     @classmethod
     def launch(cls, request: SubmitRequest, options: JobOptions | None = None) -> StandaloneJob:

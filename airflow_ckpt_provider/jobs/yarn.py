@@ -17,6 +17,7 @@ from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFail
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.jobs.base import (
     DriverState,
+    JobOfKind,
     JobOptions,
     SubmitRequest,
     resolve_binary,
@@ -38,16 +39,10 @@ _STATES = {
 }
 
 
-class YarnJob:
+class YarnJob(JobOfKind):
     """A YARN application (see the module doc)."""
 
     kind: ClassVar[str] = LaunchMode.YARN_CLUSTER.value
-
-    def __init__(self, handle: LaunchHandle, options: JobOptions | None = None) -> None:
-        if handle.mode is not LaunchMode.YARN_CLUSTER:
-            raise ValueError(f"not a YARN handle: {handle.kind}")
-        self.handle = handle
-        self.options = options or JobOptions()
 
     @classmethod
     def launch(cls, request: SubmitRequest, options: JobOptions | None = None) -> YarnJob:
