@@ -71,6 +71,28 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "ckpt_kafka",
                 "hook-class-name": "airflow_ckpt_provider.hooks.kafka.KafkaBrokerHook",
                 "hook-name": "Kafka (checkpoint upgrades)",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema"],
+                    "relabeling": {"host": "Bootstrap hosts", "login": "SASL username", "password": "SASL password"},
+                    "placeholders": {"host": "broker1,broker2", "port": "9092"},
+                },
+                "conn-fields": {
+                    "bootstrap_servers": {
+                        "label": "Bootstrap servers",
+                        "description": "host:port[,host:port...]; or use the host and port fields",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "security_protocol": {
+                        "label": "Security protocol",
+                        "schema": {"type": ["string", "null"],
+                                   "enum": ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", None]},
+                    },
+                    "sasl_mechanism": {
+                        "label": "SASL mechanism",
+                        "description": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, ...",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                },
             }
         ],
     }

@@ -39,6 +39,10 @@ _CLIENT_SETTINGS = {
     "socket.connection.setup.timeout.ms": "socket_connection_setup_timeout_ms",
 }
 _IGNORED = {"bootstrap.servers", "group.id", "auto.offset.reset", "enable.auto.commit"}
+#: The connection form's fields (provider info ``conn-fields``), stored in the extra under these
+#: names, and the Kafka setting each one is.
+FORM_FIELDS = {"bootstrap_servers": "bootstrap.servers", "security_protocol": "security.protocol",
+               "sasl_mechanism": "sasl.mechanism"}
 
 
 def client_config_from_connection(host: str | None, port: int | None, login: str | None,
@@ -47,7 +51,8 @@ def client_config_from_connection(host: str | None, port: int | None, login: str
 
     Raises :class:`BrokerError` when no bootstrap servers can be found or a setting is unknown.
     """
-    servers = extra.get("bootstrap.servers") or extra.get("bootstrap_servers")
+    extra = {FORM_FIELDS.get(key, key): value for key, value in extra.items() if value not in (None, "")}
+    servers = extra.get("bootstrap.servers")
     if not servers and host:
         hosts = [h.strip() for h in host.split(",") if h.strip()]
         servers = ",".join(h if ":" in h or not port else f"{h}:{port}" for h in hosts)
@@ -60,7 +65,7 @@ def client_config_from_connection(host: str | None, port: int | None, login: str
     config: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in str(servers).split(",") if s.strip()]}
     unknown = []
     for key, value in extra.items():
-        if key in _IGNORED or key == "bootstrap_servers":
+        if key in _IGNORED:
             continue
         name = _CLIENT_SETTINGS.get(key)
         if name is None:
@@ -123,3 +128,14 @@ class KafkaBrokerHook(BaseHook):
     def broker_view(self, topics: Iterable[str]) -> BrokerView:
         """Live partitions and (earliest, latest) offsets of ``topics``."""
         return self.broker.view(topics)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The connection form's Test button: connect and list the topics. Returns (ok, what
+        was found or what failed, secrets scrubbed); never raises."""
+        try:
+            topics = self.broker.topics()
+        except BrokerError as exc:  # BrokerUnreachable too
+            return False, str(exc)
+        servers = ",".join(self.broker.bootstrap_servers) if not isinstance(self.broker.bootstrap_servers, str) \
+            else self.broker.bootstrap_servers
+        return True, f"Connected to {servers}: {len(topics)} topic(s) visible"

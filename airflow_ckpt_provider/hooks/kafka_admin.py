@@ -8,7 +8,8 @@ it; tests and subclasses replace :meth:`KafkaBroker._make_consumer` (the client 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
@@ -55,40 +56,29 @@ class KafkaBroker:
 
         return KafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None, **self.client_config)
 
-    def view(self, topics: Iterable[str]) -> BrokerView:
-        """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
-
-        Raises :class:`BrokerUnreachable` when the cluster cannot be reached in time and
-        :class:`BrokerError` for any other client error, including client settings the client
-        library rejects (``request.timeout.ms`` given as text, ...).
-        """
-        from kafka import TopicPartition, errors
+    @contextmanager
+    def _consumer(self, expected: str) -> Iterator[Any]:
+        """A group-less consumer, closed afterwards; client errors become :class:`BrokerUnreachable`
+        (the cluster did not answer in time) or :class:`BrokerError` (anything else, including
+        client settings the library rejects), with every secret scrubbed."""
+        from kafka import errors
 
         unreachable = tuple(
             getattr(errors, name)
             for name in ("KafkaConnectionError", "KafkaTimeoutError", "NoBrokersAvailable")
             if hasattr(errors, name)
         )
-        wanted = sorted(set(topics))
         consumer = None
         try:
             consumer = self._make_consumer()
-            partitions = [
-                TopicPartition(topic, p)
-                for topic in wanted
-                for p in sorted(consumer.partitions_for_topic(topic) or ())
-            ]
-            earliest = consumer.beginning_offsets(partitions) if partitions else {}
-            latest = consumer.end_offsets(partitions) if partitions else {}
+            yield consumer
         except unreachable as exc:
             raise BrokerUnreachable(
                 found=self._scrub(f"{type(exc).__name__}: {exc}"),
                 expected=f"a Kafka cluster answering at {self.bootstrap_servers}",
             ) from None
         except errors.KafkaError as exc:
-            raise BrokerError(
-                found=self._scrub(f"{type(exc).__name__}: {exc}"), expected="offsets and partition lists"
-            ) from None
+            raise BrokerError(found=self._scrub(f"{type(exc).__name__}: {exc}"), expected=expected) from None
         except (TypeError, ValueError, AssertionError) as exc:  # kafka-python's checks of its settings
             settings = ", ".join(sorted(k for k, v in self.client_config.items()
                                         if k not in DEFAULT_CLIENT_CONFIG or DEFAULT_CLIENT_CONFIG[k] != v))
@@ -103,6 +93,31 @@ class KafkaBroker:
                     consumer.close()
                 except Exception:  # noqa: BLE001 - closing must not hide the real outcome
                     log.debug("closing the Kafka consumer failed", exc_info=True)
+
+    def topics(self) -> set[str]:
+        """The names of the cluster's topics (what the connection's user may see); raises as
+        :meth:`view` does."""
+        with self._consumer("a topic list") as consumer:
+            return set(consumer.topics())
+
+    def view(self, topics: Iterable[str]) -> BrokerView:
+        """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
+
+        Raises :class:`BrokerUnreachable` when the cluster cannot be reached in time and
+        :class:`BrokerError` for any other client error, including client settings the client
+        library rejects (``request.timeout.ms`` given as text, ...).
+        """
+        from kafka import TopicPartition
+
+        wanted = sorted(set(topics))
+        with self._consumer("offsets and partition lists") as consumer:
+            partitions = [
+                TopicPartition(topic, p)
+                for topic in wanted
+                for p in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            earliest = consumer.beginning_offsets(partitions) if partitions else {}
+            latest = consumer.end_offsets(partitions) if partitions else {}
         view: dict[str, dict[int, tuple[int, int]]] = {}
         for tp in partitions:
             view.setdefault(tp.topic, {})[tp.partition] = (earliest[tp], latest[tp])

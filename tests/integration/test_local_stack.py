@@ -69,3 +69,24 @@ def test_broker_reports_topic_partitions(kafka, new_topic) -> None:
         assert consumer.partitions_for_topic(topic) == {0, 1, 2}
     finally:
         consumer.close()
+
+
+def test_connection_test_button_against_the_real_broker(kafka, new_topic, monkeypatch) -> None:  # noqa: ANN001
+    """KafkaBrokerHook.test_connection (the connection form's Test button), on a connection made
+    the way the form stores it (conn-fields in the extra), then on a port nothing listens on."""
+    from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+    from airflow_ckpt_provider.local.kafka import free_port
+
+    new_topic(1)
+    form = json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap_servers": kafka.bootstrap_servers,
+                                                              "security_protocol": "PLAINTEXT"}})
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_FORM", form)
+    ok, message = KafkaBrokerHook("ckpt_form").test_connection()
+    assert ok, message
+    assert kafka.bootstrap_servers in message and "topic(s) visible" in message
+
+    dead = json.dumps({"conn_type": "ckpt_kafka", "host": "127.0.0.1", "port": free_port(),
+                       "extra": {"request.timeout.ms": 3000, "socket.connection.setup.timeout.ms": 1000}})
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_DEAD", dead)
+    ok, message = KafkaBrokerHook("ckpt_dead").test_connection()
+    assert not ok and "Kafka" in message and "expected" in message, message

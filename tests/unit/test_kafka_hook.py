@@ -45,3 +45,42 @@ def test_unknown_setting_is_refused_without_echoing_values() -> None:
         client_config_from_connection("b", 1, None, None, {"sasl.jaas.config": "password=TOPSECRET"})
     assert "sasl.jaas.config" in str(refused.value)
     assert "TOPSECRET" not in str(refused.value)
+
+
+def test_form_fields_are_the_dotted_kafka_settings() -> None:
+    """The connection form stores its fields under underscore names (conn-fields)."""
+    form = {"bootstrap_servers": "a:1,b:2", "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+            "sasl.username": "u", "sasl_password_unused": None}
+    config = client_config_from_connection(None, None, None, None, form)
+    assert config == {"bootstrap_servers": ["a:1", "b:2"], "security_protocol": "SASL_SSL",
+                      "sasl_mechanism": "PLAIN", "sasl_plain_username": "u"}
+
+
+def test_provider_info_declares_the_form_fields() -> None:
+    from airflow_ckpt_provider import get_provider_info
+    from airflow_ckpt_provider.hooks.kafka import FORM_FIELDS
+
+    (kafka,) = [c for c in get_provider_info()["connection-types"] if c["connection-type"] == "ckpt_kafka"]
+    assert set(kafka["conn-fields"]) == set(FORM_FIELDS)
+    assert kafka["ui-field-behaviour"]["hidden-fields"] == ["schema"]
+
+
+def test_test_connection_reports_instead_of_raising() -> None:
+    from airflow_ckpt_provider.checkpoint.errors import BrokerUnreachable
+    from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+    class Broker:
+        bootstrap_servers = ["k:9092"]
+
+        def __init__(self, fail: bool) -> None:
+            self.fail = fail
+
+        def topics(self) -> set[str]:
+            if self.fail:
+                raise BrokerUnreachable(found="KafkaTimeoutError", expected="a Kafka cluster answering at k:9092")
+            return {"a", "b"}
+
+    for fail, ok, words in [(False, True, "2 topic(s)"), (True, False, "KafkaTimeoutError")]:
+        hook = KafkaBrokerHook("x")
+        hook.__dict__["broker"] = Broker(fail)  # the cached_property's slot: a fake at the hook boundary
+        assert hook.test_connection()[0] is ok and words in hook.test_connection()[1]
