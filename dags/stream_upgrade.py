@@ -120,6 +120,7 @@ def build_stream_upgrade_dag(
             archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
+            old_launch_handle="{{ params.old_launch_handle }}",
         )
 
         @task.branch

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader, Handover, Reconciliation, reconcile
+from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover, Reconciliation, reconcile
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
@@ -100,6 +100,20 @@ def reconciled_handover(
     log: StepLog,
 ) -> tuple[Handover, Reconciliation]:
     """The handover of ``reader``'s checkpoint, reconciled with the live cluster (logged)."""
+    handover, result, _ = reconciled_handover_view(reader, kafka_hook, source=source,
+                                                   accept_data_loss=accept_data_loss, log=log)
+    return handover, result
+
+
+def reconciled_handover_view(
+    reader: CheckpointReader,
+    kafka_hook: KafkaBrokerHook,
+    *,
+    source: int | str | None,
+    accept_data_loss: bool,
+    log: StepLog,
+) -> tuple[Handover, Reconciliation, BrokerView]:
+    """:func:`reconciled_handover` plus the broker view it was reconciled with."""
     handover = reader.handover()
     offsets = handover.kafka_offsets(source)
     if handover.from_initial:
@@ -110,7 +124,8 @@ def reconciled_handover(
             handover.query_id, handover.batch_id, handover.in_flight_batch,
             len(offsets.partitions()), ", ".join(offsets.topics),
         )
-    result = reconcile(offsets, kafka_hook.broker_view(offsets.topics), accept_data_loss=accept_data_loss)
+    broker = kafka_hook.broker_view(offsets.topics)
+    result = reconcile(offsets, broker, accept_data_loss=accept_data_loss)
     for topic, partition in sorted(result.added_partitions):
         log.info("partition %s-%d is new since the handover: it starts at earliest", topic, partition)
     for topic, partition, offset, earliest in result.expired:
@@ -119,4 +134,4 @@ def reconciled_handover(
             topic, partition, offset, earliest,
         )
     log.info("startingOffsets: %s", result.starting_offsets.to_json())
-    return handover, result
+    return handover, result, broker

@@ -10,15 +10,17 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.archive import check_archive_location
+from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
+from airflow_ckpt_provider.checkpoint.transfer import list_tree
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.handover import reconciled_handover
-
-_OFFSETS_SHOWN = 400
+from airflow_ckpt_provider.operators.handover import reconciled_handover_view
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -48,6 +50,7 @@ class UpgradePreflightOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
+        "old_launch_handle",
     )
     ui_color = "#eef7ee"
 
@@ -68,9 +71,11 @@ class UpgradePreflightOperator(BaseOperator):
         old_application: str = "",
         new_application: str = "",
         journal: bool = True,
+        old_launch_handle: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.old_launch_handle = old_launch_handle
         self.upgrade_id = upgrade_id
         self.old_application = old_application
         self.new_application = new_application
@@ -115,7 +120,7 @@ class UpgradePreflightOperator(BaseOperator):
             if record is not None and record.started_side_effects:
                 return self._resume(journal, intent, upgrade_id, run_id)
 
-        handover, result = reconciled_handover(
+        handover, result, broker = reconciled_handover_view(
             CheckpointReader(self.old_checkpoint_uri, fs=old[0]), self.kafka_hook,
             source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
         )
@@ -125,27 +130,14 @@ class UpgradePreflightOperator(BaseOperator):
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
 
         offsets = result.starting_offsets.to_json()
-        rows = [
-            ("old checkpoint", f"`{self.old_checkpoint_uri}`"),
-            ("query id", str(handover.query_id)),
-            ("last committed batch", str(handover.batch_id)),
-            ("in-flight batch", "none" if handover.in_flight_batch is None else str(handover.in_flight_batch)),
-            ("old query", "running" if running else "**not running** (no live heartbeat)"),
-            ("new checkpoint", f"`{self.new_checkpoint_uri}` (empty)"),
-            ("archive", f"`{self.archive_root}/{self.stream_name}/`"),
-            ("partitions", f"{len(result.starting_offsets.partitions())} of "
-                           f"{', '.join(result.starting_offsets.topics)}"),
-            ("new partitions (start at earliest)",
-             ", ".join(f"{t}-{p}" for t, p in sorted(result.added_partitions)) or "none"),
-            ("data loss accepted", ", ".join(f"{t}-{p}" for t, p, _, _ in result.expired) or "no"),
-        ]
-        summary = "\n".join(
-            [f"### Upgrade of stream `{self.stream_name}`", "", "| | |", "| --- | --- |"]
-            + [f"| {k} | {v} |" for k, v in rows]
-            + ["", "startingOffsets now (taken again after the graceful stop):", "",
-               f"`{offsets[:_OFFSETS_SHOWN]}{'…' if len(offsets) > _OFFSETS_SHOWN else ''}`",
-               "", "All preflight checks passed: nothing has been changed yet."]
-        )
+        files, _ = list_tree(*old)
+        summary = approval_summary(UpgradePlan(
+            stream_name=self.stream_name, old_checkpoint=self.old_checkpoint_uri,
+            new_checkpoint=self.new_checkpoint_uri,
+            archive_location=f"{self.archive_root.rstrip('/')}/{self.stream_name}/",
+            handover=handover, reconciliation=result, broker=broker, old_query_running=running,
+            checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
+        ))
         value: dict[str, Any] = {
             "summary_md": summary,
             "handover": handover.to_dict(),
@@ -159,6 +151,17 @@ class UpgradePreflightOperator(BaseOperator):
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
+
+    def _spark_ui_url(self) -> str | None:
+        """The old job's Spark UI, when its launch handle (``old_launch_handle``) knows it."""
+        text = (self.old_launch_handle or "").strip()
+        if text in ("", "None", "null"):
+            return None
+        try:
+            return LaunchHandle.from_json(text).ui_url
+        except InvalidLaunchHandle as exc:
+            self.log.warning("old_launch_handle is not a launch handle (%s); no Spark UI link", exc)
+            return None
 
     def _resume(self, journal: UpgradeJournal, intent: UpgradeIntent, upgrade_id: str, run_id: str) -> dict[str, Any]:
         """Take up an upgrade whose journal shows started steps (see the class docstring)."""

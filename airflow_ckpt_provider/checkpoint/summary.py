@@ -1,0 +1,113 @@
+"""The approval summary: what a person decides an upgrade on, as Markdown (pure).
+
+:func:`approval_summary` renders the preflight's findings for the HITL approval's body (and the
+``summary_md`` XCom): the stream, both checkpoints (linked), the old query, the handover batch and
+any in-flight batch, what will be archived (files, bytes), then one row per partition: where the
+new query starts, the broker's earliest and latest offsets, the retention margin (records the
+broker still keeps below the handover offset: at 0 the next retention run loses data before the
+new version reads it) and how far behind the old query was. Numbers carry their units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.manifest import human_bytes
+from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST
+from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, Reconciliation
+
+#: Partition rows shown before the rest is summed up in one line.
+MAX_PARTITION_ROWS = 50
+
+
+@dataclass(frozen=True)
+class UpgradePlan:
+    """What the preflight found, for the summary."""
+
+    stream_name: str
+    old_checkpoint: str
+    new_checkpoint: str
+    archive_location: str
+    handover: Handover
+    reconciliation: Reconciliation
+    broker: BrokerView
+    old_query_running: bool
+    checkpoint_files: int
+    checkpoint_bytes: int
+    spark_ui_url: str | None = None
+
+
+def _link(uri: str) -> str:
+    """A checkpoint location as a link where a browser can open it, else as code."""
+    if uri.startswith(("http://", "https://")):
+        return f"[{uri}]({uri})"
+    if uri.startswith("/"):
+        return f"[`{uri}`](file://{uri})"
+    return f"`{uri}`"
+
+
+def _records(count: int) -> str:
+    return f"{count:,} record{'s' if count != 1 else ''}"
+
+
+def _partition_rows(plan: UpgradePlan) -> list[str]:
+    added = plan.reconciliation.added_partitions
+    expired = {(t, p): (o, e) for t, p, o, e in plan.reconciliation.expired}
+    rows = []
+    for topic, partition, start in plan.reconciliation.starting_offsets.items():
+        earliest, latest = plan.broker.partitions(topic).get(partition, (None, None))
+        if (topic, partition) in added:
+            given = "earliest (new partition)"
+        elif (topic, partition) in expired:
+            given = f"{start:,} (**data loss accepted**: handed over {expired[(topic, partition)][0]:,})"
+        else:
+            given = {EARLIEST: "earliest", LATEST: "latest"}.get(start, f"{start:,}")
+        if earliest is None or latest is None:
+            margin = behind = "?"
+        elif start < 0:
+            margin, behind = "-", _records(latest - earliest)
+        else:
+            kept = start - earliest
+            margin = _records(kept) + (" **(at risk)**" if kept <= 0 else "")
+            behind = _records(max(latest - start, 0))
+        edge = "?" if earliest is None else f"{earliest:,} / {latest:,}"
+        rows.append(f"| {topic}-{partition} | {given} | {edge} | {margin} | {behind} |")
+    if len(rows) > MAX_PARTITION_ROWS:
+        rows = rows[:MAX_PARTITION_ROWS] + [f"| … and {len(rows) - MAX_PARTITION_ROWS} more partitions | | | | |"]
+    return rows
+
+
+def approval_summary(plan: UpgradePlan) -> str:
+    """The Markdown body of the approval (see the module doc)."""
+    handover = plan.handover
+    in_flight = ("none" if handover.in_flight_batch is None
+                 else f"batch {handover.in_flight_batch} (planned, never committed: its offsets are NOT used)")
+    batch = "nothing committed yet (initial offsets)" if handover.batch_id is None else f"batch {handover.batch_id}"
+    partitions = plan.reconciliation.starting_offsets.partitions()
+    old_query = "running: it will be stopped between two batches" if plan.old_query_running \
+        else "**not running** (no live heartbeat)"
+    if plan.spark_ui_url:
+        old_query += f" — [Spark UI]({plan.spark_ui_url})"
+    facts = [
+        ("old checkpoint", _link(plan.old_checkpoint)),
+        ("old query", old_query),
+        ("query id", f"`{handover.query_id}`"),
+        ("last committed batch (handed over)", batch),
+        ("in-flight batch", in_flight),
+        ("new checkpoint", f"{_link(plan.new_checkpoint)} (empty)"),
+        ("archived to", f"{_link(plan.archive_location)}: {plan.checkpoint_files:,} files, "
+                        f"{human_bytes(plan.checkpoint_bytes)}"),
+        ("partitions", f"{len(partitions)} of {', '.join(plan.reconciliation.starting_offsets.topics)}"),
+        ("new partitions (start at earliest)",
+         ", ".join(f"{t}-{p}" for t, p in sorted(plan.reconciliation.added_partitions)) or "none"),
+        ("data loss accepted", ", ".join(f"{t}-{p}" for t, p, _, _ in plan.reconciliation.expired) or "no"),
+    ]
+    lines = [f"### Upgrade of stream `{plan.stream_name}` to a new checkpoint", "",
+             "| | |", "| --- | --- |", *[f"| {key} | {value} |" for key, value in facts], "",
+             "#### Where the new version starts, per partition", "",
+             "| partition | handed over (next offset) | broker earliest / latest | retention margin | behind |",
+             "| --- | --- | --- | --- | --- |", *_partition_rows(plan), "",
+             "The offsets are taken again after the graceful stop (startingOffsets of the last committed "
+             "batch then). All preflight checks passed: nothing has been changed yet."]
+    return "\n".join(lines)
