@@ -120,17 +120,24 @@ class UpgradeReport:
         )
 
 
-def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> float | None:
-    """From the old query's last commit to the new query's first commit (None if unknown)."""
+def downtime_window(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> tuple[float, float] | None:
+    """(the old query's last commit, the new query's first commit), epoch seconds; None if unknown."""
     old_commits = [b.committed_at for b in old if b.committed_at is not None]
     new_commits = [b.committed_at for b in new if b.committed_at is not None]
     if not old_commits or not new_commits:
         return None
-    return min(new_commits) - max(old_commits)
+    return max(old_commits), min(new_commits)
+
+
+def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> float | None:
+    """From the old query's last commit to the new query's first commit (None if unknown)."""
+    window = downtime_window(old, new)
+    return None if window is None else window[1] - window[0]
 
 
 def render_timeline_png(report: UpgradeReport, path: str) -> bool:
-    """Draw input rows per batch (old and new query) against commit time; False without matplotlib."""
+    """Draw input rows per batch (old and new query) against commit time, the downtime (old query's
+    last commit to the new query's first) shaded and labelled; False without matplotlib."""
     try:
         import matplotlib
 
@@ -146,6 +153,10 @@ def render_timeline_png(report: UpgradeReport, path: str) -> bool:
         if points:
             xs: list[Any] = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]  # matplotlib takes dates
             ax.plot(xs, [r for _, r in points], marker="o", linestyle="-", color=colour, label=label)
+    window = downtime_window(report.old_batches, report.new_batches)
+    if window is not None and window[1] >= window[0]:
+        start, end = (datetime.fromtimestamp(t, timezone.utc) for t in window)
+        ax.axvspan(start, end, color="#d62728", alpha=0.15, label=f"downtime {window[1] - window[0]:.1f} s")  # type: ignore[arg-type]
     ax.set_ylabel("input rows per batch")
     ax.set_title(f"{report.stream}: {report.outcome}")
     ax.legend(loc="upper left")

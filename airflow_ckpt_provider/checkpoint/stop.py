@@ -467,10 +467,19 @@ def wait_for_ack(
     *,
     poll_interval: float = 0.5,
     missed_beats: float = DEFAULT_MISSED_BEATS,
+    progress_every_s: float = 15.0,
 ) -> tuple[StopReason, StopAck | None]:
-    """Synchronous twin of the trigger: poll until acknowledged, not running or ``deadline`` (epoch)."""
+    """Synchronous twin of the trigger: poll until acknowledged, not running or ``deadline`` (epoch);
+    a progress line every ``progress_every_s`` seconds."""
     assert start.request is not None
+    next_progress = time.time() + progress_every_s
     while True:
+        if time.time() >= next_progress:
+            next_progress = time.time() + progress_every_s
+            state = control.batch_state()
+            log.info("waiting for query on %s to acknowledge stop request %s: %.0f s of at most %.0f s; "
+                     "last committed batch %s", control.uri, start.request.request_id,
+                     time.time() - start.requested_at, deadline - start.requested_at, state.last_committed_batch)
         ack, heartbeat = control.ack(), control.heartbeat()
         reason = wait_decision(ack=ack, heartbeat=heartbeat, request_id=start.request.request_id,
                                run_id=start.run_id, now=time.time(), deadline=deadline, missed_beats=missed_beats)

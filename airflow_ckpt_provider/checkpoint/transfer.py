@@ -429,8 +429,17 @@ def make_dirs(fs: AbstractFileSystem, root: str, rel_files: Iterable[str], rel_d
             fs.makedirs(path, exist_ok=True)
 
 
+def eta_text(done: float, total: float, elapsed: float) -> str:
+    """``about 42 s left`` at the rate so far; ``time left unknown`` before any progress."""
+    if done <= 0 or total <= done:
+        return "time left unknown" if total > done else "almost done"
+    left = (total - done) * elapsed / done
+    return f"about {left:.0f} s left" if left < 120 else f"about {left / 60:.0f} min left"
+
+
 class Progress:
-    """Thread-safe counter that logs ``<verb> 1,200 of 20,000 files, 1.1 GiB of 2.0 GiB (85.3 MiB/s)``.
+    """Thread-safe counter that logs ``<verb> 1,200 of 20,000 files, 1.1 GiB of 2.0 GiB (85.3 MiB/s,
+    about 11 s left)``.
 
     Logs every ``every_files`` files or ``every_s`` seconds, whichever comes first, and once at
     the end (:meth:`finish`).
@@ -464,9 +473,10 @@ class Progress:
         elapsed = max(now - self._start, 1e-9)
         skipped = f", {self.skipped:,} already there" if self.skipped else ""
         took = f" in {elapsed:.1f} s" if final else ""
-        self.log.info("%s %s of %s files, %s of %s%s (%s/s)%s", self.verb, f"{self.files:,}",
+        eta = "" if final else f", {eta_text(self.bytes, self.total_bytes, elapsed)}"
+        self.log.info("%s %s of %s files, %s of %s%s (%s/s%s)%s", self.verb, f"{self.files:,}",
                       f"{self.total_files:,}", human_bytes(self.bytes), human_bytes(self.total_bytes), took,
-                      human_bytes(self.bytes / elapsed), skipped)
+                      human_bytes(self.bytes / elapsed), eta, skipped)
 
     def finish(self) -> float:
         """Log the final line (with the elapsed time); returns the elapsed seconds."""

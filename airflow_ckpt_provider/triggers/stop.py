@@ -18,10 +18,12 @@ from airflow_ckpt_provider.checkpoint.stop import (
     ack_answers,
     wait_decision,
 )
-from airflow_ckpt_provider.spark.control import Heartbeat, StopAck
+from airflow_ckpt_provider.spark.control import Heartbeat, StopAck, parse_time
 
 __all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason", "StopTriggerEvent"]
 
+#: Seconds between progress lines while waiting for the acknowledgement.
+PROGRESS_EVERY_S = 15.0
 #: Keys of every event this trigger fires; the operator checks them on resume.
 EVENT_KEYS = frozenset({"reason", "request_id", "run_id", "ack", "heartbeat", "requested_at", "waited_s"})
 
@@ -134,8 +136,20 @@ class GracefulStopTrigger(BaseTrigger):
         return StopTriggerEvent(reason, self.request_id, self.run_id, ack, heartbeat, self.requested_at,
                                 round(now - self.requested_at, 3)).to_dict()
 
+    def _progress(self, control: ControlFiles) -> None:
+        """One line on the wait: how long, how long at most, and where the query is."""
+        now = time.time()
+        heartbeat, state = control.heartbeat(), control.batch_state()
+        beat = (f"heartbeat {heartbeat.state}, {now - parse_time(heartbeat.updated_at).timestamp():.0f} s old"
+                if heartbeat is not None else "no heartbeat")
+        self.log.info("waiting for query on %s to acknowledge stop request %s: %.0f s of at most %.0f s; last "
+                      "committed batch %s, last planned %s; %s", self.checkpoint_uri, self.request_id,
+                      now - self.requested_at, self.deadline - self.requested_at, state.last_committed_batch,
+                      state.last_planned_batch, beat)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         control: ControlFiles | None = None
+        next_progress = time.time() + PROGRESS_EVERY_S
         while True:
             try:
                 if control is None:
@@ -150,4 +164,10 @@ class GracefulStopTrigger(BaseTrigger):
                 self.log.info("stop request %s: %s after %.1f s", self.request_id, event["reason"], event["waited_s"])
                 yield TriggerEvent(event)
                 return
+            if control is not None and time.time() >= next_progress:
+                next_progress = time.time() + PROGRESS_EVERY_S
+                try:
+                    await asyncio.to_thread(self._progress, control)
+                except OSError as exc:
+                    self.log.warning("reading the progress of %s failed (%s)", self.checkpoint_uri, exc)
             await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())) or 0.05)

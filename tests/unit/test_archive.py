@@ -474,7 +474,8 @@ def test_progress_is_logged_in_files_and_bytes(tmp_path: Path, caplog: pytest.Lo
         run(archiver(root, progress_every_files=5), built)
     lines = [r.getMessage() for r in caplog.records]
     total = len(built.files())
-    assert any(line.startswith(f"copied 5 of {total} files") and "/s)" in line for line in lines), lines
+    assert any(line.startswith(f"copied 5 of {total} files") and "/s, about" in line and " left)" in line
+               for line in lines), lines
     assert any(line.startswith("archive complete and verified") for line in lines)
 
 

@@ -50,3 +50,17 @@ def test_png_timeline(tmp_path: Path) -> None:
     target = tmp_path / "timeline.png"
     assert render_timeline_png(report(), str(target))
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_timeline_marks_the_downtime(tmp_path: Path) -> None:
+    """The shaded downtime band is drawn where the old query's last commit and the new one's first
+    are: the red channel dominates there, not elsewhere on the plot's middle line."""
+    import matplotlib.image
+
+    target = tmp_path / "timeline.png"
+    assert render_timeline_png(report(), str(target))
+    pixels = matplotlib.image.imread(str(target))
+    row = pixels[pixels.shape[0] // 2]
+    reddish = [(r - (g + b) / 2) > 0.08 for r, g, b, *_ in row]
+    assert any(reddish), "no downtime band"
+    assert sum(reddish) < len(row) / 2, "the band covers only the downtime"

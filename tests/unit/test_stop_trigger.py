@@ -282,3 +282,17 @@ def test_template_fields_are_strings() -> None:
 def test_rejects_bad_numbers(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         GracefulStopOperator(task_id="x", checkpoint_uri="/cp", **kwargs)
+
+
+def test_the_wait_logs_progress_at_a_steady_interval(control: ControlFiles, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import airflow_ckpt_provider.triggers.stop as trigger_module
+
+    monkeypatch.setattr(trigger_module, "PROGRESS_EVERY_S", 0.2)
+    put(control, HEARTBEAT, heartbeat().to_json())
+    capsys.readouterr()
+    event = first_event(trigger_for(control, timeout=1.0))
+    assert event["reason"] == StopReason.TIMEOUT.value
+    lines = [line for line in capsys.readouterr().out.splitlines() if "to acknowledge stop request req-1" in line]
+    assert 2 <= len(lines) <= 8, lines
+    assert "of at most 1 s; last committed batch 2, last planned 2; heartbeat running" in lines[0], lines[0]

@@ -222,3 +222,12 @@ def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypa
     assert readahead is not None
     readahead.reach(0)  # a file that is gone is skipped: the copy reports it
     assert advised == [(0, 10_000, os.POSIX_FADV_WILLNEED), (0, 4 * MIB, os.POSIX_FADV_WILLNEED)]  # big: the window
+
+
+def test_eta_in_the_users_words() -> None:
+    from airflow_ckpt_provider.checkpoint.transfer import eta_text
+
+    assert eta_text(0, 100, 5.0) == "time left unknown"
+    assert eta_text(25, 100, 5.0) == "about 15 s left"
+    assert eta_text(10, 100, 60.0) == "about 9 min left"
+    assert eta_text(100, 100, 5.0) == "almost done"
