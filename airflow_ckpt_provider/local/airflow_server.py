@@ -249,18 +249,19 @@ class LocalAirflow:
         return children[0]
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop every process started (SIGTERM, or SIGINT to ``airflow standalone``, to each
-        process group), SIGKILL what still runs after ``timeout`` seconds, then end leftovers
-        of those groups. The isolated triggerer's namespace ends with its PID 1."""
+        """Stop every process started (SIGTERM to each process group: ``airflow standalone``
+        ignores Ctrl-C for a minute, its components stop on SIGTERM at once), SIGKILL what still
+        runs after ``timeout`` seconds, give the groups' other members up to 15 s to exit, then
+        SIGKILL the leftovers. The isolated triggerer's namespace ends with its PID 1."""
         from airflow_ckpt_provider.jobs.local import group_members
 
         procs, self._processes = self._processes, {}
         if not procs:
             return
         log.info("stopping Airflow on %s (%s)", self.url, ", ".join(procs))
-        for name, proc in procs.items():
-            if proc.poll() is None:  # standalone shuts its components down on Ctrl-C
-                _signal_group(proc.pid, signal.SIGINT if name == "standalone" else signal.SIGTERM)
+        for proc in procs.values():
+            if proc.poll() is None:  # every component of the group, standalone's included, gets SIGTERM
+                _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for name, proc in procs.items():
             try:
@@ -273,6 +274,9 @@ class LocalAirflow:
                     proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     log.error("Airflow %s (pid %d) survived SIGKILL for %.0f s", name, proc.pid, timeout)
+        grace = time.monotonic() + min(15.0, timeout)  # the components exit on their SIGTERM
+        while any(group_members(proc.pid) for proc in procs.values()) and time.monotonic() < grace:
+            time.sleep(0.2)
         for name, proc in procs.items():  # children its group leader left behind
             if group_members(proc.pid):
                 log.warning("processes of Airflow %s's group %d outlived it: killing them", name, proc.pid)
