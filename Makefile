@@ -7,12 +7,13 @@ CONSTRAINTS := .ci/constraints.txt
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm airflow-home lint test unit integration system demo docs bench clean
+.PHONY: help venv jvm browser airflow-home lint test unit integration system demo docs bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make lint | unit | integration | system | docs | bench | clean"
+	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
@@ -31,11 +32,26 @@ venv: $(INSTALLED)
 jvm: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch
 
+# The browser tests (tests/system/test_approval_browser.py) drive the system's Chromium with
+# Playwright (the `dev` extra); Playwright's own browser download is not used. CKPT_CHROMIUM
+# names another binary.
+browser:
+	@if [ -n "$$CKPT_CHROMIUM" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+	  echo "error: found no chromium or chromium-browser on PATH (and CKPT_CHROMIUM is not set);"; \
+	  echo "  expected a Chromium binary for the browser tests (tests/system/test_approval_browser.py);"; \
+	  echo "  install it: 'sudo apt-get install chromium' (Debian/Ubuntu), or set CKPT_CHROMIUM=/path/to/chromium"; \
+	  exit 2; \
+	fi
+
 lint: venv
 	$(BIN)/ruff check airflow_ckpt_provider dags bench tests docs/hooks.py
 	$(BIN)/mypy
 
-test: lint jvm
+test: lint jvm browser
 	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
 
 unit: venv
@@ -44,7 +60,7 @@ unit: venv
 integration: jvm
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-system: jvm
+system: jvm browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm

@@ -64,7 +64,8 @@ UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
-#: finds the query stopped.
+#: finds the query stopped. ``verify`` meets the same race when the new query shows progress
+#: within seconds of its deferral; its retry returns the recorded verification or checks again.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 #: The new job's LaunchHandle, pushed by relaunch before it defers ('' when it never launched). A
 #: template rather than an XComArg: an XComArg would make rollback wait on relaunch's success.
@@ -165,7 +166,7 @@ def build_stream_upgrade_dag(
         verify = HandoverVerifyOperator(
             task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
-            poll_interval=poll_interval, journal=JOURNAL,
+            poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
         )
 
         @task.branch(trigger_rule="all_done")
