@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,3 +61,22 @@ def browser_pages(chromium: str, request: pytest.FixtureRequest) -> Iterator[Bro
             yield BrowserPages(context.new_page(), shots)
         finally:
             browser.close()
+
+
+def stop_jobs_under(*roots: Path) -> None:
+    """Kill the process groups of Spark jobs still running on these paths: the versions Airflow
+    launched are not in UpgradeDemo.handles, and a failed assertion must not leave them running."""
+    from airflow_ckpt_provider.jobs.local import kill_group
+
+    needles = [str(root).encode() for root in roots]
+    groups = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            group = os.getpgid(int(entry.name)) if any(n in cmdline for n in needles) else None
+        except (OSError, ValueError):
+            continue
+        if group is not None and group != os.getpgrp():
+            groups.add(group)
+    for group in groups:
+        kill_group(group)

@@ -20,6 +20,7 @@ from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.local.airflow_server import LocalAirflow
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.local.upgrade_demo import DAG_ID, DAGS, UpgradeDemo, read_dag_report
+from tests.system.conftest import stop_jobs_under
 
 pytestmark = pytest.mark.system
 
@@ -47,25 +48,6 @@ def run_dag(af: LocalAirflow, conf: dict[str, Any]) -> tuple[str, str, dict[str,
     run_id = af.trigger(DAG_ID, conf, timeout=600)
     state = af.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT_S)
     return run_id, state, task_states(af, run_id)
-
-
-def stop_jobs_under(*roots: Path) -> None:
-    """Kill the process groups of Spark jobs still running on these paths: the versions Airflow
-    launched are not in UpgradeDemo.handles, and a failed assertion must not leave them running."""
-    from airflow_ckpt_provider.jobs.local import kill_group
-
-    needles = [str(root).encode() for root in roots]
-    groups = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-            group = os.getpgid(int(entry.name)) if any(n in cmdline for n in needles) else None
-        except (OSError, ValueError):
-            continue
-        if group is not None and group != os.getpgrp():
-            groups.add(group)
-    for group in groups:
-        kill_group(group)
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 1800)
