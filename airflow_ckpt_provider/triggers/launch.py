@@ -22,6 +22,7 @@ from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
+from airflow_ckpt_provider.jobs.base import tail_text
 
 __all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "committed_batches"]
 
@@ -159,9 +160,8 @@ class LaunchTrigger(BaseTrigger):
                 batches = committed_batches(control.fs, control.root)  # it may have committed just before it ended
                 if batches and batches[-1] >= self.min_batch:
                     return self._event(LaunchEvent.COMMITTED, batches[-1], state, evidence=evidence)
-                tail = verdict.log_tail[-20_000:] if self.log_lines else ""
-                tail = "\n".join(tail.splitlines()[-self.log_lines:]) if self.log_lines > 0 else ""
-                return self._event(LaunchEvent.DIED, batches[-1] if batches else None, state, tail, evidence)
+                return self._event(LaunchEvent.DIED, batches[-1] if batches else None, state,
+                                   tail_text(verdict.log_tail, self.log_lines), evidence)
         if time.time() >= self.deadline:
             return self._event(LaunchEvent.TIMEOUT, batches[-1] if batches else None, state, evidence=evidence)
         return None
