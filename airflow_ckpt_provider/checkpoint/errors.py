@@ -439,6 +439,18 @@ class LaunchFailed(CheckpointError):
                          detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
 
 
+class StandbyNotHonoured(CheckpointError):
+    """A standby launch whose job started its query instead of waiting for the handover."""
+
+    summary = "the new version does not wait as a standby"
+    default_action = (
+        "The job was killed before the old version was touched. Build its Kafka reader with "
+        "airflow_ckpt_provider.spark.kafka.read_kafka (or call spark.standby.await_handover before "
+        "reading spark.ckpt.startingOffsets), or upgrade it with relaunch_mode='cold'. Empty the new "
+        "checkpoint (and check the sink for rows it wrote) before the next try."
+    )
+
+
 class FirstCommitTimeout(CheckpointError):
     summary = "no first commit in time"
     default_action = (

@@ -42,7 +42,8 @@ class Liveness:
     log_tail: str = ""
 
 
-def _after(moment: str, start: str) -> bool:
+def started_after(moment: str, start: str) -> bool:
+    """Whether ISO time ``moment`` is not before ``start`` (less :data:`CLOCK_SKEW`); False for odd values."""
     try:
         return parse_time(moment) >= parse_time(start) - CLOCK_SKEW
     except (TypeError, ValueError):
@@ -79,7 +80,7 @@ def judge_liveness(
         return Liveness(False, DriverState.EXITED,
                         f"its supervisor stopped refreshing the driver record at {record.updated_at} "
                         "(killed with the driver)")
-    if heartbeat is not None and _after(heartbeat.started_at, handle.started_at):
+    if heartbeat is not None and started_after(heartbeat.started_at, handle.started_at):
         if heartbeat.is_alive(now, missed_beats):
             return Liveness(True, DriverState.RUNNING, f"heartbeat of run {heartbeat.run_id} is fresh")
         ended = "stopped" if heartbeat.state == HeartbeatState.STOPPED else "went stale"

@@ -20,6 +20,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidOffsets,
     LaunchFailed,
     NoProgress,
+    StandbyNotHonoured,
 )
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
@@ -28,13 +29,29 @@ from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_start
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.spark.control import DriverRecord, Heartbeat, ProcessScope
-from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent, committed_batches
+from airflow_ckpt_provider.spark.control import (
+    CONF_STANDBY,
+    CONF_STANDBY_TIMEOUT_S,
+    DEFAULT_STANDBY_TIMEOUT_S,
+    STANDBY_RELEASE,
+    DriverRecord,
+    Heartbeat,
+    ProcessScope,
+    StandbyRelease,
+)
+from airflow_ckpt_provider.triggers.launch import (
+    LaunchEvent,
+    LaunchTrigger,
+    LaunchTriggerEvent,
+    LaunchWait,
+    committed_batches,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
@@ -104,6 +121,14 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     commit instead of starting a second one; if that job died, it is restarted on the
     checkpoint it may have begun (Spark resumes from it; ``startingOffsets`` only apply to a
     checkpoint without offsets).
+
+    With ``standby=True`` the job is launched as a standby, BEFORE the old version stops: without
+    offsets, with ``spark.ckpt.standby=true``; its driver builds its session and waits in
+    :func:`airflow_ckpt_provider.spark.standby.await_handover` (at most ``standby_timeout``
+    seconds). The step succeeds on the launch's standby heartbeat (within
+    ``first_commit_timeout``) and returns the handle; :class:`StandbyReleaseOperator` starts its
+    query later. A job that starts its query instead of waiting is killed:
+    :class:`StandbyNotHonoured`.
     """
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
@@ -145,11 +170,17 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
         adopt_grace_s: float = 120.0,
+        standby: bool = False,
+        standby_timeout: float = DEFAULT_STANDBY_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
         self.adopt_grace_s = float(adopt_grace_s)
+        self.standby = bool(standby)
+        if standby_timeout <= 0:
+            raise ValueError("standby_timeout must be positive")
+        self.standby_timeout = float(standby_timeout)
         if first_commit_timeout <= 0 or poll_interval <= 0:
             raise ValueError("first_commit_timeout and poll_interval must be positive")
         if isinstance(application_args, str):
@@ -257,13 +288,15 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             self.allow_existing_checkpoint = True
         starting = self.preflight()
         name = self.app_name or f"{self.dag_id}.{self.task_id}"
-        if starting is None:
-            self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is latest)")
         handover_json = None
-        if self.handover_json and str(self.handover_json).strip() not in ("None", "null"):
-            handover_json = HandoverResult.from_json(self.handover_json).handover.to_json()
-        elif (result := _handover_input(self.handover)) is not None:
-            handover_json = result.handover.to_json()
+        if self.standby:  # the offsets come with the release, once the old version stopped
+            starting = None
+            conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{self.standby_timeout:g}"})
+        else:
+            if starting is None:
+                self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is "
+                                 "latest)")
+            handover_json = self._handover_text()
         min_batch = 0 if self._resume_after is None else self._resume_after + 1
         launch_id = uuid.uuid4().hex
         if journal is not None:  # the intent first: a re-run finds this launch by its id
@@ -278,17 +311,26 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             journal.note(self.task_id, handle=handle.to_dict())
         context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
         fault_point(f"{self.task_id}:launched")
-        self.log.info("started %s; waiting up to %.0f s for its first committed batch in %s",
-                      name, self.first_commit_timeout, self.checkpoint_uri)
+        self.log.info("started %s; waiting up to %.0f s for its %s in %s", name, self.first_commit_timeout,
+                      "standby heartbeat" if self.standby else "first committed batch", self.checkpoint_uri)
         self._defer_for_commit(handle, min_batch)
 
+    def _handover_text(self) -> str | None:
+        """The Handover JSON for ``spark.ckpt.handoverJson``: ``handover_json``, else ``handover``'s."""
+        if self.handover_json and str(self.handover_json).strip() not in ("None", "null"):
+            return HandoverResult.from_json(self.handover_json).handover.to_json()
+        if (result := _handover_input(self.handover)) is not None:
+            return result.handover.to_json()
+        return None
+
     def _defer_for_commit(self, handle: LaunchHandle | None, min_batch: int) -> NoReturn:
+        """Defer until the job's first commit (>= ``min_batch``), or its standby heartbeat."""
         self.defer(
             trigger=LaunchTrigger(
                 checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
                 handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
                 storage_conn_id=self.storage_conn_id,
-                min_batch=min_batch,
+                min_batch=min_batch, wait_for=LaunchWait.STANDBY if self.standby else LaunchWait.COMMIT,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
@@ -341,6 +383,14 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                                       "(ckpt inspect) and pass its handle by hand if it must be stopped later.")
         handle = LaunchHandle.from_json(fired.handle)
         reason = fired.reason
+        if reason is LaunchEvent.STANDBY:
+            self.log.info("%s waits as a standby after %.1f s (%s)", handle.app_name, fired.waited_s, fired.evidence)
+            return handle.to_dict()
+        if reason is LaunchEvent.NOT_STANDBY:
+            self.log.warning("%s did not wait for its handover (%s): killing it", handle.app_name, fired.evidence)
+            self.log.info("killed: %s", self.launcher_hook.kill(handle))
+            raise StandbyNotHonoured(found=fired.evidence, path=self.checkpoint_uri,
+                                     expected="a standby heartbeat and no batch before the release")
         if reason is LaunchEvent.COMMITTED:
             ui_url = self.launcher_hook.discover_ui_url(handle)
             handle = dataclasses.replace(handle, ui_url=ui_url)
@@ -349,24 +399,131 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             self.log.info("%s committed batch %s after %.1f s; it keeps running%s", handle.app_name,
                           fired.batch, fired.waited_s, f" (Spark UI {ui_url})" if ui_url else "")
             return handle.to_dict()
+        awaited = ("a standby heartbeat in _ckpt/heartbeat.json" if self.standby
+                   else f"a first committed batch in {self.checkpoint_uri}/commits")
         if reason is LaunchEvent.DIED:
             raise LaunchFailed(
-                found=f"the job ended ({fired.state.value}: {fired.evidence}) before committing a batch",
-                expected=f"a first committed batch in {self.checkpoint_uri}/commits",
-                log_tail=fired.log_tail or self.launcher_hook.log_tail(handle, 60), path=handle.log_path,
+                found=f"the job ended ({fired.state.value}: {fired.evidence}) before "
+                      f"{'waiting as a standby' if self.standby else 'committing a batch'}",
+                expected=awaited, log_tail=fired.log_tail or self.launcher_hook.log_tail(handle, 60),
+                path=handle.log_path,
             )
         action = None
         if self.kill_on_timeout:
-            self.log.warning("no committed batch after %.0f s: killing %s", fired.waited_s, handle.app_name)
+            awaited_word = "standby heartbeat" if self.standby else "committed batch"
+            self.log.warning("no %s after %.0f s: killing %s", awaited_word, fired.waited_s, handle.app_name)
             done = self.launcher_hook.kill(handle)
             self.log.info("killed: %s", done)
         else:
             action = ("The job was left running (kill_on_timeout=False); stop it with the launch_handle "
                       "XCom, or wait and verify.")
-        raise FirstCommitTimeout(found=f"no commits/N after {fired.waited_s:.0f} s (job {fired.state.value}: "
-                                       f"{fired.evidence})",
-                                 expected=f"a committed batch within {self.first_commit_timeout:.0f} s",
+        raise FirstCommitTimeout(found=f"{'no standby heartbeat' if self.standby else 'no commits/N'} after "
+                                       f"{fired.waited_s:.0f} s (job {fired.state.value}: {fired.evidence})",
+                                 expected=f"{awaited} within {self.first_commit_timeout:.0f} s",
                                  action=action, path=self.checkpoint_uri)
+
+
+class StandbyReleaseOperator(StreamLaunchOperator):
+    """Start the query of a waiting standby at the handover, and wait (deferred) for its first commit.
+
+    ``standby_handle`` is the standby launch's result (``StreamLaunchOperator(standby=True)
+    .output``: its LaunchHandle as a dict or JSON, templated). The step checks that this launch
+    waits as a standby on ``checkpoint_uri`` (its standby heartbeat is fresh and it has written
+    no batch), then writes ``_ckpt/standby-release.json`` with the ``handover``'s offsets (and
+    the handover itself) for that standby run only, and defers like a cold launch until batch 0
+    is committed. When the standby is not waiting (it died, timed out, was never started), it
+    launches ``application`` cold instead, with the same arguments and checks as
+    :class:`StreamLaunchOperator` (a warning says why). Raises what the cold launch raises:
+    :class:`LaunchFailed` when the released job dies before its first commit,
+    :class:`FirstCommitTimeout` after ``first_commit_timeout``. Returns the LaunchHandle dict and
+    pushes it (key ``launch_handle``) before deferring. With ``journal``, a re-run after the
+    release waits for that job's commit and never releases (or launches) a second time.
+    """
+
+    template_fields: Sequence[str] = (*StreamLaunchOperator.template_fields, "standby_handle")
+
+    def __init__(self, *, standby_handle: str | Mapping[str, Any] | None, **kwargs: Any) -> None:
+        if kwargs.get("standby"):
+            raise ValueError("StandbyReleaseOperator releases a standby; it does not launch one (standby=False)")
+        super().__init__(**kwargs)
+        self.standby_handle = standby_handle
+
+    def _standby(self) -> LaunchHandle | None:
+        value = self.standby_handle
+        if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+            return None
+        return LaunchHandle.from_json(value)
+
+    def launch(self, context: Context, start: StepStart | None = None,
+               journal: UpgradeJournal | None = None) -> dict[str, Any]:
+        """Release the standby (or launch cold when it is not waiting) and defer for the first commit."""
+        previous = start.previous if start is not None else None
+        recorded = previous.notes.get("handle") if previous is not None else None
+        if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping):
+            handle = LaunchHandle.from_json(recorded)
+            self.log.warning("resuming: an earlier attempt (run %s) released the standby %s (release %s); waiting "
+                             "for its first commit", previous.run_id, handle.app_name, previous.notes["released"])
+            context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
+            self._defer_for_commit(handle, 0)
+        standby = self._standby() if previous is None or not previous.notes.get("launching") else None
+        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
+        control = ControlFiles(fs, path, uri=self.checkpoint_uri)
+        waiting, why = self._waiting(standby, control)
+        if standby is None or not waiting:
+            self.log.warning("the standby is not waiting (%s): launching %s cold on %s", why, self.application,
+                             self.checkpoint_uri)
+            if journal is not None:
+                journal.note(self.task_id, standby_lost=why)
+            return super().launch(context, start, journal)
+        starting = self._release_offsets()
+        beat = control.heartbeat()
+        assert beat is not None  # _waiting saw it
+        release = StandbyRelease(release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
+                                 starting_offsets=starting, handover_json=self._handover_text() or "",
+                                 requested_by=f"{self.dag_id}.{self.task_id}", standby_run_id=beat.run_id)
+        if journal is not None:  # before the write: a re-run never releases twice
+            journal.note(self.task_id, released=release.release_id, handle=standby.to_dict())
+        control.write_record(STANDBY_RELEASE, release.to_json().encode())
+        context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=standby.to_dict())
+        fault_point(f"{self.task_id}:released")
+        self.log.info("released standby %s (run %s) at %s; waiting up to %.0f s for its first committed batch in %s",
+                      standby.app_name, beat.run_id, starting, self.first_commit_timeout, self.checkpoint_uri)
+        self._defer_for_commit(standby, 0)
+
+    def _waiting(self, standby: LaunchHandle | None, control: ControlFiles) -> tuple[bool, str]:
+        """Whether ``standby`` waits for its release on the checkpoint, and why not in words."""
+        if standby is None:
+            return False, "no standby handle was given"
+        beat = control.heartbeat()
+        if beat is None or not beat.is_standby or not beat.is_alive():
+            what = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
+            return False, f"{what} on {self.checkpoint_uri}"
+        verdict = observe(standby, control)
+        if verdict.alive is False:
+            return False, f"the standby launch ended: {verdict.evidence}"
+        state = control.batch_state()
+        if state.last_planned_batch is not None or state.last_committed_batch is not None:
+            raise StandbyNotHonoured(found=f"batches on {self.checkpoint_uri} before the release "
+                                           f"(last planned {state.last_planned_batch})",
+                                     expected="an empty checkpoint under a waiting standby", path=self.checkpoint_uri)
+        return True, ""
+
+    def _release_offsets(self) -> str:
+        """The handover's startingOffsets JSON, checked like a launch (sink, shared checkpoint)."""
+        starting = _offsets_text(self.starting_offsets)
+        if starting is None and (result := _handover_input(self.handover)) is not None:
+            starting = result.offsets().to_json()
+        if starting is None or starting in ("earliest", "latest"):
+            raise InvalidOffsets(found=f"startingOffsets {starting!r}",
+                                 expected="the handover's per-partition offsets for the standby")
+        storage = self.storage_hook
+        check_launch_target(
+            storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
+            old=storage.filesystem(self.old_checkpoint_uri) if self.old_checkpoint_uri else None,
+            sink=storage.filesystem(self.sink_path) if self.sink_path else None,
+            allow_existing_checkpoint=False,
+        )
+        return starting
 
 
 class HandoverVerifyOperator(JournaledStep, BaseOperator):

@@ -1,0 +1,22 @@
+"""What runs inside the user's Spark driver: imports only pyspark, the standard library and this
+package's standard-library-only modules (the driver has no Airflow).
+
+* :func:`read_kafka`, :func:`checkpoint_location`: the Kafka source and the checkpoint at the
+  handover (:mod:`.kafka`);
+* :class:`GracefulStop`: stop between two batches on request (:mod:`.graceful_stop`);
+* :func:`await_handover`: a standby launch waits here for its release (:mod:`.standby`).
+"""
+
+from __future__ import annotations
+
+from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
+from airflow_ckpt_provider.spark.kafka import (
+           checkpoint_location,
+           handed_over_starting_offsets,
+           handover_json,
+           read_kafka,
+)
+from airflow_ckpt_provider.spark.standby import await_handover, is_standby
+
+__all__ = ["GracefulStop", "await_handover", "checkpoint_location", "handed_over_starting_offsets", "handover_json",
+           "is_standby", "read_kafka"]

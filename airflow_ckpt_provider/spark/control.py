@@ -11,6 +11,12 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
     _ckpt/stop-ack.json      written by the query once it stopped: where, and how
     _ckpt/driver.json        written by the provider's supervisor of a local driver process:
                              running (refreshed every ``interval_s``) or exited, with exit code
+    _ckpt/standby-release.json  written by the provider for a standby driver (launched before
+                             the old version stopped, waiting in ``await_handover``): start now,
+                             at these offsets
+
+A standby driver heartbeats in state ``standby`` while it waits; a stop request makes it exit
+without writing a single checkpoint file (it acknowledges like a stopped query, with no batch).
 
 All are small JSON objects written whole (write to a temporary name, then rename where
 the filesystem allows it). Times are UTC ISO-8601 strings.
@@ -21,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -33,13 +39,30 @@ HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
 STOP_REQUEST = f"{CONTROL_DIR}/stop-request.json"
 STOP_ACK = f"{CONTROL_DIR}/stop-ack.json"
 DRIVER = f"{CONTROL_DIR}/driver.json"
+STANDBY_RELEASE = f"{CONTROL_DIR}/standby-release.json"
+
+#: Spark conf keys the launcher passes to the job (``--conf``); a standby release sets the same
+#: keys in the waiting driver's session (see :mod:`airflow_ckpt_provider.spark.kafka`).
+CONF_CHECKPOINT_LOCATION = "spark.ckpt.checkpointLocation"
+CONF_STARTING_OFFSETS = "spark.ckpt.startingOffsets"
+CONF_HANDOVER_JSON = "spark.ckpt.handoverJson"
+#: ``true``: the driver is a standby; it waits for its release before starting its query.
+CONF_STANDBY = "spark.ckpt.standby"
+#: Seconds a standby waits for its release before it exits (default :data:`DEFAULT_STANDBY_TIMEOUT_S`).
+CONF_STANDBY_TIMEOUT_S = "spark.ckpt.standbyTimeoutS"
+DEFAULT_STANDBY_TIMEOUT_S = 3600.0
 
 
 class HeartbeatState(StrEnum):
     """A query's state in its heartbeat."""
 
     RUNNING = "running"
+    STANDBY = "standby"  # a standby driver: session ready, query not started, waiting for its handover
     STOPPED = "stopped"
+
+
+#: Heartbeat states of a live driver that a stop request must reach (a query, or a standby).
+LIVE_STATES = frozenset({HeartbeatState.RUNNING, HeartbeatState.STANDBY})
 
 
 class AckOutcome(StrEnum):
@@ -57,6 +80,7 @@ class DriverStatus(StrEnum):
 
 
 RUNNING = HeartbeatState.RUNNING
+STANDBY = HeartbeatState.STANDBY
 STOPPED = HeartbeatState.STOPPED
 CLEAN = AckOutcome.CLEAN
 INTERRUPTED = AckOutcome.INTERRUPTED
@@ -137,8 +161,13 @@ class Heartbeat(_ControlRecord):
     pid_namespace: str = ""
 
     def is_alive(self, now: datetime | None = None, missed_beats: float = 3.0) -> bool:
-        """Running and updated within ``missed_beats`` intervals of ``now``."""
-        return self.state == RUNNING and _fresh(self.updated_at, self.interval_s, now, missed_beats)
+        """Running (or waiting as a standby) and updated within ``missed_beats`` intervals of ``now``."""
+        return self.state in LIVE_STATES and _fresh(self.updated_at, self.interval_s, now, missed_beats)
+
+    @property
+    def is_standby(self) -> bool:
+        """A standby driver: its session is ready, its query waits for the handover."""
+        return self.state == STANDBY
 
     @property
     def scope(self) -> ProcessScope:
@@ -213,3 +242,29 @@ class DriverRecord(_ControlRecord):
     @property
     def scope(self) -> ProcessScope:
         return ProcessScope(self.host, self.boot_id, self.pid_namespace)
+
+
+@dataclass(frozen=True)
+class StandbyRelease(_ControlRecord):
+    """The provider's go for a standby driver: start the query now, at these offsets.
+
+    ``starting_offsets`` is the Kafka startingOffsets JSON; ``handover_json`` the full handover
+    (optional); ``conf`` more ``spark.ckpt.*`` keys the driver sets before its query starts (the
+    same keys a cold launch passes with ``--conf``). ``standby_run_id`` names the standby
+    heartbeat's run it is meant for ("" = whichever standby waits on this checkpoint).
+    """
+
+    release_id: str
+    released_at: str
+    starting_offsets: str
+    handover_json: str = ""
+    conf: dict[str, str] = field(default_factory=dict)
+    requested_by: str = ""
+    standby_run_id: str = ""
+
+    def spark_conf(self) -> dict[str, str]:
+        """Every ``spark.ckpt.*`` key this release sets in the driver's session."""
+        keys = {CONF_STARTING_OFFSETS: self.starting_offsets, **{str(k): str(v) for k, v in self.conf.items()}}
+        if self.handover_json:
+            keys[CONF_HANDOVER_JSON] = self.handover_json
+        return keys

@@ -53,6 +53,7 @@ from airflow_ckpt_provider.spark.control import (
     StopAck,
     StopRequest,
 )
+from airflow_ckpt_provider.spark.standby import standby_run_id
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class GracefulStop:
         self.trigger_interval = trigger_interval if trigger_interval is not None else _trigger_interval_s(query)
         self.margin = margin
         self.boundary_timeout = boundary_timeout
-        self.run_id = uuid.uuid4().hex
+        self.run_id = standby_run_id() or uuid.uuid4().hex  # a released standby keeps its run
         scope = ProcessScope.current()
         self.heartbeat = Heartbeat(
             query_id=str(query.id),

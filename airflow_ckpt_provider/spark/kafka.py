@@ -16,6 +16,10 @@ In the job::
 
 ``startingOffsets`` is only honoured by Spark on a checkpoint without offsets, which is why the
 launcher refuses to start on a non-empty checkpoint.
+
+In a standby launch (``spark.ckpt.standby=true``) these keys arrive later, with the release;
+every helper here first calls :func:`airflow_ckpt_provider.spark.standby.await_handover`, which
+returns at once in a cold launch.
 """
 
 from __future__ import annotations
@@ -25,14 +29,16 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
+from airflow_ckpt_provider.spark.standby import await_handover
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-CONF_CHECKPOINT_LOCATION = "spark.ckpt.checkpointLocation"
-CONF_STARTING_OFFSETS = "spark.ckpt.startingOffsets"
-CONF_HANDOVER_JSON = "spark.ckpt.handoverJson"
+__all__ = ["CONF_CHECKPOINT_LOCATION", "CONF_HANDOVER_JSON", "CONF_STARTING_OFFSETS", "checkpoint_location",
+           "handed_over_starting_offsets", "handover_json", "read_kafka"]
 
 
 def _conf(spark: SparkSession, key: str) -> str | None:
@@ -42,7 +48,8 @@ def _conf(spark: SparkSession, key: str) -> str | None:
 
 def checkpoint_location(spark: SparkSession, default: str | None = None) -> str:
     """The checkpoint location the launcher chose (``spark.ckpt.checkpointLocation``), else
-    ``default``; ``ValueError`` when neither is set."""
+    ``default``; ``ValueError`` when neither is set. A standby waits for its release first."""
+    await_handover(spark)
     value = _conf(spark, CONF_CHECKPOINT_LOCATION) or default
     if not value:
         raise ValueError(f"no checkpoint location: set --conf {CONF_CHECKPOINT_LOCATION}=<uri> or pass default=")
@@ -50,12 +57,14 @@ def checkpoint_location(spark: SparkSession, default: str | None = None) -> str:
 
 
 def handed_over_starting_offsets(spark: SparkSession) -> str | None:
-    """The ``startingOffsets`` JSON the launcher passed, or None."""
+    """The ``startingOffsets`` JSON the launcher passed (or the standby release), or None."""
+    await_handover(spark)
     return _conf(spark, CONF_STARTING_OFFSETS)
 
 
 def handover_json(spark: SparkSession) -> dict[str, Any] | None:
     """The handover the launcher passed (``spark.ckpt.handoverJson``) as a dict, or None."""
+    await_handover(spark)
     raw = _conf(spark, CONF_HANDOVER_JSON)
     return json.loads(raw) if raw else None
 
@@ -86,6 +95,7 @@ def read_kafka(
     Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``).
     """
     names = _topics(topics)
+    await_handover(spark)  # a standby returns from here once released, with the handed-over keys set
     explicit = starting_offsets if starting_offsets is not None else options.pop("startingOffsets", None)
     chosen, origin = explicit, "argument"
     if chosen is None:

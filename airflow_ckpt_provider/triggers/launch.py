@@ -23,16 +23,26 @@ from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
+from airflow_ckpt_provider.jobs.liveness import started_after as _after
 
-__all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "committed_batches"]
+__all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "LaunchWait", "committed_batches"]
 
 
 class LaunchEvent(StrEnum):
     """Why the trigger fired; shared with the operators that resume on it."""
 
     COMMITTED = "committed"  # commits/N with N >= min_batch exists
+    STANDBY = "standby"  # waiting for a standby: its standby heartbeat is there (the launch's own)
+    NOT_STANDBY = "not_standby"  # waiting for a standby: the job started a query instead of waiting
     DIED = "died"  # the job ended before that
     TIMEOUT = "timeout"  # neither happened before the deadline
+
+
+class LaunchWait(StrEnum):
+    """What a :class:`LaunchTrigger` waits for."""
+
+    COMMIT = "commit"  # a committed batch >= min_batch
+    STANDBY = "standby"  # the launch's standby heartbeat (a driver waiting in await_handover)
 
 
 def committed_batches(fs: Any, root: str) -> list[int]:  # noqa: ANN401 - an fsspec filesystem
@@ -93,6 +103,10 @@ class LaunchTrigger(BaseTrigger):
     later one is committed, the job is known to have ended, or ``deadline`` (epoch seconds)
     passes. Fires one :class:`LaunchTriggerEvent` (as a dict).
 
+    With ``wait_for="standby"`` it waits instead for the launch's standby heartbeat (a heartbeat
+    in state standby that started after the launch): ``standby``; a commit or a running query's
+    heartbeat on the checkpoint is ``not_standby`` (the job does not wait for its handover).
+
     Without a ``handle`` only the checkpoint is watched. A job whose liveness cannot be told from
     where the triggerer runs is waited for until the deadline (see :mod:`airflow_ckpt_provider.jobs.
     liveness`). Storage and status errors are retried until the deadline; blocking I/O runs in a
@@ -109,8 +123,10 @@ class LaunchTrigger(BaseTrigger):
         storage_conn_id: str | None = None,
         log_lines: int = 60,
         started_at: float | None = None,
+        wait_for: str = LaunchWait.COMMIT,
     ) -> None:
         super().__init__()
+        self.wait_for = LaunchWait(wait_for)
         self.checkpoint_uri = checkpoint_uri
         self.deadline = float(deadline)
         self.handle = dict(handle) if handle else None
@@ -132,6 +148,8 @@ class LaunchTrigger(BaseTrigger):
                 "storage_conn_id": self.storage_conn_id,
                 "log_lines": self.log_lines,
                 "started_at": self.started_at,
+                # only when not the default: a commit wait serializes as it did before standbys
+                **({"wait_for": self.wait_for.value} if self.wait_for is not LaunchWait.COMMIT else {}),
             },
         )
 
@@ -148,9 +166,29 @@ class LaunchTrigger(BaseTrigger):
         return LaunchTriggerEvent(reason=reason, batch=batch, state=state, log_tail=log_tail, handle=self.handle,
                                   waited_s=round(time.time() - self.started_at, 3), evidence=evidence)
 
+    def _standby(self, control: ControlFiles, batches: list[int]) -> LaunchTriggerEvent | None:
+        """The standby wait's answer, or None to keep polling."""
+        if batches:
+            return self._event(LaunchEvent.NOT_STANDBY, batches[-1], DriverState.RUNNING,
+                               evidence=f"commits/{batches[-1]} appeared: the job started its query without "
+                                        "waiting for the handover")
+        beat = control.heartbeat()
+        started = self.handle.get("started_at", "") if self.handle else ""
+        if beat is None or not beat.is_alive() or (started and not _after(beat.started_at, started)):
+            return None
+        if beat.is_standby:
+            return self._event(LaunchEvent.STANDBY, None, DriverState.RUNNING,
+                               evidence=f"standby heartbeat of run {beat.run_id} (pid {beat.pid} on {beat.host})")
+        return self._event(LaunchEvent.NOT_STANDBY, None, DriverState.RUNNING,
+                           evidence=f"a running query's heartbeat (query {beat.query_id}): the job started its query "
+                                    "without waiting for the handover")
+
     def _poll(self, control: ControlFiles) -> LaunchTriggerEvent | None:
         batches = committed_batches(control.fs, control.root)
-        if batches and batches[-1] >= self.min_batch:
+        if self.wait_for is LaunchWait.STANDBY:
+            if (event := self._standby(control, batches)) is not None:
+                return event
+        elif batches and batches[-1] >= self.min_batch:
             return self._event(LaunchEvent.COMMITTED, batches[-1], DriverState.RUNNING)
         state, evidence = DriverState.UNKNOWN, "no launch handle: only the checkpoint is watched"
         if self.handle is not None:
@@ -158,7 +196,7 @@ class LaunchTrigger(BaseTrigger):
             state, evidence = verdict.state, verdict.evidence
             if verdict.alive is False:
                 batches = committed_batches(control.fs, control.root)  # it may have committed just before it ended
-                if batches and batches[-1] >= self.min_batch:
+                if batches and batches[-1] >= self.min_batch and self.wait_for is LaunchWait.COMMIT:
                     return self._event(LaunchEvent.COMMITTED, batches[-1], state, evidence=evidence)
                 return self._event(LaunchEvent.DIED, batches[-1] if batches else None, state,
                                    tail_text(verdict.log_tail, self.log_lines), evidence)

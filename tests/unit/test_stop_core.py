@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import os
@@ -345,25 +344,6 @@ def test_yarn_state_and_kill_commands(report: str, state: DriverState, tmp_path:
     with pytest.raises(EscalationFailed) as error:
         job_for(yarn, JobOptions(runner=Runner(returncode=1))).kill()
     assert "application not found" in str(error.value)
-
-
-# -- the Spark side imports only pyspark, the stdlib and airflow_ckpt_provider.spark ---------------
-
-
-def test_graceful_stop_module_imports_only_what_a_driver_has() -> None:
-    tree = ast.parse((REPO / "airflow_ckpt_provider" / "spark" / "graceful_stop.py").read_text())
-    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    shared = {"airflow_ckpt_provider.clock", "airflow_ckpt_provider.batch_names"}  # this package's standard-library-only modules
-    for name in names:
-        top = name.split(".")[0]
-        assert (top in sys.stdlib_module_names or top == "pyspark"
-                or name.startswith("airflow_ckpt_provider.spark") or name in shared), name
-    for name in shared:
-        tree = ast.parse((REPO / (name.replace(".", "/") + ".py")).read_text())
-        used = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        used += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        assert all(u.split(".")[0] in sys.stdlib_module_names or u == "__future__" for u in used), (name, used)
 
 
 class _HadoopListing:

@@ -1,0 +1,239 @@
+"""Standby start, inside the user's Spark driver: be ready before the old version stops.
+
+A standby launch (the reference DAG's default ``relaunch_mode="standby"``) starts the new
+version BEFORE the old one stops, with ``--conf spark.ckpt.standby=true`` and no offsets. The
+driver builds its SparkSession, warms it up, then :func:`await_handover` writes a ``standby``
+heartbeat in the new checkpoint's ``_ckpt/`` folder and waits. Once the old version stopped and
+its offsets were handed over, the provider writes ``_ckpt/standby-release.json``
+(:class:`~airflow_ckpt_provider.spark.control.StandbyRelease`); the driver sets the released
+``spark.ckpt.*`` keys in its session and returns, and the job starts its query exactly as a cold
+launch would. Downtime is then the stop, the handover and one first batch on a warm session,
+not a JVM and a session start.
+
+:func:`~airflow_ckpt_provider.spark.kafka.read_kafka` and
+:func:`~airflow_ckpt_provider.spark.kafka.checkpoint_location` call :func:`await_handover`
+themselves, so a job written with them works unchanged in both modes. A job that builds its
+Kafka reader by hand calls it before reading ``spark.ckpt.startingOffsets``::
+
+    spark = SparkSession.builder.getOrCreate()
+    await_handover(spark)          # returns at once in a cold launch
+    offsets = spark.conf.get("spark.ckpt.startingOffsets")
+
+While it waits, a stop request (the upgrade was aborted, or timed out) makes the driver
+acknowledge it like a stopped query with no batch, write a stopped heartbeat, stop its session
+and exit with code 0: it never writes a checkpoint file (only ``_ckpt/``). No release within
+``spark.ckpt.standbyTimeoutS`` (default one hour): the same, exit code
+:data:`EXIT_STANDBY_TIMEOUT`. A release is taken only when it names this driver's standby run,
+so a release left over from an earlier upgrade never starts a later standby.
+
+Imports only pyspark (lazily), the standard library and this package's standard-library-only
+modules: the driver has no Airflow. All files go through the checkpoint's Hadoop FileSystem.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.spark.control import (
+    CLEAN,
+    CONF_CHECKPOINT_LOCATION,
+    CONF_STANDBY,
+    CONF_STANDBY_TIMEOUT_S,
+    CONTROL_DIR,
+    DEFAULT_STANDBY_TIMEOUT_S,
+    HEARTBEAT,
+    STANDBY,
+    STANDBY_RELEASE,
+    STOP_ACK,
+    STOP_REQUEST,
+    STOPPED,
+    Heartbeat,
+    ProcessScope,
+    StandbyRelease,
+    StopAck,
+    StopRequest,
+)
+
+log = logging.getLogger(__name__)
+
+#: Exit code of a standby driver that was never released within its timeout.
+EXIT_STANDBY_TIMEOUT = 3
+__all__ = ["EXIT_STANDBY_TIMEOUT", "await_handover", "is_standby", "standby_run_id", "warm_up_session"]
+
+#: The release this driver took (one per driver process), and the standby run it was meant for.
+_taken: dict[str, Any] = {"release": None, "run_id": ""}
+_lock = threading.Lock()
+
+
+def is_standby(spark: Any) -> bool:
+    """Whether this driver was launched as a standby (``--conf spark.ckpt.standby=true``)."""
+    return str(spark.conf.get(CONF_STANDBY, "false")).strip().lower() == "true"
+
+
+def standby_run_id() -> str:
+    """The standby run this driver heartbeated as ("" when it was no standby). GracefulStop keeps
+    it as its own run id, so a stop request sent while the released query starts is answered."""
+    return str(_taken["run_id"])
+
+
+def warm_up_session(spark: Any) -> None:
+    """Run a tiny job and load the Kafka source's classes: the executor, the scheduler and code
+    generation are ready before the release."""
+    spark.range(64).selectExpr("sum(id) AS total").collect()
+    try:
+        spark._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    except Exception as exc:  # noqa: BLE001 - no connector on the classpath: the query will say so
+        log.info("could not preload the Kafka source: %s", exc)
+
+
+class _StandbyWait:
+    """One standby wait on one checkpoint (see the module doc)."""
+
+    def __init__(self, spark: Any, checkpoint: str, *, heartbeat_interval: float, poll_interval: float,
+                 timeout_s: float) -> None:
+        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
+        self.spark = spark
+        self.files = HadoopFiles(spark, checkpoint)
+        self.poll_interval = poll_interval
+        self.timeout_s = timeout_s
+        scope = ProcessScope.current()
+        now = utc_iso(timespec="milliseconds")
+        self.heartbeat = Heartbeat(query_id="", run_id=uuid.uuid4().hex, state=STANDBY, started_at=now, updated_at=now,
+                                   interval_s=heartbeat_interval, host=scope.host, pid=os.getpid(),
+                                   app_id=_app_id(spark), boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
+        self._stop_beats = threading.Event()
+        self._beat_lock = threading.Lock()
+
+    def beat(self, state: str = STANDBY) -> None:
+        with self._beat_lock:
+            self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
+            self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
+
+    def _beat_loop(self) -> None:
+        while not self._stop_beats.wait(self.heartbeat.interval_s):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - keep beating; a stale beat is read as gone
+                log.warning("standby heartbeat write failed: %s", exc)
+
+    def _read(self, rel: str, cls: Any) -> Any:
+        data = self.files.read(rel)
+        if data is None:
+            return None
+        try:
+            return cls.from_json(data)
+        except (ValueError, TypeError) as exc:
+            log.warning("ignoring unreadable %s: %s", rel, exc)
+            return None
+
+    def _pending_stop(self, ignored: str | None) -> StopRequest | None:
+        request = self._read(STOP_REQUEST, StopRequest)
+        if request is None or request.request_id == ignored or request.is_expired():
+            return None
+        ack = self._read(STOP_ACK, StopAck)
+        return None if ack is not None and ack.request_id == request.request_id else request
+
+    def _end(self, code: int, request: StopRequest | None = None) -> None:
+        """Acknowledge ``request`` (if any), beat stopped, stop the session, exit with ``code``."""
+        self._stop_beats.set()
+        if request is not None:
+            ack = StopAck(request_id=request.request_id, query_id="", run_id=self.heartbeat.run_id, outcome=CLEAN,
+                          last_committed_batch=None, last_planned_batch=None,
+                          stopped_at=utc_iso(timespec="milliseconds"))
+            self.files.write(STOP_ACK, ack.to_json().encode())
+        try:
+            self.beat(STOPPED)
+        finally:
+            self.spark.stop()
+        raise SystemExit(code)
+
+    def run(self) -> StandbyRelease:
+        self.files.fs.mkdirs(self.files.path(CONTROL_DIR))
+        stale = self._read(STOP_REQUEST, StopRequest)  # an answered or expired request is history
+        ack = self._read(STOP_ACK, StopAck)
+        ignored = stale.request_id if stale is not None and (
+            stale.is_expired() or (ack is not None and ack.request_id == stale.request_id)) else None
+        self.beat()
+        thread = threading.Thread(target=self._beat_loop, name="ckpt-standby-heartbeat", daemon=True)
+        thread.start()
+        log.info("standby on %s (run %s): session ready, waiting up to %.0f s for the handover",
+                 self.files.root, self.heartbeat.run_id, self.timeout_s)
+        waited_from = time.monotonic()
+        try:
+            while True:
+                release = self._read(STANDBY_RELEASE, StandbyRelease)
+                if release is not None and release.standby_run_id == self.heartbeat.run_id:
+                    log.info("released after %.1f s (release %s): starting at %s", time.monotonic() - waited_from,
+                             release.release_id, release.starting_offsets)
+                    return release
+                request = self._pending_stop(ignored)
+                if request is not None:
+                    log.info("stop request %s while waiting as a standby (by %s): exiting without writing a "
+                             "checkpoint file", request.request_id, request.requested_by or "unknown")
+                    self._end(0, request)
+                if time.monotonic() - waited_from > self.timeout_s:
+                    log.error("no handover within %.0f s: exiting without writing a checkpoint file", self.timeout_s)
+                    self._end(EXIT_STANDBY_TIMEOUT)
+                time.sleep(self.poll_interval)
+        finally:
+            self._stop_beats.set()
+            thread.join(timeout=self.heartbeat.interval_s + 5)
+
+
+def _app_id(spark: Any) -> str:
+    try:
+        return str(spark.sparkContext.applicationId)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return ""
+
+
+def await_handover(
+    spark: Any,
+    *,
+    warm_up: Callable[[Any], object] | None = warm_up_session,
+    poll_interval: float = 0.2,
+    heartbeat_interval: float = 1.0,
+    timeout_s: float | None = None,
+) -> StandbyRelease | None:
+    """In a standby launch: warm the session up, wait for the release, set its keys in the
+    session's conf and return it. In any other launch: None at once (the keys came with
+    ``--conf``). Idempotent: a second call returns the same release.
+
+    ``warm_up`` runs once before the standby heartbeat (None: no warm-up); ``timeout_s``
+    overrides ``spark.ckpt.standbyTimeoutS``. Ends the driver (``SystemExit``, session stopped,
+    no checkpoint file written) on a stop request (code 0) or a timeout
+    (:data:`EXIT_STANDBY_TIMEOUT`).
+    """
+    if not is_standby(spark):
+        return None
+    with _lock:
+        if _taken["release"] is not None:
+            return _taken["release"]
+        checkpoint = str(spark.conf.get(CONF_CHECKPOINT_LOCATION, "") or "")
+        if not checkpoint:
+            raise ValueError(f"a standby launch needs --conf {CONF_CHECKPOINT_LOCATION}=<new checkpoint>")
+        if heartbeat_interval <= 0 or poll_interval <= 0:
+            raise ValueError("heartbeat_interval and poll_interval must be positive")
+        timeout = timeout_s if timeout_s is not None else float(
+            spark.conf.get(CONF_STANDBY_TIMEOUT_S, str(DEFAULT_STANDBY_TIMEOUT_S)))
+        if warm_up is not None:
+            started = time.monotonic()
+            warm_up(spark)
+            log.info("standby warm-up done in %.1f s", time.monotonic() - started)
+        wait = _StandbyWait(spark, checkpoint, heartbeat_interval=heartbeat_interval, poll_interval=poll_interval,
+                            timeout_s=timeout)
+        _taken["run_id"] = wait.heartbeat.run_id
+        release = wait.run()
+        for key, value in release.spark_conf().items():
+            spark.conf.set(key, value)
+        _taken["release"] = release
+        return release
