@@ -1,22 +1,27 @@
-"""Benchmark: downtime of the reference upgrade DAG vs. a bare restart, measured in the same run.
+"""Benchmark: downtime of a standby upgrade and a cold upgrade vs. a bare restart, in one run.
 
-On the embedded local stack (KRaft Kafka, local Spark, SQLite Airflow home) with a producer
-running: start version 1 of the demo job, upgrade it to version 2 with the reference DAG
-(``dags/stream_upgrade.py`` through ``dag.test()``, approval answered automatically), then, as
-the baseline, stop version 2 gracefully with ``ckpt stop`` (the DAG's quiet period, 5 s) and
-start it again on its own checkpoint. Downtime is read from the checkpoints' commit files:
+On the embedded local stack (KRaft Kafka, local Spark, SQLite Airflow home), with a producer
+running, each scenario starts version 1 of the demo job on a fresh topic, then:
 
-* upgrade: version 1's last commit -> version 2's first commit;
-* bare restart: the last commit before the stop -> the first commit after the restart.
+* ``bare``: stops it gracefully with ``ckpt stop`` (the DAG's quiet period) and starts version 1
+  again on its own checkpoint — the floor any restart pays;
+* ``cold``: upgrades it to version 2 with ``stream_upgrade_cold`` (stop, handover, archive, then
+  spark-submit of version 2);
+* ``standby``: upgrades it with ``stream_upgrade`` (version 2 started before the stop, released
+  at the handover).
 
-Prints each DAG step's seconds (from the report the DAG stored in the archive), where each
-downtime went, both downtimes and their ratio (target: upgrade <= 1.2x the bare restart), then
-audits the sink (every Kafka record exactly once across both). Work dir ``.work/bench-downtime``,
-Airflow home ``.airflow/bench``; every process it started is stopped at the end.
+Scenarios alternate (``--rounds`` rounds, each in a rotated order), so a slow minute of the
+machine does not land on one scenario only. Downtime is read from the checkpoints' commit files:
+the old version's last commit before the stop -> the first commit after it. Every scenario ends
+with its sink audit: every Kafka (partition, offset) exactly once. Prints each run's downtime
+and where it went (the upgrade report's share of the downtime per step), the median per
+scenario and the ratios to the bare restart; the last line is ``downtime ratio standby/bare: X``.
 
-    python bench/downtime.py [--rate 100] [--target 1.2]
+    python bench/downtime.py [--rounds 1] [--rate 100] [--target 0.3]
 
-Exit status 1 if the DAG did not upgrade, the sink audit fails, or the ratio is above --target.
+Work dir ``.work/bench-downtime``, Airflow home ``.airflow/bench``; every process it started is
+stopped at the end. Exit status 1 if a DAG did not upgrade, a sink audit fails, or the standby
+ratio is above ``--target``.
 """
 
 from __future__ import annotations
@@ -24,53 +29,129 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
+import statistics
 import sys
 import time
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_QUIET_PERIOD_S = 5.0  # build_stream_upgrade_dag(quiet_period=5.0), the reference DAG's default
+SCENARIOS = ("bare", "cold", "standby")
+DAG_IDS = {"cold": "stream_upgrade_cold", "standby": "stream_upgrade"}
 
 
-def _epoch(iso: str | None) -> float | None:
-    return datetime.fromisoformat(iso).timestamp() if iso else None
+@dataclass
+class Run:
+    """One measured scenario: its downtime, where it went, and its sink audit."""
+
+    scenario: str
+    round: int
+    downtime_s: float | None = None
+    parts: dict[str, float] = field(default_factory=dict)
+    audit: Any = None
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and self.audit is not None and self.audit.ok and self.downtime_s is not None
 
 
-def _history(checkpoint: Path) -> list:  # noqa: ANN401 - list[BatchRecord]
-    """The checkpoint's retained batches (id, planned time, commit time, input rows), oldest first."""
+def _committed(checkpoint: Path) -> list[Any]:
+    """The checkpoint's retained committed batches, oldest first (BatchRecord)."""
     import fsspec
 
     from airflow_ckpt_provider.checkpoint.history import batch_history
 
-    return batch_history(*fsspec.core.url_to_fs(str(checkpoint)))
+    return [b for b in batch_history(*fsspec.core.url_to_fs(str(checkpoint))) if b.committed_at is not None]
 
 
-def _committed(checkpoint: Path) -> list:  # noqa: ANN401 - list[BatchRecord]
-    return [b for b in _history(checkpoint) if b.committed_at is not None]
+def _kill_jobs_under(root: Path) -> None:
+    """Kill the process groups of the Spark jobs running on checkpoints under ``root`` (the
+    versions the DAG launched are not in UpgradeDemo.handles)."""
+    from airflow_ckpt_provider.jobs.local import group_members, kill_group
+
+    needle = str(root).encode()
+    groups = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "cmdline").read_bytes():
+                groups.add(os.getpgid(int(entry.name)))
+        except OSError:
+            continue
+    for group in groups - {os.getpgrp()}:
+        if group_members(group):
+            kill_group(group)
 
 
-def _heartbeat_group(checkpoint: Path) -> int | None:
-    """Process group of the driver heartbeating on ``checkpoint`` (the launcher starts each job
-    in its own session), None when there is none or it is gone."""
-    import fsspec
+def bare_restart(demo: Any, v1: Any) -> tuple[float, dict[str, float]]:
+    """Stop version 1 gracefully and start it again on its own checkpoint; (downtime, parts)."""
+    from airflow_ckpt_provider.cli import main as ckpt
+    from airflow_ckpt_provider.local.upgrade_demo import V1
 
-    from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+    demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
+    code = ckpt(["stop", str(demo.old_cp), "--timeout", "120", "--quiet-period", f"{DAG_QUIET_PERIOD_S:g}",
+                 "--pid", str(v1.pid)])
+    stopped = time.time()
+    if code != 0:
+        raise RuntimeError(f"ckpt stop exited {code}")
+    last = _committed(demo.old_cp)[-1]
+    handle = demo.launch(V1, demo.old_cp, starting_offsets=None)
+    demo.wait_for_batch(demo.old_cp, last.batch_id + 1, 600, handle)
+    first = min((b for b in _committed(demo.old_cp) if b.batch_id > last.batch_id), key=lambda b: b.committed_at)
+    parts = {"ckpt stop (ack, quiet check)": round(stopped - last.committed_at, 3),
+             "spark-submit to first commit": round(first.committed_at - stopped, 3)}
+    return first.committed_at - last.committed_at, parts
 
-    beat = ControlFiles(*fsspec.core.url_to_fs(str(checkpoint))).heartbeat()
-    if beat is None or not beat.pid or not beat.is_alive():  # a stopped driver's pid may be reused
-        return None
+
+def dag_upgrade(demo: Any, v1: Any, dag_id: str) -> tuple[float, dict[str, float]]:
+    """Upgrade version 1 to version 2 with the reference DAG ``dag_id``; (downtime, parts)."""
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
+    from airflow_ckpt_provider.local.upgrade_demo import read_dag_report
+
+    demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
+    run = demo.upgrade_with_dag(v1, dag_id=dag_id)
+    stored = read_dag_report(demo.archive_root)
+    if stored is None or stored.get("outcome") != "upgraded":
+        raise RuntimeError(f"{dag_id} did not upgrade: run {run.state}, outcome "
+                           f"{(stored or {}).get('outcome', 'no report')}")
+    report = UpgradeReport.from_json(stored)
+    downtime = downtime_seconds(_committed(demo.old_cp), _committed(demo.new_cp))
+    if downtime is None:
+        raise RuntimeError("no commits to measure the downtime from")
+    return downtime, report.downtime_by_step()
+
+
+def measure(scenario: str, round_: int, work: Path, kafka: Any, rate: float) -> Run:
+    from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo
+
+    run = Run(scenario, round_)
+    folder = work / f"{scenario}-{round_}"
+    shutil.rmtree(folder, ignore_errors=True)
+    demo = UpgradeDemo(folder, kafka=kafka, rate=rate)
     try:
-        group = os.getpgid(beat.pid)
-    except ProcessLookupError:
-        return None
-    return group if group != os.getpgrp() else None
+        v1 = demo.start()
+        if scenario == "bare":
+            run.downtime_s, run.parts = bare_restart(demo, v1)
+            run.audit = demo.finish(demo.old_cp)
+        else:
+            run.downtime_s, run.parts = dag_upgrade(demo, v1, DAG_IDS[scenario])
+            run.audit = demo.finish(demo.new_cp)
+    except Exception as exc:  # noqa: BLE001 - a failed scenario is reported, the others still run
+        run.problem = f"{type(exc).__name__}: {exc}"
+    finally:
+        _kill_jobs_under(folder)
+        demo.close()
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the three scenarios (default 1)")
     parser.add_argument("--rate", type=float, default=100.0, help="records per second produced (default 100)")
-    parser.add_argument("--target", type=float, default=1.2, help="max upgrade / bare restart ratio (default 1.2)")
+    parser.add_argument("--target", type=float, default=0.3, help="max standby / bare ratio (default 0.3)")
     parser.add_argument("--work", type=Path, default=REPO / ".work" / "bench-downtime")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
@@ -83,112 +164,49 @@ def main(argv: list[str] | None = None) -> int:
     home = REPO / ".airflow" / "bench"
     os.environ.update(airflow_env(home, REPO / "dags"))
     prepare_airflow_home(home, REPO / "dags")
+    from airflow_ckpt_provider.local.kafka import LocalKafka
 
-    from airflow_ckpt_provider.checkpoint.report import downtime_seconds
-    from airflow_ckpt_provider.cli import main as ckpt
-    from airflow_ckpt_provider.local.upgrade_demo import V2, UpgradeDemo, read_dag_report
-
-    started = time.monotonic()
-    load_before = os.getloadavg()
-    demo = UpgradeDemo(args.work, rate=args.rate)
-    pgid: int | None = None  # the version 2 job the DAG launched: not one of demo.handles
+    started, load_before = time.monotonic(), os.getloadavg()
+    shutil.rmtree(args.work, ignore_errors=True)
+    kafka = LocalKafka(args.work / "kafka").start()
+    runs: list[Run] = []
     try:
-        # -- the upgrade, with the reference DAG ---------------------------------------------------
-        v1 = demo.start()
-        run = demo.upgrade_with_dag(v1)
-        report = read_dag_report(demo.archive_root) or {}
-        if report.get("outcome") != "upgraded":
-            print(f"the DAG did not upgrade: run {run.state}, outcome {report.get('outcome', 'no report')}")
-            return 1
-        old_hist, new_hist = _history(demo.old_cp), _history(demo.new_cp)
-        upgrade_s = downtime_seconds(old_hist, new_hist)
-        v1_last = max(b.committed_at for b in old_hist if b.committed_at is not None)
-        v2_first = min((b for b in new_hist if b.committed_at is not None), key=lambda b: b.committed_at)
-        steps = {s["name"]: s for s in report.get("steps", [])}
-
-        # -- the baseline: stop version 2 gracefully and start it again on its own checkpoint -----
-        pgid = _heartbeat_group(demo.new_cp)
-        demo.wait_for_batch(demo.new_cp, _committed(demo.new_cp)[-1].batch_id + 3, 120)  # steady state
-        stop_args = ["stop", str(demo.new_cp), "--timeout", "120", "--quiet-period", f"{DAG_QUIET_PERIOD_S:g}"]
-        asked = time.time()
-        code = ckpt([*stop_args, *(["--pid", str(pgid)] if pgid else [])])
-        stopped = time.time()
-        if code != 0:
-            print(f"ckpt stop exited {code}")
-            return 1
-        before = _committed(demo.new_cp)
-        last_before = before[-1]
-        launched = time.time()
-        handle = demo.launch(V2, demo.new_cp, starting_offsets=None)
-        demo.wait_for_batch(demo.new_cp, last_before.batch_id + 1, 300, handle)
-        first_after = min((b for b in _committed(demo.new_cp) if b.batch_id > last_before.batch_id),
-                          key=lambda b: b.committed_at)
-        bare_s = first_after.committed_at - last_before.committed_at
-
-        # -- proof: every record in the sink exactly once, across the upgrade and the restart -----
-        audit = demo.finish(demo.new_cp)
+        for round_ in range(args.rounds):
+            order = SCENARIOS[round_ % 3:] + SCENARIOS[:round_ % 3]
+            for scenario in order:
+                run = measure(scenario, round_, args.work, kafka, args.rate)
+                runs.append(run)
+                print(f"round {round_} {scenario:<8} downtime "
+                      f"{'-' if run.downtime_s is None else f'{run.downtime_s:.1f} s'}"
+                      f"{'  ' + run.problem if run.problem else ''}", flush=True)
     finally:
-        from airflow_ckpt_provider.jobs.local import group_members, kill_group
-
-        pgid = pgid or _heartbeat_group(demo.new_cp)
-        if pgid and group_members(pgid):
-            kill_group(pgid)
-        demo.close()
+        kafka.stop()
     load_after = os.getloadavg()
 
     print()
-    print(f"downtime: reference DAG upgrade vs. bare restart ({args.rate:g} records/s, 1 s trigger, "
-          f"load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} CPUs)")
-    print()
-    print("DAG steps (from the stored upgrade report)")
-    for name, step in steps.items():
-        seconds = "-" if step["seconds"] is None else f"{step['seconds']:7.1f}"
-        print(f"  {name:<22} {step['state']:<8} {seconds:>7} s")
-    print()
-    stop_end, launch_start = _epoch(steps["graceful_stop"]["ended_at"]), _epoch(steps["relaunch"]["started_at"])
-
-    def start(record, since: float) -> list[tuple[str, float]]:  # noqa: ANN001
-        planned = record.planned_at_ms / 1000 if record.planned_at_ms else None
-        if planned is None:
-            return [("-> first commit (spark-submit, query start, first batch)", record.committed_at - since)]
-        return [("-> first batch planned (spark-submit, JVM, session, query start)", planned - since),
-                (f"-> first batch committed ({record.input_rows} rows read)", record.committed_at - planned)]
-
-    rows = [
-        ("upgrade (DAG)", upgrade_s, [
-            ("v1 last commit -> graceful_stop done (ack, quiet check)", stop_end - v1_last),
-            ("-> relaunch task started (handover, archive, scheduling)", launch_start - stop_end),
-            *start(v2_first, launch_start),
-        ]),
-        ("bare restart", bare_s, [
-            ("last commit -> ckpt stop returned (ack, quiet check)", stopped - last_before.committed_at),
-            ("-> relaunched", launched - stopped),
-            *start(first_after, launched),
-        ]),
-    ]
-    for title, total, parts in rows:
-        print(f"{title}: downtime {total:.1f} s")
-        for label, seconds in parts:
+    print(f"downtime: standby upgrade, cold upgrade and bare restart ({args.rate:g} records/s, 1 s trigger, "
+          f"{args.rounds} round(s), load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} CPUs)")
+    for run in runs:
+        audit = run.audit
+        verdict = (f"sink: produced {audit.produced}, lost {audit.lost}, duplicated {audit.duplicated}"
+                   if audit is not None else run.problem)
+        print(f"\n{run.scenario} (round {run.round}): downtime "
+              f"{'-' if run.downtime_s is None else f'{run.downtime_s:.1f} s'}; {verdict}")
+        for label, seconds in run.parts.items():
             print(f"  {seconds:6.1f} s  {label}")
-    print(f"  (ckpt stop took {stopped - asked:.1f} s from the request to its return)")
+    medians = {s: statistics.median(r.downtime_s for r in runs if r.scenario == s and r.downtime_s is not None)
+               for s in SCENARIOS if any(r.scenario == s and r.downtime_s is not None for r in runs)}
     print()
-    print(f"  report's downtime_s    {report.get('downtime_s', float('nan')):.1f} s (same measure, by the DAG)")
-    ratio = upgrade_s / bare_s
-    verdict = "met" if ratio <= args.target else "NOT met"
-    print(f"ratio upgrade / bare restart = {upgrade_s:.1f} / {bare_s:.1f} = {ratio:.2f}x "
-          f"(target <= {args.target:g}x: {verdict})")
-    if ratio > args.target:
-        extra = [("the stop (ack + quiet check)", (stop_end - v1_last) - (stopped - last_before.committed_at)),
-                 ("handover, archive and task scheduling", (launch_start - stop_end) - (launched - stopped)),
-                 ("the start of v2 (spark-submit to first commit)",
-                  (v2_first.committed_at - launch_start) - (first_after.committed_at - launched))]
-        label, seconds = max(extra, key=lambda item: item[1])
-        print(f"  the upgrade's extra {upgrade_s - bare_s:.1f} s: "
-              + ", ".join(f"{name} {s:+.1f} s" for name, s in extra) + f"; dominated by {label}")
-    print(f"sink audit: produced {audit.produced}, in sink {audit.in_sink}, lost {audit.lost}, "
-          f"duplicated {audit.duplicated}, unexpected {audit.unexpected}")
-    print(f"total {time.monotonic() - started:.0f} s")
-    return 0 if audit.ok and ratio <= args.target else 1
+    for scenario, value in medians.items():
+        print(f"median downtime {scenario:<8} {value:6.1f} s")
+    ok = all(run.ok for run in runs) and {"bare", "standby"} <= set(medians)
+    ratio = medians["standby"] / medians["bare"] if {"bare", "standby"} <= set(medians) else float("nan")
+    if {"bare", "cold"} <= set(medians):
+        print(f"downtime ratio cold/bare: {medians['cold'] / medians['bare']:.2f}")
+    print(f"total {time.monotonic() - started:.0f} s; every sink audit {'passed' if ok else 'did NOT pass'}; "
+          f"target standby <= {args.target:g}x bare: {'met' if ratio <= args.target else 'NOT met'}")
+    print(f"downtime ratio standby/bare: {ratio:.2f}")
+    return 0 if ok and ratio <= args.target else 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,20 @@
 """Reference DAG: move a Spark Structured Streaming job reading Kafka to a new checkpoint and a new
 version, with nothing lost and nothing duplicated, and prove it.
 
-preflight -> approval (HITL, can be switched off) -> graceful stop -> handover -> archive ->
-relaunch -> verify; when a step after a completed stop fails: rollback (stop the new job,
-restore the old checkpoint if it was removed, restart the old version on it) — never after a
-failure before or during the stop, when the old version may still run; always: the upgrade
-report, which fails the run unless the outcome is "upgraded" or "rejected".
+Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> approval
+(HITL, can be switched off) -> start the new version as a standby (its session is ready, its
+query waits) -> graceful stop of the old version -> handover -> release the standby at the
+handover (relaunch) -> verify -> archive of the old checkpoint. The stream is down only from the
+stop to the standby's first batch. Both drivers run at once for the standby window.
+
+Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without room for a second
+driver): preflight -> approval -> graceful stop -> handover -> archive -> relaunch -> verify.
+
+Rollback: when a step after a completed stop fails, stop the new version, restore the old
+checkpoint if it was removed and restart the old version on it; never after a failure before or
+during the stop, when the old version may still run — then only a standby is stopped, and the
+old version is left as it is. Always: the upgrade report, which fails the run unless the outcome
+is "upgraded" or "rejected".
 
 Every step records itself in the upgrade journal next to the archives (the preflight opens it
 and takes the stream's lock): a retried task or a re-triggered run with the same params resumes
@@ -13,9 +22,9 @@ the upgrade instead of repeating a side effect — no second archive, no second 
 stop of the new job — and approval is not asked again once the stop has begun. See
 docs "Reliability".
 
-Two DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` for manual runs (trigger
-form), and ``stream_upgrade_on_artifact``, scheduled on the Asset of the new application
-artifact, whose defaults come from the Airflow Variable ``stream_upgrade_defaults`` (JSON).
+Three DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` (standby) and
+``stream_upgrade_cold`` for manual runs (trigger form), and ``stream_upgrade_on_artifact``
+(standby, no approval), scheduled on the Asset of the new application artifact.
 Copy this file and change the defaults to upgrade your own streams; the operators can also be
 used one by one (see the docs' XCom contract).
 """
@@ -28,10 +37,15 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Asset, Param, chain, task
 
-from airflow_ckpt_provider.checkpoint.outcome import should_roll_back
+from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
+from airflow_ckpt_provider.checkpoint.outcome import rollback_plan
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
-from airflow_ckpt_provider.operators.launch import HandoverVerifyOperator, StreamLaunchOperator
+from airflow_ckpt_provider.operators.launch import (
+    HandoverVerifyOperator,
+    StandbyReleaseOperator,
+    StreamLaunchOperator,
+)
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
@@ -58,9 +72,13 @@ PARAMS: dict[str, Param] = {
                                     "both checkpoints and the new application, so a re-triggered run resumes it"),
 }
 
-STEPS = ["preflight", "approve", "graceful_stop", "extract_handover", "archive", "relaunch", "verify",
-         "rollback_stop_new", "rollback_restore", "rollback_restart_old"]
-UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
+ROLLBACK = ["rollback_stop_new", "rollback_restore", "rollback_restart_old"]
+#: The upgrade's steps in the order they run, per relaunch mode.
+UPGRADE = {
+    RelaunchMode.STANDBY: ["start_standby", "graceful_stop", "extract_handover", "relaunch", "verify", "archive"],
+    RelaunchMode.COLD: ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"],
+}
+STEPS = {mode: ["preflight", "approve", *steps, *ROLLBACK] for mode, steps in UPGRADE.items()}
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
@@ -69,7 +87,8 @@ UPGRADE = ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 #: The new job's LaunchHandle, pushed by relaunch before it defers ('' when it never launched). A
 #: template rather than an XComArg: an XComArg would make rollback wait on relaunch's success.
-NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') %}"
+NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') "
+              "or ti.xcom_pull(task_ids='start_standby', key='launch_handle') %}"
               "{{ handle | tojson if handle else '' }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
@@ -86,14 +105,20 @@ def build_stream_upgrade_dag(
     first_commit_timeout: float = 600.0,
     remove_old_checkpoint: bool = False,
     progress_window_s: float = 20.0,
+    relaunch_mode: RelaunchMode | str = RelaunchMode.STANDBY,
+    standby_timeout: float = 3600.0,
     **dag_kwargs: Any,
 ) -> DAG:
     """The upgrade DAG. ``defaults`` override the params' defaults (scheduled and asset-triggered
     runs use them); the keyword arguments fix what a trigger form should not change: how long a
     stop may take before it escalates to a kill, how long the stopped checkpoint must stay quiet,
     how often the triggers look at the checkpoints, how long the new version may take to commit
-    its first batch, whether the old checkpoint is deleted after its verified archive, and how
-    long the new query must keep committing during verification."""
+    its first batch (or, as a standby, to be ready), whether the old checkpoint is deleted after
+    its verified archive, how long the new query must keep committing during verification, how
+    the new version starts (``relaunch_mode``: standby or cold, see the module doc) and how long
+    a standby waits for its release before it exits by itself."""
+    mode = RelaunchMode(relaunch_mode)
+    upgrade, steps = UPGRADE[mode], STEPS[mode]
     params = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
               if defaults and name in defaults else p for name, p in PARAMS.items()}
     with DAG(dag_id=dag_id, schedule=schedule, params=params, catchup=False, max_active_runs=1,
@@ -129,7 +154,7 @@ def build_stream_upgrade_dag(
             """Ask unless approval is off, or the run resumes an upgrade already under way (approved
             before its stop began)."""
             resuming = bool((ti.xcom_pull(task_ids="preflight") or {}).get("resuming")) if ti else False
-            return "approve" if params and params["require_approval"] and not resuming else "graceful_stop"
+            return "approve" if params and params["require_approval"] and not resuming else upgrade[0]
 
         approve = ApprovalOperator(
             task_id="approve",
@@ -137,11 +162,21 @@ def build_stream_upgrade_dag(
             body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
+        start_standby = StreamLaunchOperator(
+            task_id="start_standby", application="{{ params.new_application }}",
+            application_args=planned["new_application_args"], conf=planned["spark_conf"],
+            checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
+            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
+            sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            trigger_rule="none_failed_min_one_success", journal=JOURNAL,
+        ) if mode is RelaunchMode.STANDBY else None
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, poll_interval=poll_interval,
-            trigger_rule="none_failed_min_one_success", journal=JOURNAL, **STOP_RETRY,
+            trigger_rule="none_failed_min_one_success" if start_standby is None else "all_success",
+            journal=JOURNAL, **STOP_RETRY,
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -155,7 +190,7 @@ def build_stream_upgrade_dag(
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
             upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}", journal=JOURNAL,
         )
-        relaunch = StreamLaunchOperator(
+        launch_args: dict[str, Any] = dict(
             task_id="relaunch", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], conf=planned["spark_conf"],
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
@@ -163,17 +198,34 @@ def build_stream_upgrade_dag(
             sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
             poll_interval=poll_interval, journal=JOURNAL,
         )
+        # standby: release the waiting standby at the handover (a cold launch if it is gone)
+        relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
+                    else StandbyReleaseOperator(standby_handle=start_standby.output, **launch_args))
         verify = HandoverVerifyOperator(
             task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
             poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
         )
 
+        # the steps after the stop whose failure rolls back: up to the verification (an archive
+        # failing after a verified standby upgrade is retried, never rolled back: v2 already wrote)
+        after_stop = upgrade[upgrade.index("graceful_stop") + 1:upgrade.index("verify") + 1]
+        new_steps = ["relaunch"] if start_standby is None else ["start_standby", "relaunch"]
+
+        def plan_rollback(ti: Any) -> Any:
+            states = {s.name: s.state for s in step_timings(ti, upgrade, task_states(ti, upgrade))}
+            return rollback_plan(states, stop_step="graceful_stop", after_stop=after_stop, new_steps=new_steps,
+                                 done_step="verify")
+
         @task.branch(trigger_rule="all_done")
         def rollback_gate(ti: Any = None) -> list[str]:
-            """Roll back only when this run stopped the old job and a later step failed."""
-            states = {s.name: s.state for s in step_timings(ti, UPGRADE, task_states(ti, UPGRADE))}
-            return ["rollback_stop_new"] if should_roll_back(states, UPGRADE[0], UPGRADE[1:]) else []
+            """Stop the new version when it started and the upgrade did not complete."""
+            return ["rollback_stop_new"] if plan_rollback(ti).stop_new else []
+
+        @task.branch
+        def restart_gate(ti: Any = None) -> list[str]:
+            """Restore and restart the old version only when this run stopped it and a later step failed."""
+            return ["rollback_restore"] if plan_rollback(ti).restart_old else []
 
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
@@ -197,22 +249,28 @@ def build_stream_upgrade_dag(
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
-            step_task_ids=STEPS, upgrade_task_ids=UPGRADE, handover_task_id="extract_handover",
+            step_task_ids=steps, upgrade_task_ids=upgrade, handover_task_id="extract_handover",
             archive_task_id="archive", approval_task_id="approve", rollback_task_id="rollback_restart_old",
             trigger_rule="all_done", journal=JOURNAL,
         )
 
+        tasks = {"start_standby": start_standby, "graceful_stop": graceful_stop, "extract_handover": extract,
+                 "archive": archive, "relaunch": relaunch, "verify": verify}
+        ordered = [tasks[name] for name in upgrade]
         gate = approval_gate()
-        chain(planned, preflight, gate, [approve, graceful_stop])
-        chain(approve, graceful_stop, extract, archive, relaunch, verify)
+        chain(planned, preflight, gate, [approve, ordered[0]])
+        chain(approve, *ordered)
         gate_rollback = rollback_gate()
-        [graceful_stop, extract, archive, relaunch, verify] >> gate_rollback
-        chain(gate_rollback, rollback_stop_new, rollback_restore, rollback_restart_old)
-        [verify, rollback_restart_old] >> report  # not below the gate: a branch skips its direct children
+        ordered >> gate_rollback
+        chain(gate_rollback, rollback_stop_new, restart_gate(), rollback_restore, rollback_restart_old)
+        [ordered[-1], rollback_restart_old] >> report  # not below the gates: a branch skips its direct children
     return dag
 
 
 manual = build_stream_upgrade_dag("stream_upgrade")
+# The same upgrade without a standby: the new version starts only after the stop and the archive
+# (one driver at a time; downtime includes the new version's JVM and session start).
+cold = build_stream_upgrade_dag("stream_upgrade_cold", relaunch_mode=RelaunchMode.COLD)
 # Scheduled on the new version's artifact: publishing it (an Asset event) starts the upgrade with
 # the defaults below and no approval. Set the defaults for your stream before enabling it.
 on_artifact = build_stream_upgrade_dag(

@@ -29,6 +29,13 @@ class LaunchMode(StrEnum):
     YARN_CLUSTER = "yarn-cluster"  # driver in a YARN application master
 
 
+class RelaunchMode(StrEnum):
+    """How an upgrade starts the new version (``build_stream_upgrade_dag(relaunch_mode=...)``)."""
+
+    STANDBY = "standby"  # launched before the old version stops, released at the handover
+    COLD = "cold"  # launched after the stop, the handover and the archive
+
+
 _REQUIRED: dict[LaunchMode, tuple[str, ...]] = {
     LaunchMode.LOCAL: ("pid",),
     LaunchMode.STANDALONE_CLUSTER: ("driver_id", "master"),

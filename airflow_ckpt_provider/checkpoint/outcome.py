@@ -8,6 +8,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from airflow_ckpt_provider.enums import StrEnum
 
@@ -43,6 +44,38 @@ def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequ
     never share a checkpoint.
     """
     return states.get(stop_step) == TaskState.SUCCESS and any(states.get(s) == TaskState.FAILED for s in after_stop)
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """What the rollback must do: stop the new version (a standby, or the released or launched
+    job), and restore and restart the old version on its checkpoint."""
+
+    stop_new: bool
+    restart_old: bool
+
+
+def rollback_plan(
+    states: Mapping[str, str],
+    *,
+    stop_step: str,
+    after_stop: Sequence[str],
+    new_steps: Sequence[str],
+    done_step: str,
+) -> RollbackPlan:
+    """The rollback for these step states.
+
+    ``restart_old`` is :func:`should_roll_back` over ``after_stop``: this run stopped the old
+    version and a later step failed. ``stop_new`` also holds when a step that starts the new
+    version (``new_steps``: the standby launch, the release or the cold launch) ran while
+    ``done_step`` (the verification) did not succeed: a standby started before a stop that
+    failed, or was refused, is stopped, and the old version is left as it is (it may still run).
+    """
+    restart_old = should_roll_back(states, stop_step, after_stop)
+    ran = {TaskState.SUCCESS, TaskState.FAILED, TaskState.RUNNING}
+    started_new = any(states.get(step) in ran for step in new_steps)
+    return RollbackPlan(stop_new=restart_old or (started_new and states.get(done_step) != TaskState.SUCCESS),
+                        restart_old=restart_old)
 
 
 def upgrade_outcome(

@@ -51,8 +51,37 @@ class UpgradeReport:
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types only (lists, not tuples), as XCom stores them."""
-        return json.loads(json.dumps(asdict(self)))
+        """Plain JSON types only (lists, not tuples), as XCom stores them; with the computed
+        ``downtime_by_step`` (see :meth:`downtime_by_step`)."""
+        data = json.loads(json.dumps(asdict(self)))
+        data["downtime_by_step"] = self.downtime_by_step()
+        return data
+
+    def downtime_by_step(self) -> dict[str, float]:
+        """Seconds of the downtime (old query's last commit to new query's first) spent in each
+        step, in step order, plus ``between steps`` (scheduling, task start-up) and ``first batch``
+        (after the last step that overlaps it ended: the new query's start and first batch);
+        empty when the downtime or the step times are unknown."""
+        window = downtime_window(self.old_batches, self.new_batches)
+        if window is None or window[1] <= window[0]:
+            return {}
+        start, end = window
+        parts: dict[str, float] = {}
+        covered: list[tuple[float, float]] = []
+        for step in self.steps:
+            if not step.started_at or not step.ended_at:
+                continue
+            begin, finish = _epoch(step.started_at), _epoch(step.ended_at)
+            overlap = min(finish, end) - max(begin, start)
+            if overlap > 0:
+                parts[step.name] = round(overlap, 3)
+                covered.append((max(begin, start), min(finish, end)))
+        if not covered:
+            return {}
+        last = max(b for _, b in covered)
+        parts["between steps"] = round(max(0.0, (last - start) - _union(covered)), 3)
+        parts["first batch"] = round(max(0.0, end - last), 3)
+        return parts
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2)
@@ -60,6 +89,7 @@ class UpgradeReport:
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> UpgradeReport:
         raw = dict(json.loads(data) if isinstance(data, str) else data)
+        raw.pop("downtime_by_step", None)  # computed
         raw["steps"] = tuple(StepTiming(**s) for s in raw.get("steps", ()))
         raw["old_batches"] = tuple(BatchRecord(**b) for b in raw.get("old_batches", ()))
         raw["new_batches"] = tuple(BatchRecord(**b) for b in raw.get("new_batches", ()))
@@ -90,9 +120,11 @@ class UpgradeReport:
     def to_markdown(self, png_name: str | None = None) -> str:
         lines = [f"# Upgrade report: {self.stream}", "", "| | |", "| --- | --- |"]
         lines += [f"| {k} | `{v}` |" if k == "startingOffsets" else f"| {k} | {v} |" for k, v in self._facts()]
-        lines += ["", "## Steps", "", "| step | state | seconds |", "| --- | --- | ---: |"]
-        lines += [f"| {s.name} | {s.state} | {'-' if s.seconds is None else f'{s.seconds:.1f}'} |"
-                  for s in self.steps]
+        down = self.downtime_by_step()
+        lines += ["", "## Steps", "", "| step | state | seconds | of the downtime |", "| --- | --- | ---: | ---: |"]
+        lines += [f"| {s.name} | {s.state} | {'-' if s.seconds is None else f'{s.seconds:.1f}'} | "
+                  f"{f'{down[s.name]:.1f}' if s.name in down else '-'} |" for s in self.steps]
+        lines += [f"| ({name}) | | | {down[name]:.1f} |" for name in ("between steps", "first batch") if name in down]
         for title, batches in (("old query", self.old_batches), ("new query", self.new_batches)):
             shown = list(batches)[-10:]
             lines += ["", f"## Input rows per batch, {title} (last {len(shown)})", "",
@@ -118,6 +150,21 @@ class UpgradeReport:
             f"<h2>Steps</h2><table><tr><th>step</th><th>state</th><th>seconds</th></tr>{steps}</table>"
             f"{img}</body></html>\n"
         )
+
+
+def _epoch(iso: str) -> float:
+    moment = datetime.fromisoformat(iso)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Total length covered by ``spans`` (overlaps counted once)."""
+    total, reach = 0.0, float("-inf")
+    for begin, finish in sorted(spans):
+        if finish > reach:
+            total += finish - max(begin, reach)
+            reach = finish
+    return total
 
 
 def downtime_window(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> tuple[float, float] | None:

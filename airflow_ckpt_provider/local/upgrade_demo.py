@@ -158,15 +158,17 @@ class UpgradeDemo:
         """``AIRFLOW_CONN_KAFKA_DEFAULT`` value for this broker."""
         return json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": self.kafka.bootstrap_servers}})
 
-    def upgrade_with_dag(self, v1: LaunchHandle, *, auto_approve: bool = True, **overrides: Any) -> Any:
-        """Run the reference DAG in this process with ``dag.test()``; returns the DAG run.
+    def upgrade_with_dag(self, v1: LaunchHandle, *, auto_approve: bool = True, dag_id: str = DAG_ID,
+                         **overrides: Any) -> Any:
+        """Run the reference DAG ``dag_id`` (standby; ``stream_upgrade_cold`` for a cold relaunch)
+        in this process with ``dag.test()``; returns the DAG run.
 
         With ``auto_approve`` the approval task is marked successful without waiting (demo mode).
         The caller has pointed Airflow at a migrated home before ``airflow`` was first imported
         (:func:`airflow_ckpt_provider.local.airflow_home.prepare_airflow_home`).
         """
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka_connection()
-        dag = load_reference_dag()
+        dag = load_reference_dag(dag_id)
         run = dag.test(run_conf=self.dag_conf(v1, **overrides),
                        mark_success_pattern="approve" if auto_approve else None)
         for ti in run.get_task_instances():

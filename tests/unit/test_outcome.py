@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.outcome import should_roll_back, upgrade_outcome
+from airflow_ckpt_provider.checkpoint.outcome import RollbackPlan, rollback_plan, should_roll_back, upgrade_outcome
 
 AFTER = ["extract", "archive", "relaunch", "verify"]
 
@@ -89,3 +89,38 @@ def test_report_reads_a_rejection_from_airflow_states(states: dict[str, str], re
                                step_task_ids=[], upgrade_task_ids=["graceful_stop"], handover_task_id="h",
                                archive_task_id="a", approval_task_id="approve")
     assert op._rejected(FakeTI({("approve", "ckpt_step_started"): "t0"}), states) is rejected
+
+
+STANDBY_STEPS = dict(stop_step="graceful_stop", after_stop=["extract_handover", "relaunch", "verify"],
+                     new_steps=["start_standby", "relaunch"], done_step="verify")
+S, F, N = "success", "failed", "not run"
+
+
+@pytest.mark.parametrize(("states", "stop_new", "restart_old"), [
+    # rejected or refused before the standby started: nothing to undo
+    ({"start_standby": N, "graceful_stop": N}, False, False),
+    # the standby never became ready: stop what may run of it, v1 was never touched
+    ({"start_standby": F, "graceful_stop": N}, True, False),
+    # the stop failed (v1 may still run): stop the standby only
+    ({"start_standby": S, "graceful_stop": F}, True, False),
+    # stopped, then the handover failed: stop the standby, restart v1
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": F}, True, True),
+    # released, verification failed: today's rollback
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": F}, True, True),
+    # verified; the archive failed afterwards: no rollback (v2 already wrote), the run fails and is resumed
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": S, "archive": F},
+     False, False),
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": S, "archive": S},
+     False, False),
+])
+def test_rollback_plan_of_a_standby_upgrade(states: dict[str, str], stop_new: bool, restart_old: bool) -> None:
+    plan = rollback_plan(states, **STANDBY_STEPS)
+    assert (plan.stop_new, plan.restart_old) == (stop_new, restart_old)
+
+
+def test_rollback_plan_of_a_cold_upgrade_is_todays_rule() -> None:
+    cold = dict(stop_step="graceful_stop", after_stop=["extract_handover", "archive", "relaunch", "verify"],
+                new_steps=["relaunch"], done_step="verify")
+    assert rollback_plan({"graceful_stop": F}, **cold) == RollbackPlan(False, False)
+    assert rollback_plan({"graceful_stop": S, "archive": F}, **cold) == RollbackPlan(True, True)
+    assert rollback_plan({"graceful_stop": S, "archive": S, "relaunch": F}, **cold) == RollbackPlan(True, True)

@@ -30,21 +30,43 @@ def test_manual_and_asset_triggered_variants(dags: dict) -> None:
     assert manual.max_active_runs == 1
 
 
-def test_upgrade_chain_and_rollback_wiring(dags: dict) -> None:
-    dag = dags["stream_upgrade"]
-    chain = ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover", "archive",
-             "relaunch", "verify"]
+@pytest.mark.parametrize(("dag_id", "chain"), [
+    ("stream_upgrade", ["preflight", "approval_gate", "approve", "start_standby", "graceful_stop", "extract_handover",
+                        "relaunch", "verify", "archive"]),
+    ("stream_upgrade_cold", ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover", "archive",
+                             "relaunch", "verify"]),
+])
+def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[str]) -> None:
+    dag = dags[dag_id]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    assert dag.get_task("graceful_stop").trigger_rule == "none_failed_min_one_success"
+    first = chain[3]  # the step after the approval: the approval gate may skip to it
+    assert first in dag.get_task("approval_gate").downstream_task_ids
+    assert dag.get_task(first).trigger_rule == "none_failed_min_one_success"
     gate = dag.get_task("rollback_gate")
     assert gate.trigger_rule == "all_done"
-    assert gate.upstream_task_ids == {"graceful_stop", "extract_handover", "archive", "relaunch", "verify"}
+    assert gate.upstream_task_ids == set(chain[3:])
     assert gate.downstream_task_ids == {"rollback_stop_new"}, "a branch skips every direct child"
+    assert dag.get_task("rollback_stop_new").downstream_task_ids == {"restart_gate"}
+    assert dag.get_task("restart_gate").downstream_task_ids == {"rollback_restore"}
     assert dag.get_task("rollback_restart_old").allow_existing_checkpoint is True
     report = dag.get_task("report")
     assert report.trigger_rule == "all_done"
-    assert {"verify", "rollback_restart_old"} <= report.upstream_task_ids
+    assert {chain[-1], "rollback_restart_old"} <= report.upstream_task_ids
+
+
+def test_standby_dag_launches_a_standby_and_releases_it(dags: dict) -> None:
+    from airflow_ckpt_provider.operators.launch import StandbyReleaseOperator, StreamLaunchOperator
+
+    dag = dags["stream_upgrade"]
+    standby, relaunch = dag.get_task("start_standby"), dag.get_task("relaunch")
+    assert isinstance(standby, StreamLaunchOperator) and standby.standby is True
+    assert isinstance(relaunch, StandbyReleaseOperator) and relaunch.standby is False
+    assert "start_standby" in relaunch.upstream_task_ids  # its handle comes from the standby launch
+    cold = dags["stream_upgrade_cold"].get_task("relaunch")
+    assert type(cold) is StreamLaunchOperator and cold.standby is False
+    assert "start_standby" not in dags["stream_upgrade_cold"].task_ids
+    assert dags["stream_upgrade_on_artifact"].has_task("start_standby")
 
 
 def test_approval_shows_the_preflight_summary_and_rejects_without_answer(dags: dict) -> None:

@@ -40,7 +40,7 @@ def test_markdown_and_html_name_the_facts() -> None:
     md = report().to_markdown("timeline.png")
     assert "| handed over at batch | 8 |" in md
     assert "| downtime | 2.5 s |" in md
-    assert "| graceful_stop | success | 2.5 |" in md
+    assert "| graceful_stop | success | 2.5 | - |" in md  # no step times: no share of the downtime
     assert "| 8 | 12 |" in md and "![input rows per batch](timeline.png)" in md
     page = report().to_html("timeline.png")
     assert "<th>lost</th><td>0</td>" in page and 'src="timeline.png"' in page
@@ -64,3 +64,30 @@ def test_png_timeline_marks_the_downtime(tmp_path: Path) -> None:
     reddish = [(r - (g + b) / 2) > 0.08 for r, g, b, *_ in row]
     assert any(reddish), "no downtime band"
     assert sum(reddish) < len(row) / 2, "the band covers only the downtime"
+
+
+def _at(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat()
+
+
+def test_downtime_by_step_splits_the_window_between_steps_scheduling_and_the_first_batch() -> None:
+    # downtime 101.5 -> 104.0 (2.5 s); the stop ends inside it, the release starts after a gap
+    steps = (StepTiming("start_standby", "success", 20.0, _at(80.0), _at(100.0)),
+             StepTiming("graceful_stop", "success", 2.0, _at(100.5), _at(102.0)),
+             StepTiming("extract_handover", "success", 0.5, _at(102.2), _at(102.7)),
+             StepTiming("relaunch", "success", 1.0, _at(102.9), _at(103.4)),
+             StepTiming("archive", "success", 3.0, _at(106.0), _at(109.0)))
+    parts = UpgradeReport(stream="s", outcome="upgraded", steps=steps, old_batches=OLD, new_batches=NEW).downtime_by_step()
+    assert parts == {"graceful_stop": 0.5, "extract_handover": 0.5, "relaunch": 0.5, "between steps": 0.4,
+                     "first batch": 0.6}
+    assert abs(sum(parts.values()) - 2.5) < 1e-6, "the parts add up to the downtime"
+    md = UpgradeReport(stream="s", outcome="upgraded", steps=steps, old_batches=OLD, new_batches=NEW).to_markdown()
+    assert "| graceful_stop | success | 2.0 | 0.5 |" in md and "| (first batch) | | | 0.6 |" in md
+    assert "| archive | success | 3.0 | - |" in md
+
+
+def test_downtime_by_step_is_empty_without_a_downtime() -> None:
+    assert UpgradeReport(stream="s", outcome="failed", old_batches=OLD).downtime_by_step() == {}
+    assert "downtime_by_step" in report().to_dict()
