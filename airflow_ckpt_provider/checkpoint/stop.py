@@ -116,6 +116,7 @@ class StopResult:
     query_id: str | None = None
     ack: Mapping[str, Any] | None = field(default=None, hash=False)
     escalation: str | None = None
+    timeline: Mapping[str, float] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         try:
@@ -126,6 +127,12 @@ class StopResult:
             ) from None
         if self.ack is not None:
             object.__setattr__(self, "ack", dict(self.ack))
+        if self.timeline is not None:
+            object.__setattr__(self, "timeline", dict(self.timeline))
+
+    def describe_timeline(self) -> str:
+        """Where the stop's time went, in words ("" when unknown)."""
+        return describe_stop_timeline(self.timeline or {})
 
     @property
     def clean(self) -> bool:
@@ -221,6 +228,53 @@ def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | N
     if alive:
         return "the heartbeat is still being refreshed"
     return None
+
+
+#: The stop's phases, in order, as :func:`stop_timeline` names them.
+STOP_PHASES = ("driver saw the request", "batch boundary found", "query stopped and acknowledged",
+               "requester noticed the acknowledgement", "quiet check")
+
+
+def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, ended_at: float) -> dict[str, float]:
+    """Seconds spent in each phase of a stop, from the request to the end of the quiet check.
+
+    The phases (:data:`STOP_PHASES`) come from the request's and the acknowledgement's times
+    (the driver's clock for ``seen_at``/``boundary_at``/``stopped_at``) and this side's epoch
+    seconds ``noticed_at`` (the acknowledgement read) and ``ended_at`` (the quiet check done).
+    A phase whose times are unknown (an acknowledgement from an older driver, an escalation)
+    is left out; negative spans from clock skew count as 0.
+    """
+    marks: list[float | None] = [parse_iso(request.requested_at)]
+    if ack is not None:
+        marks += [parse_iso(ack.seen_at), parse_iso(ack.boundary_at), parse_iso(ack.stopped_at)]
+    else:
+        marks += [None, None, None]
+    marks += [noticed_at, ended_at]
+    timeline: dict[str, float] = {}
+    previous = marks[0]
+    for name, mark in zip(STOP_PHASES, marks[1:], strict=True):
+        if mark is None or previous is None:
+            previous = mark if mark is not None else previous
+            continue
+        timeline[name] = round(max(0.0, mark - previous), 3)
+        previous = mark
+    return timeline
+
+
+def describe_stop_timeline(timeline: Mapping[str, float]) -> str:
+    """``"driver saw the request 0.4 s, batch boundary found 1.2 s, ..."`` in phase order."""
+    return ", ".join(f"{name} {timeline[name]:.1f} s" for name in STOP_PHASES if name in timeline)
+
+
+def parse_iso(value: str | None) -> float | None:
+    """Epoch seconds of an ISO-8601 time, None for ''/None or an unparsable value."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
@@ -511,6 +565,8 @@ def finish_stop(
     :class:`CheckpointNotQuiet` / :class:`QueryStillRunning` from :func:`wait_quiet`.
     """
     escalation = None
+    noticed_at = time.time()
+    request = control.request()
     if reason is StopReason.ACKNOWLEDGED:
         outcome = StopOutcome.GRACEFUL
         assert ack is not None
@@ -542,9 +598,13 @@ def finish_stop(
         query_id=ack.query_id if ack is not None else None,
         ack=json.loads(ack.to_json()) if ack is not None else None,
         escalation=escalation,
+        timeline=stop_timeline(request, ack, noticed_at, time.time())
+        if request is not None and request.request_id == request_id else None,
     )
     log.info("stop %s after %.1f s: last committed batch %s, interrupted batch %s; checkpoint quiet for %g s",
              outcome.value, result.waited_s, result.last_committed_batch, result.interrupted_batch, quiet_period)
+    if result.timeline:
+        log.info("where the stop's %.1f s went: %s", result.waited_s, result.describe_timeline())
     return result
 
 

@@ -15,6 +15,7 @@ from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, TaskState, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
+from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import journal_at
@@ -28,7 +29,9 @@ class UpgradeReportOperator(BaseOperator):
     Markdown and, when the archive step produced an archive, writes ``report/upgrade-report.md``,
     ``.html``, ``.json`` and ``timeline.png`` into it. Fails with :class:`UpgradeFailed` unless
     the outcome is ``upgraded`` or ``rejected``, so a rolled-back or broken upgrade fails the
-    DAG run loudly. Returns the report as a dict (XCom).
+    DAG run loudly. Returns the report as a dict (XCom). The notes say where the graceful stop's
+    time went (``stop_task_id``'s StopResult timeline: the driver seeing the request, the batch
+    boundary, the acknowledgement, the quiet check).
 
     With ``journal`` (the upgrade journal's URI) the report lists the upgrade id, its runs and
     the steps taken over from earlier runs, then closes the journal with the outcome; a final
@@ -50,6 +53,7 @@ class UpgradeReportOperator(BaseOperator):
         archive_task_id: str,
         approval_task_id: str | None = None,
         rollback_task_id: str | None = None,
+        stop_task_id: str | None = "graceful_stop",
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         journal: str | None = None,
@@ -68,6 +72,7 @@ class UpgradeReportOperator(BaseOperator):
         self.archive_task_id = archive_task_id
         self.approval_task_id = approval_task_id
         self.rollback_task_id = rollback_task_id
+        self.stop_task_id = stop_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
 
@@ -86,6 +91,9 @@ class UpgradeReportOperator(BaseOperator):
         archive_uri = archive.get("location", "")
         notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
                  if state == TaskState.FAILED]
+        stop = ti.xcom_pull(task_ids=self.stop_task_id) if self.stop_task_id else None
+        if isinstance(stop, dict) and stop.get("timeline"):
+            notes.append(f"{self.stop_task_id}: {describe_stop_timeline(stop['timeline'])}")
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         if journal is not None:
             notes.extend(self._journal_notes(journal, str(context.get("run_id", ""))))

@@ -208,6 +208,8 @@ class StopAck(_ControlRecord):
     last_committed_batch: int | None
     last_planned_batch: int | None
     stopped_at: str
+    seen_at: str = ""  # when the driver read the request ("" from drivers before this field)
+    boundary_at: str = ""  # when it found the batch boundary and called query.stop()
 
 
 @dataclass(frozen=True)

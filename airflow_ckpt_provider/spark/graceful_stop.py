@@ -233,6 +233,7 @@ class GracefulStop:
 
     def _stop_at_boundary(self, request: StopRequest) -> StopAck:
         asked = time.monotonic()
+        seen_at = utc_iso(timespec="milliseconds")
         log.info("stop request %s (by %s): waiting for a batch boundary", request.request_id,
                  request.requested_by or "unknown")
         while self.query.isActive:
@@ -242,6 +243,7 @@ class GracefulStop:
                 log.warning("no batch boundary within %.1f s: stopping anyway", self.boundary_timeout)
                 break
             time.sleep(min(0.05, self.poll_interval))
+        boundary_at = utc_iso(timespec="milliseconds")
         self.query.stop()
         planned, committed = self.files.last_batch("offsets"), self.files.last_batch("commits")
         clean = planned is None or planned == committed
@@ -253,6 +255,8 @@ class GracefulStop:
             last_committed_batch=committed,
             last_planned_batch=planned,
             stopped_at=utc_iso(timespec="milliseconds"),
+            seen_at=seen_at,
+            boundary_at=boundary_at,
         )
         log.info("query stopped %s after %.1f s: last committed batch %s, last planned batch %s",
                  ack.outcome, time.monotonic() - asked, committed, planned)

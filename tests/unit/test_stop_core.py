@@ -43,7 +43,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
 )
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, job_for
 from airflow_ckpt_provider.jobs.local import group_members, kill_group
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck
+from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck, StopRequest
 from tests.unit.conftest import write_checkpoint
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
@@ -424,3 +424,38 @@ def test_cli_stop_timeout_without_pid_exits_2(tmp_path: Path) -> None:
     code, out, err = run_cli("stop", control.uri, "--timeout", "0.3", "--quiet-period", "0")
     assert code == 2 and out == "" and "--pid" in err and err.count("\n") == 1
     assert not os.path.exists(Path(control.root) / "_ckpt" / "stop-request.json")
+
+
+# -- where a stop's time went ---------------------------------------------------------------------
+
+
+def test_stop_timeline_splits_request_to_quiet_into_phases() -> None:
+    from airflow_ckpt_provider.checkpoint.stop import STOP_PHASES, describe_stop_timeline, parse_iso, stop_timeline
+
+    request = StopRequest(request_id="r", requested_at="2026-11-23T10:00:00.000+00:00")
+    ack = StopAck(request_id="r", query_id="q", run_id="u", outcome="clean", last_committed_batch=4,
+                  last_planned_batch=4, seen_at="2026-11-23T10:00:00.400+00:00",
+                  boundary_at="2026-11-23T10:00:01.900+00:00", stopped_at="2026-11-23T10:00:02.300+00:00")
+    noticed = parse_iso("2026-11-23T10:00:03.000+00:00")
+    assert noticed is not None
+    timeline = stop_timeline(request, ack, noticed, noticed + 5.0)
+    assert list(timeline) == list(STOP_PHASES)
+    assert timeline == {"driver saw the request": 0.4, "batch boundary found": 1.5,
+                        "query stopped and acknowledged": 0.4, "requester noticed the acknowledgement": 0.7,
+                        "quiet check": 5.0}
+    assert describe_stop_timeline(timeline).startswith("driver saw the request 0.4 s, batch boundary found 1.5 s")
+
+
+def test_stop_timeline_of_an_older_driver_or_an_escalation_leaves_unknown_phases_out() -> None:
+    from airflow_ckpt_provider.checkpoint.stop import parse_iso, stop_timeline
+
+    request = StopRequest(request_id="r", requested_at="2026-11-23T10:00:00+00:00")
+    older = StopAck.from_json('{"request_id": "r", "query_id": "q", "run_id": "u", "outcome": "clean", '
+                              '"last_committed_batch": 1, "last_planned_batch": 1, '
+                              '"stopped_at": "2026-11-23T10:00:02+00:00"}')
+    start = parse_iso(request.requested_at)
+    assert start is not None
+    assert stop_timeline(request, older, start + 3, start + 8) == {
+        "query stopped and acknowledged": 2.0, "requester noticed the acknowledgement": 1.0, "quiet check": 5.0}
+    assert stop_timeline(request, None, start + 60, start + 65) == {
+        "requester noticed the acknowledgement": 60.0, "quiet check": 5.0}
