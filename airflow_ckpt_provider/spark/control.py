@@ -253,7 +253,8 @@ class StandbyRelease(_ControlRecord):
     ``starting_offsets`` is the Kafka startingOffsets JSON; ``handover_json`` the full handover
     (optional); ``conf`` more ``spark.ckpt.*`` keys the driver sets before its query starts (the
     same keys a cold launch passes with ``--conf``). ``standby_run_id`` names the standby
-    heartbeat's run it is meant for ("" = whichever standby waits on this checkpoint).
+    heartbeat's run it is meant for; a driver takes only a release naming its own run (one
+    without a run is never taken), so a release left from an earlier upgrade starts no later standby.
     """
 
     release_id: str

@@ -115,6 +115,8 @@ class _StandbyWait:
 
     def beat(self, state: str = STANDBY) -> None:
         with self._beat_lock:
+            if state == STANDBY and self._stop_beats.is_set():
+                return  # the wait ended: a beat that came due just then must not overwrite the end
             self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
             self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
 
