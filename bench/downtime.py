@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DAG_QUIET_PERIOD_S = 5.0  # build_stream_upgrade_dag(quiet_period=5.0), the reference DAG's default
+#: The reference DAG's stop settings (build_stream_upgrade_dag defaults): the bare restart stops alike.
+DAG_QUIET_PERIOD_S = 5.0
+DAG_ACKNOWLEDGED_QUIET_PERIOD_S = 1.0
 SCENARIOS = ("bare", "cold", "standby")
 DAG_IDS = {"cold": "stream_upgrade_cold", "standby": "stream_upgrade"}
 
@@ -93,7 +95,7 @@ def bare_restart(demo: Any, v1: Any) -> tuple[float, dict[str, float]]:
 
     demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
     code = ckpt(["stop", str(demo.old_cp), "--timeout", "120", "--quiet-period", f"{DAG_QUIET_PERIOD_S:g}",
-                 "--pid", str(v1.pid)])
+                 "--acknowledged-quiet-period", f"{DAG_ACKNOWLEDGED_QUIET_PERIOD_S:g}", "--pid", str(v1.pid)])
     stopped = time.time()
     if code != 0:
         raise RuntimeError(f"ckpt stop exited {code}")

@@ -101,7 +101,8 @@ def build_stream_upgrade_dag(
     defaults: dict[str, Any] | None = None,
     stop_timeout: float = 300.0,
     quiet_period: float = 5.0,
-    poll_interval: float = 1.0,
+    acknowledged_quiet_period: float = 1.0,
+    poll_interval: float = 0.5,
     first_commit_timeout: float = 600.0,
     remove_old_checkpoint: bool = False,
     progress_window_s: float = 20.0,
@@ -111,7 +112,8 @@ def build_stream_upgrade_dag(
 ) -> DAG:
     """The upgrade DAG. ``defaults`` override the params' defaults (scheduled and asset-triggered
     runs use them); the keyword arguments fix what a trigger form should not change: how long a
-    stop may take before it escalates to a kill, how long the stopped checkpoint must stay quiet,
+    stop may take before it escalates to a kill, how long the stopped checkpoint must stay quiet
+    (after a clean acknowledgement: ``acknowledged_quiet_period``),
     how often the triggers look at the checkpoints, how long the new version may take to commit
     its first batch (or, as a standby, to be ready), whether the old checkpoint is deleted after
     its verified archive, how long the new query must keep committing during verification, how
@@ -146,7 +148,7 @@ def build_stream_upgrade_dag(
             archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
-            old_launch_handle="{{ params.old_launch_handle }}",
+            old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
         )
 
         @task.branch
@@ -174,7 +176,7 @@ def build_stream_upgrade_dag(
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
-            quiet_period=quiet_period, poll_interval=poll_interval,
+            quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
             trigger_rule="none_failed_min_one_success" if start_standby is None else "all_success",
             journal=JOURNAL, **STOP_RETRY,
         )

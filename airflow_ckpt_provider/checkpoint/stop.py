@@ -49,6 +49,7 @@ from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
+    CLEAN,
     DRIVER,
     HEARTBEAT,
     STOP_ACK,
@@ -558,8 +559,15 @@ def finish_stop(
     quiet_period: float,
     poll_interval: float = 0.5,
     missed_beats: float = DEFAULT_MISSED_BEATS,
+    acknowledged_quiet_period: float | None = None,
 ) -> StopResult:
     """After the wait: escalate on timeout (``kill`` returns what it did), then check the quiet.
+
+    The quiet check lasts ``quiet_period`` seconds, or ``acknowledged_quiet_period`` (when
+    given) after a clean acknowledgement whose last planned batch is still the checkpoint's:
+    the driver wrote it after ``query.stop()`` returned, so that query writes nothing more, and
+    the check only looks for an unknown second writer. Either way it waits for a supervised
+    driver's exit.
 
     Raises :class:`StopTimeout` on a timeout without ``kill`` (the request is withdrawn),
     :class:`CheckpointNotQuiet` / :class:`QueryStillRunning` from :func:`wait_quiet`.
@@ -583,7 +591,11 @@ def finish_stop(
     else:
         log.warning("the query ended without acknowledging request %s", request_id)
         outcome = StopOutcome.NOT_RUNNING
-    state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats)
+    quiet = quiet_period
+    if acknowledged_quiet_period is not None and ack is not None and ack.outcome == CLEAN \
+            and ack.last_planned_batch == control.batch_state().last_planned_batch:
+        quiet = min(quiet_period, acknowledged_quiet_period)
+    state = wait_quiet(control, quiet, poll_interval=poll_interval, missed_beats=missed_beats)
     if ack is not None and ack.last_planned_batch != state.last_planned_batch:
         log.warning("the ack says last planned batch %s but the checkpoint shows %s",
                     ack.last_planned_batch, state.last_planned_batch)
@@ -602,7 +614,7 @@ def finish_stop(
         if request is not None and request.request_id == request_id else None,
     )
     log.info("stop %s after %.1f s: last committed batch %s, interrupted batch %s; checkpoint quiet for %g s",
-             outcome.value, result.waited_s, result.last_committed_batch, result.interrupted_batch, quiet_period)
+             outcome.value, result.waited_s, result.last_committed_batch, result.interrupted_batch, quiet)
     if result.timeline:
         log.info("where the stop's %.1f s went: %s", result.waited_s, result.describe_timeline())
     return result

@@ -36,6 +36,7 @@ class UpgradePlan:
     checkpoint_files: int
     checkpoint_bytes: int
     spark_ui_url: str | None = None
+    relaunch_mode: str = ""  # "standby" | "cold" | "" (not said: a preflight used on its own)
 
 
 def _link(uri: str) -> str:
@@ -78,6 +79,15 @@ def _partition_rows(plan: UpgradePlan) -> list[str]:
     return rows
 
 
+#: What the approver is told about each relaunch mode (resources and downtime).
+RELAUNCH_NOTES = {
+    "standby": ("as a **standby**, before the old version stops: **both drivers run at once** (their memory and "
+                "cores) from the approval until the old one has stopped; the stream is down only from the stop "
+                "to the standby's first batch"),
+    "cold": "after the stop and the archive (one driver at a time; the downtime includes its start-up)",
+}
+
+
 def approval_summary(plan: UpgradePlan) -> str:
     """The Markdown body of the approval (see the module doc)."""
     handover = plan.handover
@@ -103,6 +113,8 @@ def approval_summary(plan: UpgradePlan) -> str:
          ", ".join(f"{t}-{p}" for t, p in sorted(plan.reconciliation.added_partitions)) or "none"),
         ("data loss accepted", ", ".join(f"{t}-{p}" for t, p, _, _ in plan.reconciliation.expired) or "no"),
     ]
+    if plan.relaunch_mode:
+        facts.append(("new version starts", RELAUNCH_NOTES.get(plan.relaunch_mode, plan.relaunch_mode)))
     lines = [f"### Upgrade of stream `{plan.stream_name}` to a new checkpoint", "",
              "| | |", "| --- | --- |", *[f"| {key} | {value} |" for key, value in facts], "",
              "#### Where the new version starts, per partition", "",

@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="seconds to wait for the acknowledgement before escalating (default 300)")
     stop.add_argument("--quiet-period", type=_positive, default=10.0, metavar="S",
                       help="seconds the checkpoint must stay quiet after the stop (default 10)")
+    stop.add_argument("--acknowledged-quiet-period", type=_positive, metavar="S",
+                      help="a shorter quiet check after a clean acknowledgement (default: --quiet-period)")
     stop.add_argument("--pid", type=int, metavar="PID",
                       help="process group of a local driver to kill after the timeout")
     stop.add_argument("--poll-interval", type=_positive, default=0.5, metavar="S", help=argparse.SUPPRESS)
@@ -67,6 +69,8 @@ def _print(result: StopResult, out: TextIO, as_json: bool) -> None:
     ]
     if result.escalation:
         rows.append(("escalation", result.escalation))
+    if result.timeline:
+        rows.append(("where it went", result.describe_timeline()))
     for key, value in rows:
         out.write(f"{key:<16} {value}\n")
 
@@ -98,6 +102,7 @@ def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         control, reason=reason, request_id=start.request.request_id, requested_at=start.requested_at, ack=ack,
         kill=(lambda: job_for(handle).kill()) if handle is not None else None,
         timeout_s=args.timeout, quiet_period=args.quiet_period, poll_interval=min(args.poll_interval, 0.5),
+        acknowledged_quiet_period=args.acknowledged_quiet_period,
     )
     _print(result, out, args.json)
     return EXIT_NOT_RUNNING if result.outcome is StopOutcome.NOT_RUNNING else EXIT_OK

@@ -41,6 +41,9 @@ class UpgradePreflightOperator(BaseOperator):
     steps already started, the run RESUMES it: the checks above describe the state before an
     upgrade and are skipped (the old checkpoint may be archived away, the new one is in use).
 
+    ``relaunch_mode`` (``standby`` or ``cold``, as the DAG starts the new version) is shown to
+    the approver with what it costs: a standby runs beside the old version until the stop.
+
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
     "journal": its URI or "", "resuming": bool, "steps_done": [...]}``. The offsets are those of
@@ -72,9 +75,11 @@ class UpgradePreflightOperator(BaseOperator):
         new_application: str = "",
         journal: bool = True,
         old_launch_handle: str | None = None,
+        relaunch_mode: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.relaunch_mode = relaunch_mode
         self.old_launch_handle = old_launch_handle
         self.upgrade_id = upgrade_id
         self.old_application = old_application
@@ -137,6 +142,7 @@ class UpgradePreflightOperator(BaseOperator):
             archive_location=f"{self.archive_root.rstrip('/')}/{self.stream_name}/",
             handover=handover, reconciliation=result, broker=broker, old_query_running=running,
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
+            relaunch_mode=str(self.relaunch_mode or ""),
         ))
         value: dict[str, Any] = {
             "summary_md": summary,

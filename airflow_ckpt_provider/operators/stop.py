@@ -52,7 +52,10 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     seconds) it kills the job through ``launch_handle`` (the launch operator's XCom: a
     LaunchHandle JSON string, dict or template); without one it raises :class:`StopTimeout`. In
     every case it then checks for ``quiet_period`` seconds that no new ``offsets/N`` appears and
-    no heartbeat is alive (:class:`CheckpointNotQuiet`, :class:`QueryStillRunning`).
+    no heartbeat is alive (:class:`CheckpointNotQuiet`, :class:`QueryStillRunning`), and waits
+    for a supervised driver to exit. ``acknowledged_quiet_period`` (default: ``quiet_period``)
+    shortens that check after a clean acknowledgement: the query wrote it once ``query.stop()``
+    had returned, so only an unknown second writer is left to look for.
 
     Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running),
     last committed batch, interrupted batch or None, seconds waited, the ack.
@@ -80,12 +83,15 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         journal: str | None = None,
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
+        acknowledged_quiet_period: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
-        if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0:
-            raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, quiet_period >= 0")
+        if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0 \
+                or (acknowledged_quiet_period is not None and acknowledged_quiet_period < 0):
+            raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, the quiet periods >= 0")
+        self.acknowledged_quiet_period = None if acknowledged_quiet_period is None else float(acknowledged_quiet_period)
         if launch_handle is not None and not isinstance(launch_handle, (str, Mapping, LaunchHandle)) \
                 and not hasattr(launch_handle, "resolve"):
             raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, "
@@ -182,6 +188,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
             quiet_period=self.quiet_period,
             poll_interval=min(self.poll_interval, 0.5),
             missed_beats=self.missed_beats,
+            acknowledged_quiet_period=self.acknowledged_quiet_period,
         ).to_dict()
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
-from airflow_ckpt_provider.spark.standby import await_handover
+from airflow_ckpt_provider.spark.standby import await_handover, warm_up_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +77,24 @@ def _topics(topics: str | Iterable[str]) -> list[str]:
     return [n.strip() for n in names]
 
 
+def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], options: dict[str, Any]) -> None:
+    """A standby's warm-up: the session's own tiny job, then a bounded batch read of the topics
+    (at most 100 records per partition, into Spark's no-op sink) with the job's ``kafka.*``
+    options, so the Kafka consumer and the code for Kafka rows are ready at the release."""
+    warm_up_session(spark)
+    reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+    reader = reader.option("subscribe", ",".join(names))
+    for key, value in options.items():
+        if key.startswith("kafka."):
+            reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
+    try:
+        frame = reader.load().selectExpr("topic", "partition", "offset", "CAST(key AS STRING) AS key",
+                                         "CAST(value AS STRING) AS value", "timestamp")
+        frame.limit(100).write.format("noop").mode("overwrite").save()
+    except Exception as exc:  # noqa: BLE001 - a warm-up never fails the job; its query will say what is wrong
+        log.warning("standby warm-up read of %s failed: %s", ",".join(names), exc)
+
+
 def read_kafka(
     spark: SparkSession,
     *,
@@ -93,9 +111,14 @@ def read_kafka(
     anything starts). When offsets come from the handover, ``failOnDataLoss`` defaults to true:
     offsets deleted by retention then fail the query instead of silently skipping records.
     Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``).
+    In a standby launch it first warms the session up with a bounded batch read of the same
+    topics, then waits for the release (:func:`airflow_ckpt_provider.spark.standby.await_handover`):
+    call it before :func:`checkpoint_location`, which waits without that warm-up.
     """
     names = _topics(topics)
-    await_handover(spark)  # a standby returns from here once released, with the handed-over keys set
+    # a standby returns from here once released, with the handed-over keys set; while it waits,
+    # its session has read a few records of these topics (Kafka consumer, codegen: warm)
+    await_handover(spark, warm_up=lambda session: _warm_up(session, bootstrap_servers, names, options))
     explicit = starting_offsets if starting_offsets is not None else options.pop("startingOffsets", None)
     chosen, origin = explicit, "argument"
     if chosen is None:

@@ -49,8 +49,9 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
     args = parser.parse_args(argv)
 
     spark = SparkSession.builder.appName(f"demo-stream-{version}").getOrCreate()
-    checkpoint = checkpoint_location(spark, default=args.checkpoint)
+    # launched as a standby, read_kafka warms the session up and waits here for the handover
     records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers)
+    checkpoint = checkpoint_location(spark, default=args.checkpoint)
 
     def append(batch: DataFrame, batch_id: int) -> None:
         batch.write.mode("append").parquet(args.sink)

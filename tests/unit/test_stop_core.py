@@ -459,3 +459,41 @@ def test_stop_timeline_of_an_older_driver_or_an_escalation_leaves_unknown_phases
         "query stopped and acknowledged": 2.0, "requester noticed the acknowledgement": 1.0, "quiet check": 5.0}
     assert stop_timeline(request, None, start + 60, start + 65) == {
         "requester noticed the acknowledgement": 60.0, "quiet check": 5.0}
+
+
+@pytest.mark.parametrize(("ack_outcome", "ack_planned", "expected_quiet"), [
+    ("clean", 2, 1.0),         # the driver stopped its query: a short check for a second writer
+    ("interrupted", 2, 5.0),   # a cut batch: the full quiet period
+    ("clean", 1, 5.0),         # the checkpoint planned a batch the ack does not know: the full period
+])
+def test_a_clean_acknowledgement_shortens_the_quiet_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          ack_outcome: str, ack_planned: int,
+                                                          expected_quiet: float) -> None:
+    from airflow_ckpt_provider.checkpoint import stop as core
+
+    control = control_at(tmp_path)  # batches 0..2 planned and committed
+    request, _ = control.request_stop("me", "x", 60)
+    asked: list[float] = []
+    real = core.wait_quiet
+    monkeypatch.setattr(core, "wait_quiet", lambda ctl, quiet, **kw: asked.append(quiet) or real(ctl, 0, **kw))
+    ack = StopAck(request_id=request.request_id, query_id="q", run_id="r1", outcome=ack_outcome,
+                  last_committed_batch=2, last_planned_batch=ack_planned, stopped_at=NOW.isoformat())
+    result = finish_stop(control, reason=StopReason.ACKNOWLEDGED, request_id=request.request_id,
+                         requested_at=time.time(), ack=ack, kill=None, timeout_s=60, quiet_period=5.0,
+                         acknowledged_quiet_period=1.0)
+    assert asked == [expected_quiet]
+    assert result.outcome == "graceful" and result.last_committed_batch == 2
+    assert "quiet check" in (result.timeline or {})
+
+
+def test_without_an_acknowledged_quiet_period_the_quiet_check_is_unchanged(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ckpt_provider.checkpoint import stop as core
+
+    control = control_at(tmp_path)
+    request, _ = control.request_stop("me", "x", 60)
+    asked: list[float] = []
+    monkeypatch.setattr(core, "wait_quiet", lambda ctl, quiet, **kw: asked.append(quiet) or ctl.batch_state())
+    finish_stop(control, reason=StopReason.ACKNOWLEDGED, request_id=request.request_id, requested_at=time.time(),
+                ack=an_ack(request.request_id), kill=None, timeout_s=60, quiet_period=5.0)
+    assert asked == [5.0]

@@ -47,3 +47,11 @@ def test_accepted_data_loss_and_many_partitions() -> None:
     assert "**not running**" in text
     rows = [line for line in text.splitlines() if line.startswith("| events-")]
     assert "… and 7 more partitions" in text and len(rows) == MAX_PARTITION_ROWS
+
+
+def test_the_approver_is_told_how_the_new_version_starts_and_what_a_standby_costs() -> None:
+    standby = approval_summary(plan({0: 10}, {0: (0, 20)}, relaunch_mode="standby"))
+    assert "| new version starts | as a **standby**" in standby and "**both drivers run at once**" in standby
+    cold = approval_summary(plan({0: 10}, {0: (0, 20)}, relaunch_mode="cold"))
+    assert "| new version starts | after the stop and the archive (one driver at a time" in cold
+    assert "| new version starts |" not in approval_summary(plan({0: 10}, {0: (0, 20)}))
