@@ -80,7 +80,8 @@ class UpgradeReport:
             return {}
         last = max(b for _, b in covered)
         parts["between steps"] = round(max(0.0, (last - start) - _union(covered)), 3)
-        parts["first batch"] = round(max(0.0, end - last), 3)
+        if end - last > 0.0005:  # the downtime went on after the last step that overlaps it
+            parts["first batch"] = round(end - last, 3)
         return parts
 
     def to_json(self) -> str:

@@ -82,15 +82,16 @@ class UpgradeDemo:
 
     # -- set-up -----------------------------------------------------------------------------------
 
-    def start(self, *, min_batches: int = 2, timeout: float = 240.0) -> LaunchHandle:
-        """Kafka, topic, producer, then version 1 until it committed ``min_batches`` batches."""
+    def start(self, *, min_batches: int = 2, timeout: float = 240.0, application: Path = V1) -> LaunchHandle:
+        """Kafka, topic, producer, then version 1 (``application``) until it committed
+        ``min_batches`` batches."""
         if self.work.exists() and self._own_kafka:
             shutil.rmtree(self.work)
         self.logs.mkdir(parents=True, exist_ok=True)
         self.kafka.start()
         self.kafka.create_topic(self.topic, self.partitions)
         self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate).start()
-        handle = self.launch(V1, self.old_cp, starting_offsets="earliest")
+        handle = self.launch(application, self.old_cp, starting_offsets="earliest")
         self.wait_for_batch(self.old_cp, min_batches - 1, timeout, handle)  # batch ids start at 0
         log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)
         return handle
@@ -186,9 +187,11 @@ class UpgradeDemo:
 
     # -- the proof -------------------------------------------------------------------------------
 
-    def finish(self, checkpoint: Path, *, produce_after_s: float = 8.0, timeout: float = 300.0) -> SinkAudit:
+    def finish(self, checkpoint: Path, *, produce_after_s: float = 8.0, timeout: float = 300.0,
+               stop_timeout: float = 60.0) -> SinkAudit:
         """Produce a while longer, stop the producer, wait until ``checkpoint``'s query read
-        everything, stop it, and audit the sink."""
+        everything, stop it (killed after ``stop_timeout`` if it cannot acknowledge), and audit
+        the sink."""
         from airflow_ckpt_provider.cli import main as ckpt
 
         time.sleep(produce_after_s)
@@ -210,7 +213,8 @@ class UpgradeDemo:
         else:
             log.warning("%s did not catch up within %.0f s; auditing what is there", checkpoint, timeout)
         running = [h for h in self.handles if h.pid and _alive(h.pid) and Path(h.checkpoint_uri) == checkpoint]
-        ckpt(["stop", str(checkpoint), "--timeout", "60", *(["--pid", str(running[-1].pid)] if running else [])])
+        ckpt(["stop", str(checkpoint), "--timeout", f"{stop_timeout:g}",
+              *(["--pid", str(running[-1].pid)] if running else [])])
         return audit(read_sink_records(self.sink), ranges)
 
     def close(self) -> None:
@@ -252,6 +256,9 @@ def load_reference_dag(dag_id: str = DAG_ID) -> Any:
 
 
 def read_dag_report(archive_root: Path, stream: str = STREAM) -> Mapping[str, Any] | None:
-    """The newest ``upgrade-report.json`` the DAG stored in an archive of ``stream``."""
-    reports = sorted((archive_root / stream).glob("*/report/upgrade-report.json"))
-    return json.loads(reports[-1].read_text()) if reports else None
+    """The newest ``upgrade-report.json`` the DAG stored for ``stream``: in an archive, or next to
+    the upgrade journal when the upgrade ended before its archive."""
+    found = [path for pattern in ("*/report", "*/report/run-*", "_upgrades/*/report", "_upgrades/*/report/run-*")
+             for path in (archive_root / stream).glob(f"{pattern}/upgrade-report.json")]
+    reports = [json.loads(path.read_text()) for path in found]
+    return max(reports, key=lambda report: report.get("created_at", "")) if reports else None

@@ -26,12 +26,14 @@ class UpgradeReportOperator(BaseOperator):
     """Build the upgrade report from the steps' XComs and the two checkpoints' histories.
 
     Runs whatever happened before it (use ``trigger_rule="all_done"``). Logs the report as
-    Markdown and, when the archive step produced an archive, writes ``report/upgrade-report.md``,
-    ``.html``, ``.json`` and ``timeline.png`` into it. Fails with :class:`UpgradeFailed` unless
-    the outcome is ``upgraded`` or ``rejected``, so a rolled-back or broken upgrade fails the
-    DAG run loudly. Returns the report as a dict (XCom). The notes say where the graceful stop's
-    time went (``stop_task_id``'s StopResult timeline: the driver seeing the request, the batch
-    boundary, the acknowledgement, the quiet check).
+    Markdown and writes ``report/upgrade-report.md``, ``.html``, ``.json`` and ``timeline.png``
+    into the archive the archive step produced or, when there is none (an upgrade that ended
+    before its archive), into ``<journal without .json>/`` next to the upgrade journal. A stored
+    report is never replaced: a later run of the same upgrade adds ``report/run-<n>/``. Fails
+    with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
+    rolled-back or broken upgrade fails the DAG run loudly. Returns the report as a dict (XCom).
+    The notes say where the graceful stop's time went (``stop_task_id``'s StopResult timeline:
+    the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
 
     With ``journal`` (the upgrade journal's URI) the report lists the upgrade id, its runs and
     the steps taken over from earlier runs, then closes the journal with the outcome; a final
@@ -110,8 +112,10 @@ class UpgradeReportOperator(BaseOperator):
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
-        if archive_uri:
-            self._store(report, archive_uri)
+        # next to the archive; without one (an upgrade that ended before its archive), next to the journal
+        where = archive_uri or (self.journal[:-len(".json")] if self.journal and self.journal.endswith(".json") else "")
+        if where:
+            self._store(report, where)
         fault_point(f"{self.task_id}:stored")
         if journal is not None:
             journal.close(outcome)
@@ -162,9 +166,16 @@ class UpgradeReportOperator(BaseOperator):
             notes.append(f"history of {uri} unreadable: {exc}")
             return []
 
-    def _store(self, report: UpgradeReport, archive_uri: str) -> None:
+    def _store(self, report: UpgradeReport, archive_uri: str) -> str:
+        """Write the report under ``<archive_uri>/report/``; a report already there (an earlier
+        run of the same upgrade) is never replaced: this one goes to ``report/run-<n>/``.
+        Returns the folder written."""
         fs, root = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(archive_uri)
         folder = root.rstrip("/") + "/report"
+        number = 1
+        while fs.exists(f"{folder}/upgrade-report.json"):
+            number += 1
+            folder = f"{root.rstrip('/')}/report/run-{number}"
         fs.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             png = os.path.join(tmp, "timeline.png")
@@ -175,4 +186,5 @@ class UpgradeReportOperator(BaseOperator):
         fs.pipe_file(f"{folder}/upgrade-report.md", report.to_markdown(name).encode())
         fs.pipe_file(f"{folder}/upgrade-report.html", report.to_html(name).encode())
         fs.pipe_file(f"{folder}/upgrade-report.json", report.to_json().encode())
-        self.log.info("report stored in %s/report/", archive_uri)
+        self.log.info("report stored in %s", folder)
+        return folder

@@ -32,21 +32,22 @@ from airflow_ckpt_provider.local.upgrade_demo import STREAM, V1, V2, UpgradeDemo
 pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
-CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_after_release.py"
 #: The Kafka connection of these runs carries a secret (its SASL password; the local broker speaks
 #: PLAINTEXT and never uses it): it must not show up in any log, XCom, journal, manifest or report.
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 
 #: One fault per upgrade step, in the order the steps run; each kills one DAG run.
 UPGRADE_FAULTS = [
+    "start_standby:launched",   # v2 started as a standby, the worker dies before waiting for it
     "graceful_stop:requested",  # stop requested, the worker dies while waiting for the ack
     "extract_handover:done",    # handover taken, not yet recorded
-    "archive:copying",          # a few files copied, no manifest
-    "relaunch:launched",        # v2 started, the worker dies before waiting for its commit
+    "relaunch:released",        # the standby released, the worker dies before waiting for its commit
     "verify:done",              # verified, not yet recorded
+    "archive:copying",          # a few files copied, no manifest
     "report:stored",            # report written, journal not closed (stream still locked)
 ]
-#: With a new version that crashes on start, the rollback's steps.
+#: With a new version that crashes once released, the rollback's steps.
 ROLLBACK_FAULTS = [
     "rollback_stop_new:done",        # the crashed v2 found stopped, not yet recorded
     "rollback_restart_old:launched",  # v1 restarted, the worker dies before its first commit
@@ -177,7 +178,8 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
     (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
     assert journal.outcome == "upgraded" and len(journal.runs) == len(UPGRADE_FAULTS) + 1
     assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
-    assert journal.steps["relaunch"].attempts == 2 and journal.steps["archive"].attempts == 2
+    assert journal.steps["start_standby"].attempts == 2 and journal.steps["relaunch"].attempts == 2
+    assert journal.steps["archive"].attempts == 2
     # the secret of the connection the runs used is nowhere: run logs (every task's log), Airflow's
     # log folder, the archive (manifest, journal, report), the checkpoints, the XCom table
     assert SECRET.encode() in (tmp_path / "request-0.json").read_bytes()  # it was really used

@@ -24,7 +24,7 @@ from tests.system.conftest import stop_jobs_under
 
 pytestmark = pytest.mark.system
 
-CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_after_release.py"
 ROLLBACK_STREAM = "demo-events-rollback"
 RUN_TIMEOUT_S = 1800.0  # one DAG run on a loaded 2-core machine: minutes, not seconds
 
@@ -72,7 +72,7 @@ def test_upgrade_and_rollback_with_the_triggerer_in_its_own_pid_namespace(
             assert audit.lost == 0, audit.lost_examples
             assert audit.duplicated == 0, audit.duplicated_examples
 
-            # (2) a new version that crashes on start: rolled back, v1 runs again on its checkpoint
+            # (2) a new version that crashes once released: rolled back, v1 runs again on its checkpoint
             v1_again = second.start(timeout=600)
             last_before = CheckpointReader(str(second.old_cp)).snapshot().last_committed_batch
             assert last_before is not None

@@ -1,32 +1,51 @@
 """The reference DAG, end to end, with producers running: the exactly-once proof and its control.
 
 Every Kafka (partition, offset) the broker holds once producers stopped is looked up in the
-sink that v1 and then v2 appended to: lost == 0 and duplicated == 0. The negative control runs
-the same harness with a naive relaunch and must show loss or duplicates, proving the check
-can fail.
+sink that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the standby upgrade
+(``stream_upgrade``) and the cold one (``stream_upgrade_cold``). The negative control runs the
+same harness with a naive relaunch and must show loss or duplicates, proving the check can
+fail. Then what happens when it goes wrong: a v2 that crashes once released (rolled back), a v2
+that cannot start (refused before the stop), a stop that fails while the standby waits
+(the standby exits, v1 runs on untouched).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
 
-CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+JOBS = Path(__file__).parent / "jobs"
+CRASHING_V2 = JOBS / "crash_on_start.py"
+CRASHING_AFTER_RELEASE = JOBS / "crash_after_release.py"
+V1_WITHOUT_GRACEFUL_STOP = JOBS / "stream_without_graceful_stop.py"
 
 
 def states(run) -> dict[str, str]:  # noqa: ANN001
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
-def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+def spark_files(checkpoint: Path) -> list[str]:
+    """What Spark wrote in a checkpoint: everything outside the provider's ``_ckpt/`` folder."""
+    return sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")
+                  if p.relative_to(checkpoint).parts[0] != "_ckpt") if checkpoint.exists() else []
+
+
+@pytest.mark.parametrize(("dag_id", "first_steps"), [
+    ("stream_upgrade", ["start_standby", "graceful_stop", "extract_handover", "relaunch", "verify", "archive"]),
+    ("stream_upgrade_cold", ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]),
+])
+def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, dag_id: str,  # noqa: ANN001
+                                              first_steps: list[str]) -> None:
     v1 = demo.start()
-    run = demo.upgrade_with_dag(v1)
+    run = demo.upgrade_with_dag(v1, dag_id=dag_id)
     assert run.state == "success", states(run)
     audit = demo.finish(demo.new_cp)
 
@@ -40,8 +59,13 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo) -
     handover = CheckpointReader(str(demo.old_cp)).handover()
     assert report["handover"]["batch_id"] == handover.batch_id
     assert report["downtime_s"] is not None and report["downtime_s"] > 0
-    assert {s["name"] for s in report["steps"] if s["state"] == "success"} >= {
-        "preflight", "graceful_stop", "extract_handover", "archive", "relaunch", "verify"}
+    done = [s["name"] for s in report["steps"] if s["state"] == "success"]
+    assert done[:len(first_steps) + 1] == ["preflight", *first_steps], done  # in the order of the mode
+    started = {s["name"]: s["started_at"] for s in report["steps"]}
+    assert sorted(first_steps, key=lambda name: started[name]) == first_steps, "steps ran in this order"
+    down = report["downtime_by_step"]
+    assert abs(sum(down.values()) - report["downtime_s"]) < 0.01 and down.get("graceful_stop", 0) > 0, down
+    assert any(note.startswith("graceful_stop: driver saw the request") for note in report["notes"]), report["notes"]
     stored = Path(report["archive"]) / "report"
     assert (stored / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert "upgraded" in (stored / "upgrade-report.md").read_text()
@@ -58,19 +82,21 @@ def test_naive_relaunch_is_caught(demo: UpgradeDemo, starting_offsets: str, expe
     assert not audit.ok
 
 
-def test_rollback_when_new_version_crashes_on_start(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+def test_rollback_when_the_released_version_crashes(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
     v1 = demo.start()
     last_before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
-    run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_V2))
+    run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_AFTER_RELEASE))
 
     got = states(run)
     assert run.state == "failed", got
+    assert got["start_standby"] == got["graceful_stop"] == got["extract_handover"] == "success", got
     assert got["relaunch"] == "failed"
-    assert got["rollback_stop_new"] == got["rollback_restore"] == got["rollback_restart_old"] == "success"
+    assert got["rollback_stop_new"] == got["rollback_restore"] == got["rollback_restart_old"] == "success", got
     assert got["report"] == "failed", "a rolled-back upgrade must fail the run loudly"
-    report = read_dag_report(demo.archive_root)
-    assert report is not None and report["outcome"] == "rolled back"
+    report = read_dag_report(demo.archive_root)  # no archive (it comes after the verification): by the journal
+    assert report is not None and report["outcome"] == "rolled back" and report["archive"] == ""
     assert any("deliberate crash" in note for note in report["notes"]), report["notes"]
+    assert not any(p.name != "_upgrades" for p in (demo.archive_root / "demo-events").iterdir()), "nothing archived"
 
     # v1 runs again on its original checkpoint and keeps committing
     demo.wait_for_batch(demo.old_cp, (last_before or 0) + 3, timeout=120)
@@ -80,26 +106,44 @@ def test_rollback_when_new_version_crashes_on_start(airflow_home, demo: UpgradeD
     assert audit.duplicated == 0, audit.duplicated_examples
 
 
-def test_partitions_added_before_relaunch_are_read_from_earliest(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
-    from airflow_ckpt_provider.cli import main as ckpt
-
+def test_a_version_that_cannot_start_is_refused_before_anything_stops(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
     v1 = demo.start()
-    assert ckpt(["stop", str(demo.old_cp), "--timeout", "120", "--pid", str(v1.pid)]) == 0
-    demo.kafka.add_partitions(demo.topic, 5)  # after v1's last commit, before the relaunch
-    run = demo.upgrade_with_dag(v1)
-    assert run.state == "success", states(run)
-    audit = demo.finish(demo.new_cp)
+    run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_V2))
 
-    report = read_dag_report(demo.archive_root)
-    assert report is not None
-    starting = report["starting_offsets"]
-    assert '"3":-2' in starting and '"4":-2' in starting, starting
-    assert any(p in (3, 4) for _, p, _ in _records_seen(demo)), "keyed records should reach new partitions"
+    got = states(run)
+    assert run.state == "failed", got
+    assert got["start_standby"] == "failed" and got["graceful_stop"] == "upstream_failed", got
+    assert got["rollback_stop_new"] == "success" and got["rollback_restart_old"] == "skipped", got
+    assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
+    assert spark_files(demo.new_cp) == []
+    last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+    demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
+    audit = demo.finish(demo.old_cp)
+    assert audit.lost == 0 and audit.duplicated == 0, audit
+
+
+def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflow_home,  # noqa: ANN001
+                                                                          demo: UpgradeDemo) -> None:
+    """v1 runs without GracefulStop and no launch handle is given: its stop cannot complete
+    (CheckpointNotQuiet, nothing written to it). The standby already waits: it is asked to stop,
+    exits without having written a checkpoint file, and v1 keeps running on its checkpoint."""
+    v1 = demo.start(application=V1_WITHOUT_GRACEFUL_STOP)
+    run = demo.upgrade_with_dag(v1, old_application=str(V1_WITHOUT_GRACEFUL_STOP), old_launch_handle="")
+
+    got = states(run)
+    assert run.state == "failed", got
+    assert got["start_standby"] == "success" and got["graceful_stop"] == "failed", got
+    assert got["rollback_stop_new"] == "success", got
+    assert got["rollback_restore"] == got["rollback_restart_old"] == "skipped", got
+    control = ControlFiles(fsspec.filesystem("file"), str(demo.new_cp))
+    driver, ack = control.driver(), control.ack()
+    assert driver is not None and driver.state == "exited" and driver.exit_code == 0, driver
+    assert ack is not None and ack.last_committed_batch is None, "the standby acknowledged with no batch"
+    assert spark_files(demo.new_cp) == [], "the standby wrote no checkpoint file"
+    assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
+
+    last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+    demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120, handle=v1)  # v1 runs on
+    audit = demo.finish(demo.old_cp, stop_timeout=5)  # it cannot acknowledge: killed once caught up
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples
-
-
-def _records_seen(demo: UpgradeDemo) -> set[tuple[str, int, int]]:
-    from airflow_ckpt_provider.local.audit import read_sink_records
-
-    return set(read_sink_records(demo.sink))

@@ -91,3 +91,27 @@ def test_downtime_by_step_splits_the_window_between_steps_scheduling_and_the_fir
 def test_downtime_by_step_is_empty_without_a_downtime() -> None:
     assert UpgradeReport(stream="s", outcome="failed", old_batches=OLD).downtime_by_step() == {}
     assert "downtime_by_step" in report().to_dict()
+
+
+def test_a_step_that_ends_after_the_first_commit_takes_the_rest_of_the_downtime() -> None:
+    steps = (StepTiming("graceful_stop", "success", 2.0, _at(100.5), _at(102.0)),
+             StepTiming("relaunch", "success", 2.5, _at(102.2), _at(104.4)))  # saw batch 0 at 104.4
+    parts = UpgradeReport(stream="s", outcome="upgraded", steps=steps, old_batches=OLD, new_batches=NEW).downtime_by_step()
+    assert parts == {"graceful_stop": 0.5, "relaunch": 1.8, "between steps": 0.2}
+
+
+def test_a_stored_report_is_never_replaced_by_a_later_run(tmp_path: Path) -> None:
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    op = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri="/a",
+                               new_checkpoint_uri="/b", step_task_ids=[], upgrade_task_ids=[],
+                               handover_task_id="h", archive_task_id="a")
+    archive = tmp_path / "archive" / "orders" / "20261123T100000Z-up-1"
+    first = op._store(report(), str(archive))
+    stored = {p.name: p.read_bytes() for p in (archive / "report").iterdir() if p.is_file()}
+    second = op._store(UpgradeReport(stream="orders", outcome="upgraded", run_id="manual__2"), str(archive))
+    third = op._store(UpgradeReport(stream="orders", outcome="failed", run_id="manual__3"), str(archive))
+    assert first == str(archive / "report")
+    assert (second, third) == (str(archive / "report" / "run-2"), str(archive / "report" / "run-3"))
+    assert {p.name: p.read_bytes() for p in (archive / "report").iterdir() if p.is_file()} == stored
+    assert "manual__2" in (archive / "report" / "run-2" / "upgrade-report.md").read_text()
