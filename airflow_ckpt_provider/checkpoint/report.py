@@ -207,7 +207,8 @@ def render_timeline_png(report: UpgradeReport, path: str) -> bool:
         ax.axvspan(start, end, color="#d62728", alpha=0.15, label=f"downtime {window[1] - window[0]:.1f} s")  # type: ignore[arg-type]
     ax.set_ylabel("input rows per batch")
     ax.set_title(f"{report.stream}: {report.outcome}")
-    ax.legend(loc="upper left")
+    if ax.get_legend_handles_labels()[0]:  # no batches (an upgrade that ended early): no legend
+        ax.legend(loc="upper left")
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, format="png")

@@ -66,6 +66,13 @@ def _tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+def kraft_cluster_id() -> str:
+    """A KRaft cluster id as ``kafka-storage random-uuid`` makes one (16 random bytes, URL-safe
+    base64 without padding). One in 32 starts with ``-``: it is passed as ``--cluster-id=<id>``,
+    never as a separate argument the tool's parser would take for an option."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 class LocalKafka:
     """A KRaft broker+controller on 127.0.0.1 whose data lives in ``work_dir``.
 
@@ -156,9 +163,9 @@ class LocalKafka:
         log4j_file.write_text(_LOG4J)
         base = [java, f"-Dlog4j.configuration=file:{log4j_file}", "-cp", classpath]
 
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = kraft_cluster_id()
         fmt = subprocess.run(
-            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props_file),
+            [*base, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props_file),
              "--ignore-formatted"],
             capture_output=True, text=True, check=False,
         )

@@ -20,6 +20,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidOffsets,
     LaunchFailed,
     NoProgress,
+    QueryStillRunning,
     StandbyNotHonoured,
 )
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
@@ -491,16 +492,36 @@ class StandbyReleaseOperator(StreamLaunchOperator):
         self._defer_for_commit(standby, 0)
 
     def _waiting(self, standby: LaunchHandle | None, control: ControlFiles) -> tuple[bool, str]:
-        """Whether ``standby`` waits for its release on the checkpoint, and why not in words."""
+        """Whether ``standby`` waits for its release on the checkpoint, and why not in words.
+
+        The launch's liveness (:func:`~airflow_ckpt_provider.jobs.observe`: its driver record,
+        its job kind, then its heartbeat) decides, not the heartbeat's age alone: a standby whose
+        beat is late on a loaded machine is still released. A standby that ended its wait (a
+        stop request, its timeout) but whose driver still runs is given ``adopt_grace_s`` to exit
+        first, so the cold launch that follows never meets it on the checkpoint."""
         if standby is None:
             return False, "no standby handle was given"
-        beat = control.heartbeat()
-        if beat is None or not beat.is_standby or not beat.is_alive():
+        deadline = time.monotonic() + self.adopt_grace_s
+        while True:
+            verdict = observe(standby, control)
+            if verdict.alive is False:
+                return False, f"the standby launch ended: {verdict.evidence}"
+            beat = control.heartbeat()
+            if beat is not None and beat.is_standby:
+                break
             what = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
-            return False, f"{what} on {self.checkpoint_uri}"
-        verdict = observe(standby, control)
-        if verdict.alive is False:
-            return False, f"the standby launch ended: {verdict.evidence}"
+            if verdict.alive is None:  # nothing says it still runs: the cold launch's own checks guard the rest
+                return False, f"{what} on {self.checkpoint_uri} ({verdict.evidence})"
+            if time.monotonic() >= deadline:
+                raise QueryStillRunning(found=f"the standby launch {standby.app_name} still running "
+                                              f"({verdict.evidence}) with {what}, {self.adopt_grace_s:.0f} s after it "
+                                              "ended its wait",
+                                        expected="a waiting standby, or one that has exited",
+                                        action="Stop it by its handle (the start_standby XCom) and run the step again.",
+                                        path=self.checkpoint_uri)
+            self.log.info("the standby is not waiting any more (%s) but its driver still runs (%s): waiting for it "
+                          "to exit", what, verdict.evidence)
+            time.sleep(min(self.poll_interval, 2.0))
         state = control.batch_state()
         if state.last_planned_batch is not None or state.last_committed_batch is not None:
             raise StandbyNotHonoured(found=f"batches on {self.checkpoint_uri} before the release "

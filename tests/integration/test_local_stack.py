@@ -90,3 +90,15 @@ def test_connection_test_button_against_the_real_broker(kafka, new_topic, monkey
     monkeypatch.setenv("AIRFLOW_CONN_CKPT_DEAD", dead)
     ok, message = KafkaBrokerHook("ckpt_dead").test_connection()
     assert not ok and "Kafka" in message and "expected" in message, message
+
+
+def test_a_cluster_id_that_looks_like_an_option_still_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One random KRaft cluster id in 32 starts with '-': the broker must start with it too."""
+    from airflow_ckpt_provider.local import kafka as local_kafka
+
+    monkeypatch.setattr(local_kafka, "kraft_cluster_id", lambda: "-" + "Q" * 21)
+    broker = local_kafka.LocalKafka(tmp_path / "kafka").start()
+    try:
+        assert broker.running
+    finally:
+        broker.stop()

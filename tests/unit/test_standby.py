@@ -39,11 +39,13 @@ from airflow_ckpt_provider.spark.control import (
     CONF_STANDBY,
     CONF_STANDBY_TIMEOUT_S,
     CONF_STARTING_OFFSETS,
+    DRIVER,
     HEARTBEAT,
     LIVE_STATES,
     STANDBY_RELEASE,
     STOP_ACK,
     STOP_REQUEST,
+    DriverRecord,
     Heartbeat,
     HeartbeatState,
     ProcessScope,
@@ -760,3 +762,55 @@ def test_a_cold_launch_timeout_names_the_commit(tmp_path: Path) -> None:
 def test_standby_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="standby_timeout"):
         StreamLaunchOperator(task_id="t", application="a.py", checkpoint_uri="/c", standby=True, standby_timeout=0)
+
+
+def driver_record(cp: Path, launch_id: str, state: str = "running", exit_code: int | None = None) -> None:
+    at = iso(now())
+    put(cp, DRIVER, DriverRecord(launch_id=launch_id, state=state, pid=4242, started_at=iso(now() - timedelta(seconds=40)),
+                                 updated_at=at, interval_s=5.0, host="another-worker", exit_code=exit_code,
+                                 ended_at=at if state == "exited" else "").to_json())
+
+
+def test_a_standby_whose_beat_is_late_but_whose_driver_lives_is_still_released(tmp_path: Path) -> None:
+    """A loaded machine delays the standby's beats past three intervals; its supervisor's driver
+    record says the driver lives: it is released, not replaced by a cold launch."""
+    cp = tmp_path / "v2"
+    launched = now() - timedelta(seconds=40)
+    handle = elsewhere_handle(cp, launched, launch_id="l-1")
+    put(cp, HEARTBEAT, heartbeat(started=launched + timedelta(seconds=10), updated=now() - timedelta(seconds=8),
+                                 run_id="late-run").to_json())
+    driver_record(cp, "l-1")
+    operator, fake = release_operator(tmp_path, handle)
+    with pytest.raises(TaskDeferred):
+        operator.execute({"ti": TI()})
+    release = read_release(cp)
+    assert release is not None and release.standby_run_id == "late-run" and fake.launches == []
+
+
+def test_a_standby_that_ended_its_wait_is_given_time_to_exit_before_the_cold_launch(tmp_path: Path) -> None:
+    cp = tmp_path / "v2"
+    launched = now() - timedelta(seconds=40)
+    handle = elsewhere_handle(cp, launched, launch_id="l-2")
+    put(cp, HEARTBEAT, heartbeat("stopped", started=launched + timedelta(seconds=10)).to_json())
+    driver_record(cp, "l-2")  # the driver still runs: it is stopping its session
+    operator, fake = release_operator(tmp_path, handle, poll_interval=0.05)
+    exited = threading.Timer(0.5, lambda: driver_record(cp, "l-2", "exited", 3))
+    exited.start()
+    try:
+        with pytest.raises(TaskDeferred):
+            operator.execute({"ti": TI()})
+    finally:
+        exited.cancel()
+    assert read_release(cp) is None and len(fake.launches) == 1  # cold, once the standby's driver had exited
+
+
+def test_a_standby_that_never_exits_is_not_launched_beside(tmp_path: Path) -> None:
+    cp = tmp_path / "v2"
+    launched = now() - timedelta(seconds=40)
+    handle = elsewhere_handle(cp, launched, launch_id="l-3")
+    put(cp, HEARTBEAT, heartbeat("stopped", started=launched + timedelta(seconds=10)).to_json())
+    driver_record(cp, "l-3")
+    operator, fake = release_operator(tmp_path, handle, poll_interval=0.05, adopt_grace_s=0.3)
+    with pytest.raises(QueryStillRunning, match="still running"):
+        operator.execute({"ti": TI()})
+    assert read_release(cp) is None and fake.launches == []
