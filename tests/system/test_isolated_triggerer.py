@@ -85,7 +85,8 @@ def test_upgrade_and_rollback_with_the_triggerer_in_its_own_pid_namespace(
                 states["rollback_restart_old"] == "success", (states, logs)
             report = read_dag_report(second.archive_root, ROLLBACK_STREAM)
             assert report is not None and report["outcome"] == "rolled back", report
-            assert any("deliberate crash" in note for note in report["notes"]), report["notes"]
+            assert any("relaunch failed" in note and "exited with code 3" in note for note in report["notes"]), \
+                report["notes"]
             second.wait_for_batch(second.old_cp, last_before + 3, timeout=600)
             audit = second.finish(second.old_cp)
             assert audit.lost == 0, audit.lost_examples
