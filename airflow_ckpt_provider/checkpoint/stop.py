@@ -58,6 +58,7 @@ from airflow_ckpt_provider.spark.control import (
     Heartbeat,
     StopAck,
     StopRequest,
+    pending_request,
 )
 
 log = logging.getLogger(__name__)
@@ -288,11 +289,6 @@ def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime 
         reason=reason,
         expires_at=(moment + timedelta(seconds=timeout_s)).isoformat(timespec="milliseconds"),
     )
-
-
-def pending_request(request: StopRequest | None, ack: StopAck | None, now: datetime | None = None) -> bool:
-    """A request still waiting for the query: present, not acknowledged, not expired."""
-    return request is not None and not request.is_expired(now) and (ack is None or ack.request_id != request.request_id)
 
 
 # -- I/O edge: control files and batch listings through fsspec ---------------------------------------

@@ -271,3 +271,8 @@ class StandbyRelease(_ControlRecord):
         if self.handover_json:
             keys[CONF_HANDOVER_JSON] = self.handover_json
         return keys
+
+
+def pending_request(request: StopRequest | None, ack: StopAck | None, now: datetime | None = None) -> bool:
+    """A stop request still waiting for the query: present, not acknowledged, not expired."""
+    return request is not None and not request.is_expired(now) and (ack is None or ack.request_id != request.request_id)

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.clock import utc_iso
@@ -50,12 +50,15 @@ from airflow_ckpt_provider.spark.control import (
     STOPPED,
     Heartbeat,
     ProcessScope,
+    StandbyRelease,
     StopAck,
     StopRequest,
+    pending_request,
 )
 from airflow_ckpt_provider.spark.standby import standby_run_id
 
 log = logging.getLogger(__name__)
+T = TypeVar("T", StopRequest, StopAck, Heartbeat, StandbyRelease)
 
 
 class HadoopFiles:
@@ -114,6 +117,84 @@ class HadoopFiles:
         return max((i for i in ids if i is not None), default=None)
 
 
+def read_record(files: Any, rel: str, cls: type[T]) -> T | None:
+    """The control record ``rel`` read through ``files`` (a :class:`HadoopFiles`), None when the
+    file is missing or unreadable (logged: a half-written file reads as "not yet")."""
+    data = files.read(rel)
+    if data is None:
+        return None
+    try:
+        return cls.from_json(data)
+    except (ValueError, TypeError) as exc:
+        log.warning("ignoring unreadable %s: %s", rel, exc)
+        return None
+
+
+def new_heartbeat(spark: Any, *, run_id: str, state: str, interval_s: float, query_id: str = "") -> Heartbeat:
+    """A first heartbeat of this driver process (its scope, pid and Spark application id)."""
+    scope = ProcessScope.current()
+    now = utc_iso(timespec="milliseconds")
+    try:
+        app_id = str(spark.sparkContext.applicationId)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        app_id = ""
+    return Heartbeat(query_id=query_id, run_id=run_id, state=state, started_at=now, updated_at=now,
+                     interval_s=interval_s, host=scope.host, pid=os.getpid(), app_id=app_id, boot_id=scope.boot_id,
+                     pid_namespace=scope.pid_namespace)
+
+
+class HeartbeatWriter:
+    """Keeps one run's ``_ckpt/heartbeat.json`` fresh from a daemon thread, every ``interval_s``
+    of its heartbeat, and writes its last state once: a beat that comes due while it ends never
+    overwrites that last state. Write errors while beating are logged (a stale beat reads as
+    gone, which the requester handles)."""
+
+    def __init__(self, files: Any, heartbeat: Heartbeat, thread_name: str = "ckpt-heartbeat") -> None:
+        self.files = files
+        self.heartbeat = heartbeat
+        self.thread_name = thread_name
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def _write(self, state: str) -> None:
+        self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
+        self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
+
+    def beat(self) -> None:
+        """Refresh the heartbeat in its state; nothing once ended."""
+        with self._lock:
+            if not self._ended.is_set():
+                self._write(self.heartbeat.state)
+
+    def start(self) -> None:
+        """Beat once now (errors raise), then from the thread."""
+        self.beat()
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._ended.wait(self.heartbeat.interval_s):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - keep beating; a stale beat escalates anyway
+                log.warning("heartbeat write failed: %s", exc)
+
+    def end(self, state: str | None = STOPPED) -> None:
+        """Stop beating and write ``state`` as the last beat (None: leave the last one as it is).
+        Only the first call writes; a failure is logged, not raised (it must not hide what
+        ended the run)."""
+        with self._lock:
+            if not self._ended.is_set() and state is not None:
+                try:
+                    self._write(state)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("could not write the %s heartbeat: %s", state, exc)
+            self._ended.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.heartbeat.interval_s + 5)
+
+
 def _trigger_interval_s(query: Any) -> float | None:
     """The processing-time trigger interval of a classic query, None if unknown or another trigger."""
     try:
@@ -159,64 +240,19 @@ class GracefulStop:
         self.margin = margin
         self.boundary_timeout = boundary_timeout
         self.run_id = standby_run_id() or uuid.uuid4().hex  # a released standby keeps its run
-        scope = ProcessScope.current()
-        self.heartbeat = Heartbeat(
-            query_id=str(query.id),
-            run_id=self.run_id,
-            state=RUNNING,
-            started_at=utc_iso(timespec="milliseconds"),
-            updated_at=utc_iso(timespec="milliseconds"),
-            interval_s=self.heartbeat_interval,
-            host=scope.host,
-            pid=os.getpid(),
-            app_id=self._app_id(),
-            boot_id=scope.boot_id,
-            pid_namespace=scope.pid_namespace,
-        )
-        self._stop_beats = threading.Event()
-        self._beat_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self.beats = HeartbeatWriter(self.files, new_heartbeat(spark, run_id=self.run_id, state=RUNNING,
+                                                               interval_s=self.heartbeat_interval,
+                                                               query_id=str(query.id)))
 
-    def _app_id(self) -> str:
-        try:
-            return str(self.spark.sparkContext.applicationId)
-        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-            return ""
-
-    # -- heartbeat ---------------------------------------------------------------------------------
-
-    def _beat(self, state: str = RUNNING) -> None:
-        with self._beat_lock:
-            self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
-            self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
-
-    def _beat_loop(self) -> None:
-        while not self._stop_beats.wait(self.heartbeat_interval):
-            try:
-                self._beat()
-            except Exception as exc:  # noqa: BLE001 - keep beating; a stale beat escalates anyway
-                log.warning("heartbeat write failed: %s", exc)
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """The last heartbeat written."""
+        return self.beats.heartbeat
 
     # -- stop request ------------------------------------------------------------------------------
 
     def _request(self) -> StopRequest | None:
-        data = self.files.read(STOP_REQUEST)
-        if data is None:
-            return None
-        try:
-            return StopRequest.from_json(data)
-        except (ValueError, TypeError) as exc:
-            log.warning("ignoring unreadable stop request: %s", exc)
-            return None
-
-    def _acked_request_id(self) -> str | None:
-        data = self.files.read(STOP_ACK)
-        if data is None:
-            return None
-        try:
-            return StopAck.from_json(data).request_id
-        except (ValueError, TypeError):
-            return None
+        return read_record(self.files, STOP_REQUEST, StopRequest)
 
     def _at_boundary(self) -> bool:
         """No trigger active, the last planned batch committed, not about to trigger."""
@@ -270,13 +306,11 @@ class GracefulStop:
         Re-raises the query's exception (``StreamingQueryException``) if it failed.
         """
         self.files.fs.mkdirs(self.files.path(CONTROL_DIR))
-        stale = self._request()
+        stale = self._request()  # an answered or expired request is history
         ignored = None
-        if stale is not None and (stale.is_expired() or stale.request_id == self._acked_request_id()):
+        if stale is not None and not pending_request(stale, read_record(self.files, STOP_ACK, StopAck)):
             ignored = stale.request_id
-        self._beat()
-        self._thread = threading.Thread(target=self._beat_loop, name="ckpt-heartbeat", daemon=True)
-        self._thread.start()
+        self.beats.start()
         ack: StopAck | None = None
         try:
             while True:
@@ -293,10 +327,5 @@ class GracefulStop:
                 self.files.write(STOP_ACK, ack.to_json().encode())
                 break
         finally:
-            self._stop_beats.set()
-            self._thread.join(timeout=self.heartbeat_interval + 5)
-            try:
-                self._beat(STOPPED)
-            except Exception as exc:  # noqa: BLE001 - do not hide the query's own exception
-                log.warning("could not write the stopped heartbeat: %s", exc)
+            self.beats.end(STOPPED)  # never raises: the query's own exception is not hidden
         return ack

@@ -33,12 +33,10 @@ modules: the driver has no Airflow. All files go through the checkpoint's Hadoop
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from airflow_ckpt_provider.clock import utc_iso
@@ -49,17 +47,15 @@ from airflow_ckpt_provider.spark.control import (
     CONF_STANDBY_TIMEOUT_S,
     CONTROL_DIR,
     DEFAULT_STANDBY_TIMEOUT_S,
-    HEARTBEAT,
     STANDBY,
     STANDBY_RELEASE,
     STOP_ACK,
     STOP_REQUEST,
     STOPPED,
-    Heartbeat,
-    ProcessScope,
     StandbyRelease,
     StopAck,
     StopRequest,
+    pending_request,
 )
 
 log = logging.getLogger(__name__)
@@ -99,61 +95,40 @@ class _StandbyWait:
 
     def __init__(self, spark: Any, checkpoint: str, *, heartbeat_interval: float, poll_interval: float,
                  timeout_s: float) -> None:
-        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles, HeartbeatWriter, new_heartbeat
 
         self.spark = spark
         self.files = HadoopFiles(spark, checkpoint)
         self.poll_interval = poll_interval
         self.timeout_s = timeout_s
-        scope = ProcessScope.current()
-        now = utc_iso(timespec="milliseconds")
-        self.heartbeat = Heartbeat(query_id="", run_id=uuid.uuid4().hex, state=STANDBY, started_at=now, updated_at=now,
-                                   interval_s=heartbeat_interval, host=scope.host, pid=os.getpid(),
-                                   app_id=_app_id(spark), boot_id=scope.boot_id, pid_namespace=scope.pid_namespace)
-        self._stop_beats = threading.Event()
-        self._beat_lock = threading.Lock()
+        self.beats = HeartbeatWriter(self.files, new_heartbeat(spark, run_id=uuid.uuid4().hex, state=STANDBY,
+                                                               interval_s=heartbeat_interval),
+                                     thread_name="ckpt-standby-heartbeat")
 
-    def beat(self, state: str = STANDBY) -> None:
-        with self._beat_lock:
-            if state == STANDBY and self._stop_beats.is_set():
-                return  # the wait ended: a beat that came due just then must not overwrite the end
-            self.heartbeat = replace(self.heartbeat, state=state, updated_at=utc_iso(timespec="milliseconds"))
-            self.files.write(HEARTBEAT, self.heartbeat.to_json().encode())
-
-    def _beat_loop(self) -> None:
-        while not self._stop_beats.wait(self.heartbeat.interval_s):
-            try:
-                self.beat()
-            except Exception as exc:  # noqa: BLE001 - keep beating; a stale beat is read as gone
-                log.warning("standby heartbeat write failed: %s", exc)
+    @property
+    def run_id(self) -> str:
+        return self.beats.heartbeat.run_id
 
     def _read(self, rel: str, cls: Any) -> Any:
-        data = self.files.read(rel)
-        if data is None:
-            return None
-        try:
-            return cls.from_json(data)
-        except (ValueError, TypeError) as exc:
-            log.warning("ignoring unreadable %s: %s", rel, exc)
-            return None
+        from airflow_ckpt_provider.spark.graceful_stop import read_record
+
+        return read_record(self.files, rel, cls)
 
     def _pending_stop(self, ignored: str | None) -> StopRequest | None:
         request = self._read(STOP_REQUEST, StopRequest)
-        if request is None or request.request_id == ignored or request.is_expired():
+        if request is None or request.request_id == ignored:
             return None
-        ack = self._read(STOP_ACK, StopAck)
-        return None if ack is not None and ack.request_id == request.request_id else request
+        return request if pending_request(request, self._read(STOP_ACK, StopAck)) else None
 
     def _end(self, code: int, request: StopRequest | None = None) -> None:
         """Acknowledge ``request`` (if any), beat stopped, stop the session, exit with ``code``."""
-        self._stop_beats.set()
         if request is not None:
-            ack = StopAck(request_id=request.request_id, query_id="", run_id=self.heartbeat.run_id, outcome=CLEAN,
+            ack = StopAck(request_id=request.request_id, query_id="", run_id=self.run_id, outcome=CLEAN,
                           last_committed_batch=None, last_planned_batch=None,
                           stopped_at=utc_iso(timespec="milliseconds"))
             self.files.write(STOP_ACK, ack.to_json().encode())
         try:
-            self.beat(STOPPED)
+            self.beats.end(STOPPED)
         finally:
             self.spark.stop()
         raise SystemExit(code)
@@ -161,19 +136,16 @@ class _StandbyWait:
     def run(self) -> StandbyRelease:
         self.files.fs.mkdirs(self.files.path(CONTROL_DIR))
         stale = self._read(STOP_REQUEST, StopRequest)  # an answered or expired request is history
-        ack = self._read(STOP_ACK, StopAck)
-        ignored = stale.request_id if stale is not None and (
-            stale.is_expired() or (ack is not None and ack.request_id == stale.request_id)) else None
-        self.beat()
-        thread = threading.Thread(target=self._beat_loop, name="ckpt-standby-heartbeat", daemon=True)
-        thread.start()
+        ignored = stale.request_id if stale is not None and not pending_request(
+            stale, self._read(STOP_ACK, StopAck)) else None
+        self.beats.start()
         log.info("standby on %s (run %s): session ready, waiting up to %.0f s for the handover",
-                 self.files.root, self.heartbeat.run_id, self.timeout_s)
+                 self.files.root, self.run_id, self.timeout_s)
         waited_from = time.monotonic()
         try:
             while True:
                 release = self._read(STANDBY_RELEASE, StandbyRelease)
-                if release is not None and release.standby_run_id == self.heartbeat.run_id:
+                if release is not None and release.standby_run_id == self.run_id:
                     log.info("released after %.1f s (release %s): starting at %s", time.monotonic() - waited_from,
                              release.release_id, release.starting_offsets)
                     return release
@@ -186,16 +158,8 @@ class _StandbyWait:
                     log.error("no handover within %.0f s: exiting without writing a checkpoint file", self.timeout_s)
                     self._end(EXIT_STANDBY_TIMEOUT)
                 time.sleep(self.poll_interval)
-        finally:
-            self._stop_beats.set()
-            thread.join(timeout=self.heartbeat.interval_s + 5)
-
-
-def _app_id(spark: Any) -> str:
-    try:
-        return str(spark.sparkContext.applicationId)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        return ""
+        finally:  # released: GracefulStop beats on under the same run id; ended: the last beat is written
+            self.beats.end(None)
 
 
 def await_handover(
@@ -233,7 +197,7 @@ def await_handover(
             log.info("standby warm-up done in %.1f s", time.monotonic() - started)
         wait = _StandbyWait(spark, checkpoint, heartbeat_interval=heartbeat_interval, poll_interval=poll_interval,
                             timeout_s=timeout)
-        _taken["run_id"] = wait.heartbeat.run_id
+        _taken["run_id"] = wait.run_id
         release = wait.run()
         for key, value in release.spark_conf().items():
             spark.conf.set(key, value)

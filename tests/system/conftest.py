@@ -22,10 +22,12 @@ SCREENSHOTS = REPO / "artifacts" / "browser"
 
 @pytest.fixture
 def demo(kafka, tmp_path: Path) -> Iterator[UpgradeDemo]:  # noqa: ANN001
-    """A fresh topic, producer, sink and checkpoints on the session's broker; v1 not started yet."""
+    """A fresh topic, producer, sink and checkpoints on the session's broker; v1 not started yet.
+    Every Spark job running on its checkpoints is killed at the end (a failed test leaves none)."""
     stack = UpgradeDemo(tmp_path / "demo", kafka=kafka, rate=80.0)
     yield stack
     stack.close()
+    stop_jobs_under(stack.work)  # the versions the DAG launched, whatever the test's outcome
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJourn
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, StandbyReleaseOperator, StreamLaunchOperator
-from airflow_ckpt_provider.spark import standby
+from airflow_ckpt_provider.spark import graceful_stop, standby
 from airflow_ckpt_provider.spark.control import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
@@ -524,7 +524,7 @@ def test_a_beat_due_as_the_standby_ends_never_overwrites_its_stopped_heartbeat(
         events.append(LateWake(stopped_on_disk))
         return events[-1]
 
-    monkeypatch.setattr(standby, "threading", SimpleNamespace(Event=event, Lock=threading.Lock,
+    monkeypatch.setattr(graceful_stop, "threading", SimpleNamespace(Event=event, Lock=threading.Lock,
                                                               Thread=threading.Thread))
     if ending == "stop-request":
         put(cp, STOP_REQUEST, a_request("abort-2").to_json())
