@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-__all__ = ["utc_iso", "utc_now"]
+__all__ = ["epoch_seconds", "utc_iso", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -22,3 +22,15 @@ def utc_iso(moment: datetime | None = None, timespec: str = "auto") -> str:
     :meth:`datetime.isoformat` (``"seconds"``, ``"milliseconds"``, ``"microseconds"`` ...); an
     aware UTC moment ends in ``+00:00``. ``ValueError`` for an unknown ``timespec``."""
     return (moment or utc_now()).isoformat(timespec=timespec)
+
+
+def epoch_seconds(iso: str | None) -> float | None:
+    """Epoch seconds of ISO-8601 text (a time without offset counts as UTC); None for ''/None
+    or text that is no ISO-8601 time."""
+    if not iso:
+        return None
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()

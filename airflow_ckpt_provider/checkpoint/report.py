@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
-from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,9 @@ class UpgradeReport:
         for step in self.steps:
             if not step.started_at or not step.ended_at:
                 continue
-            begin, finish = _epoch(step.started_at), _epoch(step.ended_at)
+            begin, finish = epoch_seconds(step.started_at), epoch_seconds(step.ended_at)
+            if begin is None or finish is None:
+                continue
             overlap = min(finish, end) - max(begin, start)
             if overlap > 0:
                 parts[step.name] = round(overlap, 3)
@@ -151,11 +153,6 @@ class UpgradeReport:
             f"<h2>Steps</h2><table><tr><th>step</th><th>state</th><th>seconds</th></tr>{steps}</table>"
             f"{img}</body></html>\n"
         )
-
-
-def _epoch(iso: str) -> float:
-    moment = datetime.fromisoformat(iso)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

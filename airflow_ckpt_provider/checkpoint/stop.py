@@ -46,7 +46,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
-from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
@@ -58,6 +58,7 @@ from airflow_ckpt_provider.spark.control import (
     Heartbeat,
     StopAck,
     StopRequest,
+    parse_record,
     pending_request,
 )
 
@@ -246,9 +247,9 @@ def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, 
     A phase whose times are unknown (an acknowledgement from an older driver, an escalation)
     is left out; negative spans from clock skew count as 0.
     """
-    marks: list[float | None] = [parse_iso(request.requested_at)]
+    marks: list[float | None] = [epoch_seconds(request.requested_at)]
     if ack is not None:
-        marks += [parse_iso(ack.seen_at), parse_iso(ack.boundary_at), parse_iso(ack.stopped_at)]
+        marks += [epoch_seconds(ack.seen_at), epoch_seconds(ack.boundary_at), epoch_seconds(ack.stopped_at)]
     else:
         marks += [None, None, None]
     marks += [noticed_at, ended_at]
@@ -266,17 +267,6 @@ def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, 
 def describe_stop_timeline(timeline: Mapping[str, float]) -> str:
     """``"driver saw the request 0.4 s, batch boundary found 1.2 s, ..."`` in phase order."""
     return ", ".join(f"{name} {timeline[name]:.1f} s" for name in STOP_PHASES if name in timeline)
-
-
-def parse_iso(value: str | None) -> float | None:
-    """Epoch seconds of an ISO-8601 time, None for ''/None or an unparsable value."""
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def new_request(requested_by: str, reason: str, timeout_s: float, now: datetime | None = None) -> StopRequest:
@@ -319,14 +309,7 @@ class ControlFiles:
             return None
 
     def _record(self, rel: str, cls: type[Any]) -> Any:
-        data = self._read(rel)
-        if data is None:
-            return None
-        try:
-            return cls.from_json(data)
-        except (ValueError, TypeError) as exc:
-            log.warning("ignoring unreadable %s in %s: %s", rel, self.uri, exc)
-            return None
+        return parse_record(self._read(rel), cls, f"{rel} in {self.uri}")
 
     def heartbeat(self) -> Heartbeat | None:
         return self._record(HEARTBEAT, Heartbeat)

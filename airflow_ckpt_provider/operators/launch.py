@@ -230,16 +230,9 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
 
         On an existing checkpoint (``allow_existing_checkpoint``) it also records the last
         committed batch, so the wait is for a batch committed by THIS launch."""
-        starting = _offsets_text(self.starting_offsets)
-        if starting is None and (result := _handover_input(self.handover)) is not None:
-            starting = result.offsets().to_json()
+        starting = self._starting_offsets()
+        existing = self._check_target(self.allow_existing_checkpoint)
         storage = self.storage_hook
-        existing = check_launch_target(
-            storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
-            old=storage.filesystem(self.old_checkpoint_uri) if self.old_checkpoint_uri else None,
-            sink=storage.filesystem(self.sink_path) if self.sink_path else None,
-            allow_existing_checkpoint=self.allow_existing_checkpoint,
-        )
         self._resume_after = None
         fs, path = storage.filesystem(self.checkpoint_uri)
         if not existing and fs.exists(path):  # only _ckpt/ from an earlier failed launch: nothing may live there
@@ -254,6 +247,23 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             except CheckpointError as exc:
                 self.log.warning("cannot read the last committed batch of %s (%s)", self.checkpoint_uri, exc)
         return starting
+
+    def _starting_offsets(self) -> str | None:
+        """``starting_offsets`` validated, else the handover's startingOffsets JSON, else None."""
+        starting = _offsets_text(self.starting_offsets)
+        if starting is None and (result := _handover_input(self.handover)) is not None:
+            starting = result.offsets().to_json()
+        return starting
+
+    def _check_target(self, allow_existing_checkpoint: bool) -> bool:
+        """:func:`check_launch_target` on this launch's checkpoint, old checkpoint and sink."""
+        storage = self.storage_hook
+        return check_launch_target(
+            storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
+            old=storage.filesystem(self.old_checkpoint_uri) if self.old_checkpoint_uri else None,
+            sink=storage.filesystem(self.sink_path) if self.sink_path else None,
+            allow_existing_checkpoint=allow_existing_checkpoint,
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         def reuse(result: Any) -> None:
@@ -531,19 +541,11 @@ class StandbyReleaseOperator(StreamLaunchOperator):
 
     def _release_offsets(self) -> str:
         """The handover's startingOffsets JSON, checked like a launch (sink, shared checkpoint)."""
-        starting = _offsets_text(self.starting_offsets)
-        if starting is None and (result := _handover_input(self.handover)) is not None:
-            starting = result.offsets().to_json()
+        starting = self._starting_offsets()
         if starting is None or starting in ("earliest", "latest"):
             raise InvalidOffsets(found=f"startingOffsets {starting!r}",
                                  expected="the handover's per-partition offsets for the standby")
-        storage = self.storage_hook
-        check_launch_target(
-            storage.filesystem(self.checkpoint_uri), self.checkpoint_uri,
-            old=storage.filesystem(self.old_checkpoint_uri) if self.old_checkpoint_uri else None,
-            sink=storage.filesystem(self.sink_path) if self.sink_path else None,
-            allow_existing_checkpoint=False,
-        )
+        self._check_target(allow_existing_checkpoint=False)
         return starting
 
 

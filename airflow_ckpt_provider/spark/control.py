@@ -25,6 +25,7 @@ the filesystem allows it). Times are UTC ISO-8601 strings.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from dataclasses import asdict, dataclass, field, fields
@@ -86,6 +87,7 @@ CLEAN = AckOutcome.CLEAN
 INTERRUPTED = AckOutcome.INTERRUPTED
 
 T = TypeVar("T", bound="_ControlRecord")
+log = logging.getLogger(__name__)
 
 
 def parse_time(value: str) -> datetime:
@@ -276,3 +278,19 @@ class StandbyRelease(_ControlRecord):
 def pending_request(request: StopRequest | None, ack: StopAck | None, now: datetime | None = None) -> bool:
     """A stop request still waiting for the query: present, not acknowledged, not expired."""
     return request is not None and not request.is_expired(now) and (ack is None or ack.request_id != request.request_id)
+
+
+R = TypeVar("R", bound=_ControlRecord)
+
+
+def parse_record(data: bytes | None, cls: type[R], where: str) -> R | None:
+    """The control record in ``data`` (None when the file was missing); an unreadable one is
+    logged and read as None, so a half-visible file on an eventually consistent store reads as
+    "not yet"."""
+    if data is None:
+        return None
+    try:
+        return cls.from_json(data)
+    except (ValueError, TypeError) as exc:
+        log.warning("ignoring unreadable %s: %s", where, exc)
+        return None

@@ -53,6 +53,7 @@ from airflow_ckpt_provider.spark.control import (
     StandbyRelease,
     StopAck,
     StopRequest,
+    parse_record,
     pending_request,
 )
 from airflow_ckpt_provider.spark.standby import standby_run_id
@@ -120,14 +121,7 @@ class HadoopFiles:
 def read_record(files: Any, rel: str, cls: type[T]) -> T | None:
     """The control record ``rel`` read through ``files`` (a :class:`HadoopFiles`), None when the
     file is missing or unreadable (logged: a half-written file reads as "not yet")."""
-    data = files.read(rel)
-    if data is None:
-        return None
-    try:
-        return cls.from_json(data)
-    except (ValueError, TypeError) as exc:
-        log.warning("ignoring unreadable %s: %s", rel, exc)
-        return None
+    return parse_record(files.read(rel), cls, rel)
 
 
 def new_heartbeat(spark: Any, *, run_id: str, state: str, interval_s: float, query_id: str = "") -> Heartbeat:

@@ -95,8 +95,10 @@ class _StandbyWait:
 
     def __init__(self, spark: Any, checkpoint: str, *, heartbeat_interval: float, poll_interval: float,
                  timeout_s: float) -> None:
-        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles, HeartbeatWriter, new_heartbeat
+        # graceful_stop imports this module (standby_run_id): its helpers are bound here, once
+        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles, HeartbeatWriter, new_heartbeat, read_record
 
+        self._read_record = read_record
         self.spark = spark
         self.files = HadoopFiles(spark, checkpoint)
         self.poll_interval = poll_interval
@@ -110,9 +112,7 @@ class _StandbyWait:
         return self.beats.heartbeat.run_id
 
     def _read(self, rel: str, cls: Any) -> Any:
-        from airflow_ckpt_provider.spark.graceful_stop import read_record
-
-        return read_record(self.files, rel, cls)
+        return self._read_record(self.files, rel, cls)
 
     def _pending_stop(self, ignored: str | None) -> StopRequest | None:
         request = self._read(STOP_REQUEST, StopRequest)

@@ -430,7 +430,8 @@ def test_cli_stop_timeout_without_pid_exits_2(tmp_path: Path) -> None:
 
 
 def test_stop_timeline_splits_request_to_quiet_into_phases() -> None:
-    from airflow_ckpt_provider.checkpoint.stop import STOP_PHASES, describe_stop_timeline, parse_iso, stop_timeline
+    from airflow_ckpt_provider.checkpoint.stop import STOP_PHASES, describe_stop_timeline, stop_timeline
+    from airflow_ckpt_provider.clock import epoch_seconds as parse_iso
 
     request = StopRequest(request_id="r", requested_at="2026-11-23T10:00:00.000+00:00")
     ack = StopAck(request_id="r", query_id="q", run_id="u", outcome="clean", last_committed_batch=4,
@@ -447,7 +448,8 @@ def test_stop_timeline_splits_request_to_quiet_into_phases() -> None:
 
 
 def test_stop_timeline_of_an_older_driver_or_an_escalation_leaves_unknown_phases_out() -> None:
-    from airflow_ckpt_provider.checkpoint.stop import parse_iso, stop_timeline
+    from airflow_ckpt_provider.checkpoint.stop import stop_timeline
+    from airflow_ckpt_provider.clock import epoch_seconds as parse_iso
 
     request = StopRequest(request_id="r", requested_at="2026-11-23T10:00:00+00:00")
     older = StopAck.from_json('{"request_id": "r", "query_id": "q", "run_id": "u", "outcome": "clean", '
