@@ -84,6 +84,8 @@ STEPS = {mode: ["preflight", "approve", *steps, *ROLLBACK] for mode, steps in UP
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
 #: finds the query stopped. ``verify`` meets the same race when the new query shows progress
 #: within seconds of its deferral; its retry returns the recorded verification or checks again.
+#: So does ``relaunch`` when a released standby commits within seconds: its retry waits for the
+#: job it released (or launched), never a second one.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 #: The new job's LaunchHandle, pushed by relaunch before it defers ('' when it never launched). A
 #: template rather than an XComArg: an XComArg would make rollback wait on relaunch's success.
@@ -198,7 +200,7 @@ def build_stream_upgrade_dag(
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             handover=extract.output, master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
-            poll_interval=poll_interval, journal=JOURNAL,
+            poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
