@@ -133,6 +133,10 @@ def build_stream_upgrade_dag(
         def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
             """Validate the params and fix what both versions are launched with."""
             assert params is not None
+            unknown = sorted(set(params) - set(PARAMS))
+            if unknown:  # a misspelt key of a trigger's conf would be ignored silently
+                raise ValueError(f"unknown param(s) {', '.join(unknown)}: this DAG's params are "
+                                 f"{', '.join(PARAMS)}; fix the trigger's conf")
             for name in ("old_checkpoint", "new_checkpoint", "archive_root", "old_application", "new_application"):
                 if not params[name]:
                     raise ValueError(f"param {name} is empty: set it in the trigger form or the defaults")

@@ -1,9 +1,10 @@
-"""MkDocs hook: put the current source of the reference DAG into the pages, so they cannot drift.
+"""Code from the repository in the docs pages, readable as plain files and never stale.
 
-A line that is exactly ``<!-- dag-source SPEC -->`` becomes a fenced Python block with the part
-of ``dags/stream_upgrade.py`` that SPEC names (found with :mod:`ast`, the DAG file has no
-markers of its own); ``<!-- source PATH SPEC -->`` does the same for another Python file of the
-repository (PATH relative to the repository root, e.g. ``dags/jobs/stream_v1.py``). SPEC is:
+A line that is exactly ``<!-- dag-source SPEC -->`` is followed, in the page itself, by a fenced
+Python block holding the part of ``dags/stream_upgrade.py`` that SPEC names (found with
+:mod:`ast`, the DAG file has no markers of its own); ``<!-- source PATH SPEC -->`` does the
+same for another Python file of the repository (PATH relative to the repository root, e.g.
+``dags/jobs/stream_v1.py``). SPEC is:
 
 ``*``
     the whole file;
@@ -18,7 +19,10 @@ repository (PATH relative to the repository root, e.g. ``dags/jobs/stream_v1.py`
 ``NAME:signature``
     a function's ``def`` line(s) and docstring, without the body.
 
-An unknown name fails the build (``mkdocs build --strict`` or not).
+``python docs/hooks.py`` (``make docs-sync``) rewrites every such block with the current source
+(adding the block after a marker that has none). As an MkDocs hook, it fails the build when a
+block differs from the source, or a marker names something that no longer exists;
+``tests/unit/test_docs_sources.py`` checks the same in the fast tier.
 """
 
 from __future__ import annotations
@@ -143,18 +147,53 @@ def _read(rel: str | None) -> str:
     return path.read_text(encoding="utf-8")
 
 
+FENCE = re.compile(r"\n```python\n(?P<code>.*?)\n```[ \t]*(?=\n|$)", re.DOTALL)
+
+
+class StaleSource(DagSourceError):
+    """A page's copy of a source part differs from the source."""
+
+
+def _fenced(rel: str | None, spec: str) -> str:
+    try:
+        text = extract(spec, _read(rel))
+    except DagSourceError as exc:
+        raise DagSourceError(f"{rel or DAG_FILE.relative_to(REPO)}, {spec!r}: {exc}") from None
+    return f"```python\n{text}\n```"
+
+
+def _parts(markdown: str) -> list[tuple[re.Match[str], re.Match[str] | None]]:
+    """Every marker with the fenced block right after it (``None`` when the next line is not one)."""
+    return [(marker, FENCE.match(markdown, marker.end())) for marker in MARKER.finditer(markdown)]
+
+
+def sync(markdown: str) -> str:
+    """``markdown`` with the block after every marker set to the current source it names."""
+    out, at = [], 0
+    for marker, fence in _parts(markdown):
+        out += [markdown[at:marker.end()], "\n", _fenced(marker["path"], marker["spec"])]
+        at = fence.end() if fence else marker.end()
+        if not fence and not markdown.startswith("\n", at):
+            out.append("\n")
+    return "".join(out) + markdown[at:]
+
+
+def stale(markdown: str) -> list[str]:
+    """The markers whose block is missing or differs from the current source, as ``line N: MARKER``."""
+    found = []
+    for marker, fence in _parts(markdown):
+        if fence is None or fence.group(0).strip("\n") != _fenced(marker["path"], marker["spec"]):
+            line = markdown.count("\n", 0, marker.start()) + 1
+            found.append(f"line {line}: {marker.group(0).strip()}")
+    return found
+
+
 def render(markdown: str) -> str:
-    """Replace every marker of ``markdown`` with a fenced block of the source it names."""
-
-    def block(match: re.Match[str]) -> str:
-        rel = match["path"]
-        try:
-            text = extract(match["spec"], _read(rel))
-        except DagSourceError as exc:
-            raise DagSourceError(f"{rel or DAG_FILE.relative_to(REPO)}, {match['spec']!r}: {exc}") from None
-        return f"```python\n{text}\n```"
-
-    return MARKER.sub(block, markdown)
+    """The page as MkDocs shows it: the markers' blocks must be current (:class:`StaleSource`)."""
+    if problems := stale(markdown):
+        raise StaleSource("code differs from the source at " + "; ".join(problems)
+                          + ": run `make docs-sync` (python docs/hooks.py) and commit the pages")
+    return markdown
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
@@ -166,3 +205,18 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
         from mkdocs.exceptions import PluginError
 
         raise PluginError(f"{page.file.src_path}: {exc}") from exc
+
+
+def main() -> int:
+    """Rewrite the code blocks of every page under docs/src; prints the pages it changed."""
+    for page in sorted((REPO / "docs" / "src").rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        synced = sync(text)
+        if synced != text:
+            page.write_text(synced, encoding="utf-8")
+            print(f"synced {page.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

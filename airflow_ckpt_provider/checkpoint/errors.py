@@ -397,8 +397,8 @@ class CheckpointNotEmpty(CheckpointError):
     summary = "new checkpoint location not empty"
     default_action = (
         "Queries never share a checkpoint: choose an empty or missing location for the new version "
-        "(or pass allow_existing_checkpoint=True to restart a version on its own checkpoint). "
-        "Nothing was started."
+        "(in the reference DAG, the new_checkpoint param). Restarting a version on its own checkpoint "
+        "is StreamLaunchOperator(allow_existing_checkpoint=True), not an upgrade. Nothing was started."
     )
 
 

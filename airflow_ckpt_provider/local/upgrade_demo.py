@@ -150,7 +150,7 @@ class UpgradeDemo:
             "spark_master": "local[2]", "spark_deploy_mode": "client", "spark_conf": self.spark_conf(),
             "old_application": str(V1), "old_application_args": self.job_args(),
             "new_application": str(V2), "new_application_args": self.job_args(),
-            "old_launch_handle": v1.to_json(), "require_approval": True, "stop_timeout": 120,
+            "old_launch_handle": v1.to_json(), "require_approval": True,
         }
         conf.update(overrides)
         return conf

@@ -75,3 +75,15 @@ def test_approval_shows_the_preflight_summary_and_rejects_without_answer(dags: d
     approve = dags["stream_upgrade"].get_task("approve")
     assert "preflight" in approve.body and "summary_md" in approve.body
     assert approve.defaults == ["Reject"]
+
+
+def test_plan_refuses_empty_required_and_unknown_params(dags: dict) -> None:
+    plan = dags["stream_upgrade"].get_task("plan").python_callable
+    params = {name: p.value if hasattr(p, "value") else p for name, p in dags["stream_upgrade"].params.items()}
+    params.update(old_checkpoint="/cp/v1", new_checkpoint="/cp/v2", archive_root="/arch",
+                  old_application="v1.py", new_application="v2.py", spark_conf={"spark.x": 1})
+    assert plan(params=params)["spark_conf"] == {"spark.x": "1"}
+    with pytest.raises(ValueError, match="param old_application is empty"):
+        plan(params={**params, "old_application": ""})
+    with pytest.raises(ValueError, match=r"unknown param\(s\) stop_timeout: this DAG's params are stream_name, "):
+        plan(params={**params, "stop_timeout": 120})

@@ -1,0 +1,67 @@
+"""The code in the docs pages is the repository's current source (docs/hooks.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = sorted((REPO / "docs" / "src").rglob("*.md"))
+
+
+def _hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _hooks()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_page_shows_the_current_source(page: Path) -> None:
+    assert hooks.stale(page.read_text(encoding="utf-8")) == [], "run `make docs-sync` and commit the pages"
+
+
+def test_the_pages_do_show_source() -> None:
+    marked = [p.name for p in PAGES if "<!-- dag-source " in p.read_text() or "<!-- source " in p.read_text()]
+    assert {"reference-dag.md", "spark-side.md"} <= set(marked)
+
+
+def test_sync_adds_a_missing_block_and_is_idempotent() -> None:
+    page = "intro\n<!-- dag-source STOP_RETRY -->\nafter\n"
+    synced = hooks.sync(page)
+    assert synced.startswith("intro\n<!-- dag-source STOP_RETRY -->\n```python\n")
+    assert "STOP_RETRY: dict[str, Any] =" in synced and synced.endswith("```\nafter\n")
+    assert hooks.sync(synced) == synced and hooks.stale(synced) == []
+
+
+def test_a_changed_copy_is_stale_and_fails_the_build() -> None:
+    synced = hooks.sync("<!-- dag-source STOP_RETRY -->\n")
+    edited = synced.replace("retries", "tries", 1)
+    assert hooks.stale(edited) == ["line 1: <!-- dag-source STOP_RETRY -->"]
+    assert hooks.stale("x\n<!-- dag-source STOP_RETRY -->\nno block\n") == ["line 2: <!-- dag-source STOP_RETRY -->"]
+    with pytest.raises(hooks.StaleSource, match="make docs-sync"):
+        hooks.render(edited)
+
+
+def test_an_unknown_name_is_refused() -> None:
+    with pytest.raises(hooks.DagSourceError, match="no 'no_such_task'"):
+        hooks.sync("<!-- dag-source build_stream_upgrade_dag.no_such_task -->\n")
+
+
+def test_the_cli_page_documents_every_command() -> None:
+    from airflow_ckpt_provider.cli import build_parser
+
+    page = (REPO / "docs" / "src" / "cli.md").read_text(encoding="utf-8")
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert commands, "no ckpt subcommands registered"
+    missing = [name for name in commands if f"### ckpt {name}\n" not in page]
+    assert missing == [], f"docs/src/cli.md has no section for: {missing}"
+    usage = page[page.index("usage: ckpt [-h] [-v]"):].split("```")[0]
+    assert "{" + ",".join(commands) + "}" in "".join(usage.split()), "update the usage line of docs/src/cli.md"
