@@ -65,3 +65,11 @@ def test_the_cli_page_documents_every_command() -> None:
     assert missing == [], f"docs/src/cli.md has no section for: {missing}"
     usage = page[page.index("usage: ckpt [-h] [-v]"):].split("```")[0]
     assert "{" + ",".join(commands) + "}" in "".join(usage.split()), "update the usage line of docs/src/cli.md"
+
+
+def test_the_readme_links_pages_that_exist() -> None:
+    import re
+
+    links = re.findall(r"\]\(((?:docs|dags|bench|tests)/[^)#]+)", (REPO / "README.md").read_text(encoding="utf-8"))
+    assert links, "the README links no docs page"
+    assert [link for link in links if not (REPO / link).exists()] == []
