@@ -215,6 +215,32 @@ class OffsetsAheadOfBroker(CheckpointError):
         super().__init__(found=found, expected=expected, action=action)
 
 
+class InvalidStartChoice(CheckpointError, ValueError):
+    summary = "invalid choice of where the new version starts"
+    default_action = (
+        "Give handover_mode resume, rewind_to_batch (a batch id), at_time (an ISO 8601 time with "
+        "its zone) or offsets (a startingOffsets JSON naming every partition). Nothing was changed."
+    )
+
+
+class BatchNotRewindable(CheckpointError):
+    summary = "cannot rewind to that batch"
+    default_action = (
+        "Choose a committed batch in the retained range, or start at a time (at_time) or at "
+        "explicit offsets. Nothing was changed."
+    )
+
+
+class ReprocessingNotAccepted(CheckpointError):
+    """The chosen start processes records a second time, or skips some, without consent."""
+
+    summary = "reprocessing not accepted"
+    default_action = (
+        "Read the ranges above; to go ahead, set accept_reprocessing=True (and accept_data_loss=True "
+        "when records are skipped). Nothing was changed."
+    )
+
+
 class BrokerError(CheckpointError):
     summary = "Kafka broker error"
     default_action = "Check the Kafka client configuration and the broker logs."

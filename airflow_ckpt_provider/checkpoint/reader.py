@@ -20,6 +20,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    BatchNotRewindable,
     CheckpointNotFound,
     CommitWithoutOffsets,
     CorruptCheckpointFile,
@@ -38,6 +39,7 @@ from airflow_ckpt_provider.checkpoint.logs import (
     verify_crc,
 )
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
+from airflow_ckpt_provider.clock import utc_iso
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +248,56 @@ class CheckpointReader:
     def handover(self, *, taken_at: str | None = None) -> Handover:
         """Handover from the last committed batch (else initial offsets); raises NoOffsets if none."""
         return handover_from_snapshot(self.snapshot(), taken_at=taken_at)
+
+    def retained_batches(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(planned, committed): the batch ids whose ``offsets/`` and ``commits/`` entries are
+        still retained (Spark purges all but the last ``minBatchesToRetain``), ascending."""
+        root = self._list(self.root)
+        found = []
+        for name in ("offsets", "commits"):
+            found.append(tuple(sorted(self._list(self._join(name), batch_dir=True).batches))
+                         if root.names.get(name) == "directory" else ())
+        return found[0], found[1]
+
+    def batch_start(self, batch_id: int, *, taken_at: str | None = None) -> Handover:
+        """Where committed batch ``batch_id`` started, as a :class:`Handover`: the end offsets of
+        batch ``batch_id - 1`` (``offsets/<id-1>``), or for batch 0 the initial offsets in
+        ``sources/<i>/0``. Raises :class:`BatchNotRewindable` naming the retained range when the
+        batch is not committed, not known or its start is no longer retained."""
+        planned, committed = self.retained_batches()
+        last = committed[-1] if committed else None
+        first = 0 if not planned or planned[0] == 0 else planned[0] + 1
+        span = ("none: nothing was committed" if last is None else
+                f"batches {first}..{last}" + (" and batch 0 (its start is in sources/)" if first > 1 else ""))
+        if last is None or batch_id < 0 or batch_id > last:
+            what = ("a negative batch id" if batch_id < 0 else
+                    f"batch {batch_id}, which is not committed" + (f" (last committed: {last})"
+                                                                   if last is not None else ""))
+            raise BatchNotRewindable(found=what, expected=f"a committed batch whose start is retained: {span}",
+                                     path=self.uri)
+        if batch_id == 0:
+            initial = self._initial_sources() if self._list(self.root).names.get("sources") == "directory" else ()
+            if not initial:
+                raise BatchNotRewindable(found="no initial offsets under sources/ for batch 0",
+                                         expected=f"a committed batch whose start is retained: {span}",
+                                         path=self.uri)
+            sources: tuple[SourceOffsets, ...] = initial
+        else:
+            if batch_id - 1 not in planned:
+                raise BatchNotRewindable(
+                    found=f"batch {batch_id}, whose start (offsets/{batch_id - 1}) was purged",
+                    expected=f"a committed batch whose start is retained: {span}", path=self.uri,
+                    action="Choose a batch in the retained range, or a time (at_time) or explicit offsets; "
+                           "Spark keeps spark.sql.streaming.minBatchesToRetain batches (100 by default).")
+            offsets = self._list(self._join("offsets"), batch_dir=True)
+            entry = parse_offset_log(self._read(offsets, offsets.batches[batch_id - 1]),
+                                     self._display(self._join("offsets", str(batch_id - 1))))
+            sources = entry.sources
+        return Handover(
+            query_id=self.snapshot().query_id, checkpoint_uri=self.uri,
+            batch_id=None if batch_id == 0 else batch_id - 1, from_initial=batch_id == 0, sources=sources,
+            in_flight_batch=None, taken_at=taken_at if taken_at is not None else utc_iso(timespec="microseconds"),
+        )
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -91,6 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="reconcile with the live partitions and retention of this cluster")
     offsets.add_argument("--accept-data-loss", action="store_true",
                          help="with --bootstrap-servers: start expired partitions at the earliest offset")
+    start = offsets.add_mutually_exclusive_group()
+    start.add_argument("--rewind-to-batch", type=int, metavar="K",
+                       help="the start of retained committed batch K (end offsets of batch K-1) instead")
+    start.add_argument("--at-time", metavar="TIME",
+                       help="per partition the first offset at or after TIME (ISO 8601 with zone; "
+                            "needs --bootstrap-servers) instead")
     offsets.set_defaults(handler=_offsets)
 
 
@@ -105,6 +111,8 @@ def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _offsets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     reader = CheckpointReader(args.path, storage_options=storage_options(args.storage_option))
+    if args.rewind_to_batch is not None or args.at_time:
+        return _start_offsets(args, reader, out, err)
     handover = handover_from_snapshot(reader.snapshot())
     kafka = handover.kafka_offsets(args.source)
     if handover.from_initial:
@@ -120,4 +128,29 @@ def _offsets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"ckpt: warning: {topic}-{partition}: offsets {offset}..{earliest - 1} are gone "
                   f"(data loss accepted); starting at {earliest}\n")
     out.write(result.starting_offsets.to_json() + "\n")
+    return EXIT_OK
+
+
+def _start_offsets(args: argparse.Namespace, reader: CheckpointReader, out: TextIO, err: TextIO) -> int:
+    """``--rewind-to-batch`` / ``--at-time``: the offsets on stdout, what they cost on stderr."""
+    from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, offsets_at_time, plan_start
+
+    resume = handover_from_snapshot(reader.snapshot()).kafka_offsets(args.source)
+    broker = broker_view(args.bootstrap_servers, resume.topics) if args.bootstrap_servers else None
+    if args.rewind_to_batch is not None:
+        choice = StartChoice.parse(StartMode.REWIND_TO_BATCH, str(args.rewind_to_batch))
+        start = reader.batch_start(args.rewind_to_batch).kafka_offsets(args.source)
+    else:
+        choice = StartChoice.parse(StartMode.AT_TIME, args.at_time)
+        if broker is None:
+            raise ValueError("--at-time needs --bootstrap-servers: the offsets of a time come from the broker")
+        from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
+
+        assert choice.at_time_ms is not None
+        found = KafkaBroker(args.bootstrap_servers).offsets_for_time(resume.partitions(), choice.at_time_ms)
+        start = offsets_at_time(found, broker)
+    plan = plan_start(choice, resume, start, broker)
+    err.write(f"ckpt: {choice.describe()}: {plan.reprocessed} records processed again, {plan.skipped} skipped\n")
+    err.writelines(f"ckpt:   {p.describe()}\n" for p in plan.partitions)
+    out.write(plan.starting_offsets.to_json() + "\n")
     return EXIT_OK

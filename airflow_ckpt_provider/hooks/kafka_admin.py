@@ -100,6 +100,18 @@ class KafkaBroker:
         with self._consumer("a topic list") as consumer:
             return set(consumer.topics())
 
+    def offsets_for_time(
+        self, partitions: Iterable[tuple[str, int]], timestamp_ms: int
+    ) -> dict[tuple[str, int], int | None]:
+        """Per (topic, partition): the first offset whose record timestamp is >= ``timestamp_ms``,
+        None when every record is older (Kafka's ``offsets_for_times``). Raises as :meth:`view`."""
+        from kafka import TopicPartition
+
+        wanted = [TopicPartition(topic, partition) for topic, partition in sorted(set(partitions))]
+        with self._consumer("offsets for a time") as consumer:
+            found = consumer.offsets_for_times({tp: int(timestamp_ms) for tp in wanted}) if wanted else {}
+        return {(tp.topic, tp.partition): (None if found.get(tp) is None else int(found[tp].offset)) for tp in wanted}
+
     def view(self, topics: Iterable[str]) -> BrokerView:
         """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
 
