@@ -24,6 +24,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
+from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
 from airflow_ckpt_provider.clock import utc_iso
 
 if TYPE_CHECKING:
@@ -226,15 +227,26 @@ class HandoverResult:
     """The handover step's result, the contract between the handover and the later steps.
 
     ``handover`` is where the old query stopped (its last committed batch); ``starting_offsets``
-    what the new query must be given (the handover reconciled with the live partitions), None
-    when only a bare handover is known; ``reconciliation`` what changed on the way. As XCom
-    (:meth:`to_dict`): ``{"handover": Handover dict, "starting_offsets": JSON string for Spark's
-    startingOffsets option, "reconciliation": {...}}``.
+    what the new query must be given (the handover reconciled with the live partitions, or the
+    start chosen by ``start_plan``), None when only a bare handover is known; ``reconciliation``
+    what changed on the way; ``start_plan`` (:class:`~airflow_ckpt_provider.checkpoint.rewind.StartPlan`)
+    a start other than the handover — a rewind, a time, explicit offsets — with the records it
+    processes again or skips. As XCom (:meth:`to_dict`): ``{"handover": Handover dict,
+    "starting_offsets": JSON string for Spark's startingOffsets option, "reconciliation": {...}}``
+    plus ``"start_plan": {...}`` when there is one.
     """
 
     handover: Handover
     starting_offsets: KafkaOffsets | None = None
     reconciliation: Reconciliation | None = None
+    start_plan: StartPlan | None = None
+
+    def expected_start(self, source: int | str | None = None) -> KafkaOffsets:
+        """Where each partition of the new query must start: the chosen start of ``start_plan``,
+        else where the old query stopped (the handover's own offsets)."""
+        if self.start_plan is not None and self.start_plan.choice.mode is not StartMode.RESUME:
+            return self.start_plan.starting_offsets
+        return self.handover.kafka_offsets(source)
 
     @property
     def accepted_loss(self) -> frozenset[tuple[str, int]]:
@@ -246,11 +258,14 @@ class HandoverResult:
         return self.starting_offsets if self.starting_offsets is not None else self.handover.kafka_offsets(source)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        value = {
             "handover": self.handover.to_dict(),
             "starting_offsets": self.starting_offsets.to_json() if self.starting_offsets is not None else "",
             "reconciliation": self.reconciliation.to_dict() if self.reconciliation is not None else {},
         }
+        if self.start_plan is not None:
+            value["start_plan"] = self.start_plan.to_dict()
+        return value
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -277,9 +292,9 @@ class HandoverResult:
             raise _bad(f"a {type(data).__name__}", "a handover result or handover JSON object")
         if "handover" not in data:
             return cls(Handover.from_json(data))
-        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation"})
+        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation", "start_plan"})
         if unknown:
-            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets and reconciliation")
+            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets, reconciliation and start_plan")
         raw = data.get("starting_offsets")
         starting = KafkaOffsets.from_json(raw if isinstance(raw, str) else json.dumps(raw)) if raw else None
         recon_data = data.get("reconciliation") or {}
@@ -290,4 +305,9 @@ class HandoverResult:
             recon = Reconciliation.from_dict(recon_data) if recon_data else None
         except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
             raise _bad(f"reconciliation {recon_data!r:.80}", "the handover operator's reconciliation") from None
-        return cls(handover, starting, recon)
+        plan_data = data.get("start_plan")
+        try:
+            plan = StartPlan.from_dict(plan_data) if plan_data else None
+        except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
+            raise _bad(f"start_plan {plan_data!r:.80}", "the handover operator's start plan") from None
+        return cls(handover, starting, recon, plan)

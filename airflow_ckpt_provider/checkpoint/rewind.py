@@ -1,4 +1,5 @@
-"""Where the new version starts, and what that costs per partition. Pure: no I/O.
+"""Where the new version starts, and what that costs per partition. Pure but for
+:func:`choose_start`, which reads through the reader and the broker it is given.
 
 Four modes (:class:`StartMode`):
 
@@ -24,15 +25,21 @@ compaction or transactions; an upper bound otherwise). Anything but ``resume`` n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets, InvalidStartChoice, ReprocessingNotAccepted
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.enums import StrEnum
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+
+#: Kafka's offsets_for_times: (topic, partition) -> first offset at or after a time (None: none).
+OffsetsForTime = Callable[[Iterable[tuple[str, int]], int], Mapping[tuple[str, int], "int | None"]]
 
 
 class StartMode(StrEnum):
@@ -262,3 +269,23 @@ def plan_start(choice: StartChoice, resume_at: KafkaOffsets, start_at: KafkaOffs
         if resume >= 0 and (start := offsets.get(topic, partition, -1) or 0) >= 0
     )
     return StartPlan(choice, offsets, partitions)
+
+
+def choose_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: CheckpointReader, broker: BrokerView,
+                 offsets_for_time: OffsetsForTime, source: int | str | None = None) -> StartPlan:
+    """The plan for ``choice`` on the checkpoint of ``reader`` whose query stopped at
+    ``resume_at``: the start of batch K read from the checkpoint, the offsets of a time asked of
+    the broker, or the explicit offsets; checked as :func:`plan_start` does. Raises its errors and
+    :class:`BatchNotRewindable`."""
+    if choice.mode is StartMode.REWIND_TO_BATCH:
+        assert choice.batch is not None
+        start = reader.batch_start(choice.batch).kafka_offsets(source)
+    elif choice.mode is StartMode.AT_TIME:
+        assert choice.at_time_ms is not None
+        start = offsets_at_time(offsets_for_time(resume_at.partitions(), choice.at_time_ms), broker)
+    elif choice.mode is StartMode.OFFSETS:
+        assert choice.offsets is not None
+        start = choice.offsets
+    else:
+        start = resume_at
+    return plan_start(choice, resume_at, start, broker)

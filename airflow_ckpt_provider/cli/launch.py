@@ -45,7 +45,7 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with open(args.handover, encoding="utf-8") as handle:
             text = handle.read()
     result_in = HandoverResult.from_json(text)
-    handover, accepted = result_in.handover, result_in.accepted_loss
+    accepted = result_in.accepted_loss
     starting = (KafkaOffsets.from_json(args.starting_offsets) if args.starting_offsets
                 else result_in.offsets(args.source))
     snapshot = CheckpointReader(args.checkpoint, storage_options=storage_options(args.storage_option)).snapshot(
@@ -55,7 +55,7 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from airflow_ckpt_provider.cli.read import broker_view
 
         broker = broker_view(args.bootstrap_servers, starting.topics)
-    result = verify_start(snapshot, starting, handover=handover.kafka_offsets(args.source), broker=broker,
+    result = verify_start(snapshot, starting, handover=result_in.expected_start(args.source), broker=broker,
                           accepted_loss=accepted, source=args.source)
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -133,23 +133,22 @@ def _offsets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _start_offsets(args: argparse.Namespace, reader: CheckpointReader, out: TextIO, err: TextIO) -> int:
     """``--rewind-to-batch`` / ``--at-time``: the offsets on stdout, what they cost on stderr."""
-    from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, offsets_at_time, plan_start
+    from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, choose_start, plan_start
+    from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 
     resume = handover_from_snapshot(reader.snapshot()).kafka_offsets(args.source)
-    broker = broker_view(args.bootstrap_servers, resume.topics) if args.bootstrap_servers else None
     if args.rewind_to_batch is not None:
         choice = StartChoice.parse(StartMode.REWIND_TO_BATCH, str(args.rewind_to_batch))
-        start = reader.batch_start(args.rewind_to_batch).kafka_offsets(args.source)
     else:
         choice = StartChoice.parse(StartMode.AT_TIME, args.at_time)
-        if broker is None:
+    if not args.bootstrap_servers:
+        if choice.mode is StartMode.AT_TIME:
             raise ValueError("--at-time needs --bootstrap-servers: the offsets of a time come from the broker")
-        from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-
-        assert choice.at_time_ms is not None
-        found = KafkaBroker(args.bootstrap_servers).offsets_for_time(resume.partitions(), choice.at_time_ms)
-        start = offsets_at_time(found, broker)
-    plan = plan_start(choice, resume, start, broker)
+        plan = plan_start(choice, resume, reader.batch_start(args.rewind_to_batch).kafka_offsets(args.source))
+    else:
+        broker = KafkaBroker(args.bootstrap_servers)
+        plan = choose_start(choice, resume, reader=reader, broker=broker.view(resume.topics),
+                            offsets_for_time=broker.offsets_for_time, source=args.source)
     err.write(f"ckpt: {choice.describe()}: {plan.reprocessed} records processed again, {plan.skipped} skipped\n")
     err.writelines(f"ckpt:   {p.describe()}\n" for p in plan.partitions)
     out.write(plan.starting_offsets.to_json() + "\n")

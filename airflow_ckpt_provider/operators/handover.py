@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover, Reconciliation, reconcile
+from airflow_ckpt_provider.checkpoint.errors import InvalidStartChoice
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan, choose_start
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
@@ -31,12 +35,29 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     later steps take it whole (``.output``) and read it with :meth:`HandoverResult.from_json`. Raises a typed
     :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` on any refusal.
 
+    ``start`` chooses another start than where the old query stopped (a
+    :class:`~airflow_ckpt_provider.checkpoint.rewind.StartChoice`, its dict ``{"mode", "value"}``
+    or that as JSON; modes ``resume``, ``rewind_to_batch``, ``at_time``, ``offsets``): the result
+    then carries the :class:`~airflow_ckpt_provider.checkpoint.rewind.StartPlan` with the records
+    processed again or skipped per partition, and it is refused
+    (:class:`ReprocessingNotAccepted`) without ``accept_reprocessing`` (and ``accept_data_loss``
+    for a skip). A batch whose start is no longer retained is refused (:class:`BatchNotRewindable`).
+
     With ``journal`` (an upgrade journal's URI) a handover already taken for this upgrade is
     returned as recorded: a re-run after the old checkpoint was archived (or removed) hands over
     the same offsets.
+
+    :param checkpoint_uri: the stopped query's checkpoint
+    :param kafka_conn_id: Airflow connection of the Kafka cluster (type ``ckpt_kafka``)
+    :param storage_conn_id: Airflow connection for the checkpoint's storage (default: fsspec's defaults)
+    :param source: Kafka source index or name (default: the only Kafka source)
+    :param accept_data_loss: start expired partitions at the earliest retained offset; allow a start that skips records
+    :param start: where the new version starts (default: resume where the old one stopped)
+    :param accept_reprocessing: allow a start that processes records a second time
     """
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id", *JOURNAL_FIELDS)
+    template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id", "start",
+                                      "accept_reprocessing", "accept_data_loss", *JOURNAL_FIELDS)
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -46,13 +67,17 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         kafka_conn_id: str = KafkaBrokerHook.default_conn_name,
         storage_conn_id: str | None = None,
         source: int | str | None = None,
-        accept_data_loss: bool = False,
+        accept_data_loss: bool | str = False,
+        start: StartChoice | Mapping[str, Any] | str | None = None,
+        accept_reprocessing: bool | str = False,
         journal: str | None = None,
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.start = start
+        self.accept_reprocessing = accept_reprocessing
         self.init_journal(journal, journal_conn_id, journal_phase)
         if source is not None and not isinstance(source, (int, str)):
             raise TypeError(f"source must be an int index or a source name, not {type(source).__name__}")
@@ -60,7 +85,7 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         self.kafka_conn_id = kafka_conn_id
         self.storage_conn_id = storage_conn_id
         self.source = source
-        self.accept_data_loss = bool(accept_data_loss)
+        self.accept_data_loss = accept_data_loss
 
     @cached_property
     def kafka_hook(self) -> KafkaBrokerHook:
@@ -76,11 +101,64 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     def extract(self) -> dict[str, Any]:
         """The handover XCom (see the class docstring); reads only."""
         fs, _ = self.storage_hook.filesystem(self.checkpoint_uri)
-        handover, result = reconciled_handover(
-            CheckpointReader(self.checkpoint_uri, fs=fs), self.kafka_hook,
-            source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
+        reader = CheckpointReader(self.checkpoint_uri, fs=fs)
+        accept_loss = flag(self.accept_data_loss, "accept_data_loss")
+        choice = start_choice(self.start)
+        handover, result, broker = reconciled_handover_view(
+            reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
         )
-        return HandoverResult(handover, result.starting_offsets, result).to_dict()
+        if choice.mode is StartMode.RESUME:
+            return HandoverResult(handover, result.starting_offsets, result).to_dict()
+        plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
+                             kafka_hook=self.kafka_hook, source=self.source, log=self.log)
+        plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
+                             accept_data_loss=accept_loss)
+        return HandoverResult(handover, plan.starting_offsets, result, plan).to_dict()
+
+
+def flag(value: bool | str, name: str) -> bool:
+    """A boolean operator argument, also as a rendered template ('True', 'false', ...);
+    :class:`InvalidStartChoice` for anything else."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise InvalidStartChoice(found=f"{name}={value!r}", expected=f"{name} True or False")
+
+
+def start_choice(value: StartChoice | Mapping[str, Any] | str | None) -> StartChoice:
+    """The ``start`` argument as a :class:`StartChoice` (None, '' or {}: resume)."""
+    if isinstance(value, StartChoice):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            return StartChoice()
+        text = value
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise InvalidStartChoice(found=f"start {text[:80]!r}", expected='JSON like {"mode": "rewind_to_batch", '
+                                     '"value": "12"}') from None
+    if not value:
+        return StartChoice()
+    if not isinstance(value, Mapping):
+        raise InvalidStartChoice(found=f"start of type {type(value).__name__}", expected='{"mode": ..., "value": ...}')
+    return StartChoice.from_dict(value)
+
+
+def planned_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: CheckpointReader, broker: BrokerView,
+                  kafka_hook: KafkaBrokerHook, source: int | str | None, log: StepLog) -> StartPlan:
+    """:func:`~airflow_ckpt_provider.checkpoint.rewind.choose_start` with the broker of
+    ``kafka_hook``, logged partition by partition."""
+    plan = choose_start(choice, resume_at, reader=reader, broker=broker,
+                        offsets_for_time=lambda parts, ms: kafka_hook.broker.offsets_for_time(parts, ms),
+                        source=source)
+    log.warning("%s: %d records processed again, %d skipped", choice.describe(), plan.reprocessed, plan.skipped)
+    for part in plan.partitions:
+        log.info("%s", part.describe())
+    log.info("startingOffsets: %s", plan.starting_offsets.to_json())
+    return plan
 
 
 class StepLog(Protocol):

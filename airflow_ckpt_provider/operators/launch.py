@@ -599,7 +599,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def verify(self) -> VerifyResult:
         """The start check alone (no waiting)."""
         given = HandoverResult.from_json(self.handover)
-        handover, accepted = given.handover, given.accepted_loss
+        accepted = given.accepted_loss
         text = _offsets_text(self.starting_offsets) if self.starting_offsets else None
         if text in ("earliest", "latest"):
             raise InvalidOffsets(found=f"startingOffsets {text!r}", expected="per-partition offsets JSON to verify")
@@ -611,7 +611,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
             from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 
             broker = KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id).broker_view(starting.topics)
-        result = verify_start(snapshot, starting, handover=handover.kafka_offsets(self.source), broker=broker,
+        result = verify_start(snapshot, starting, handover=given.expected_start(self.source), broker=broker,
                               accepted_loss=accepted, source=self.source)
         for part in result.partitions:
             self.log.info("%s", part.describe())

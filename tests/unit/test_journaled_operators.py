@@ -61,9 +61,9 @@ def test_a_done_handover_is_returned_even_after_the_checkpoint_is_gone(tmp_path:
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(3))
     op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=built.uri, journal=journal.path)
-    monkeypatch.setattr("airflow_ckpt_provider.operators.handover.reconciled_handover",
+    monkeypatch.setattr("airflow_ckpt_provider.operators.handover.reconciled_handover_view",
                         lambda reader, hook, **kw: (reader.handover(), SimpleNamespace(
-                            starting_offsets=reader.handover().kafka_offsets(), to_dict=lambda: {})))
+                            starting_offsets=reader.handover().kafka_offsets(), to_dict=lambda: {}), None))
     first = op.execute(context("run-1"))
     assert first["handover"]["batch_id"] == 2
     shutil.rmtree(built.root)  # archived and removed
