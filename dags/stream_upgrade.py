@@ -67,6 +67,17 @@ PARAMS: dict[str, Param] = {
     "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
+    "handover_mode": Param("resume", enum=["resume", "rewind_to_batch", "at_time", "offsets"],
+                           description="where the new version starts: where the old one stops (resume), the start "
+                                       "of a committed batch, the first record at a time, or explicit offsets"),
+    "handover_value": Param("", type="string",
+                            description="rewind_to_batch: the batch id; at_time: an ISO 8601 time with its zone; "
+                                        "offsets: a startingOffsets JSON naming every partition"),
+    "accept_reprocessing": Param(False, type="boolean",
+                                 description="needed for any mode but resume: records are processed a second time"),
+    "accept_data_loss": Param(False, type="boolean",
+                              description="start where records are skipped (a later start, or offsets Kafka no "
+                                          "longer retains start at the earliest retained)"),
     "upgrade_id": Param("", type="string",
                         description="names the upgrade's journal and archive; empty: derived from the stream, "
                                     "both checkpoints and the new application, so a re-triggered run resumes it"),
@@ -92,6 +103,9 @@ STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') "
               "or ti.xcom_pull(task_ids='start_standby', key='launch_handle') %}"
               "{{ handle | tojson if handle else '' }}")
+#: Where the new version starts (a StartChoice as JSON) and the consent it needs, for preflight and handover.
+START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
+             accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 
@@ -154,7 +168,7 @@ def build_stream_upgrade_dag(
             archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
-            old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
+            old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value, **START,
         )
 
         @task.branch
@@ -188,7 +202,7 @@ def build_stream_upgrade_dag(
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL,
+            kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL, **START,
         )
         # the handover step's result (HandoverResult) goes whole to the steps that need it
         archive = CheckpointArchiveOperator(

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
 
 
@@ -48,6 +49,7 @@ class UpgradeReport:
     new_batches: Sequence[BatchRecord] = ()
     audit: Mapping[str, Any] | None = None
     notes: Sequence[str] = ()
+    start_plan: Mapping[str, Any] | None = None  # StartPlan.to_dict() of a start other than resume
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +135,8 @@ class UpgradeReport:
             lines += ["", f"## Input rows per batch, {title} (last {len(shown)})", "",
                       "| batch | input rows |", "| ---: | ---: |"]
             lines += [f"| {b.batch_id} | {'-' if b.input_rows is None else b.input_rows} |" for b in shown]
+        if self.start_plan:
+            lines += ["", "## Where the new version started", "", *StartPlan.from_dict(self.start_plan).markdown()]
         if png_name:
             lines += ["", f"![input rows per batch]({png_name})"]
         if self.notes:

@@ -16,6 +16,7 @@ from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import human_bytes
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, Reconciliation
+from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
 
 #: Partition rows shown before the rest is summed up in one line.
 MAX_PARTITION_ROWS = 50
@@ -37,6 +38,7 @@ class UpgradePlan:
     checkpoint_bytes: int
     spark_ui_url: str | None = None
     relaunch_mode: str = ""  # "standby" | "cold" | "" (not said: a preflight used on its own)
+    start_plan: StartPlan | None = None  # a start other than where the old version stops
 
 
 def _link(uri: str) -> str:
@@ -122,4 +124,12 @@ def approval_summary(plan: UpgradePlan) -> str:
              "| --- | --- | --- | --- | --- |", *_partition_rows(plan), "",
              "The offsets are taken again after the graceful stop (startingOffsets of the last committed "
              "batch then). All preflight checks passed: nothing has been changed yet."]
+    start = plan.start_plan
+    if start is not None and start.choice.mode is not StartMode.RESUME:
+        lines[lines.index("#### Where the new version starts, per partition")] = "#### Where the old version stops"
+        lines += ["", "#### The new version does NOT resume: records processed again or skipped", "",
+                  *start.markdown(), "",
+                  "Counted against where the old version is now. The new version's start is fixed; the old "
+                  "version keeps processing until its stop, so the records processed again grow by what it "
+                  "reads until then (the report has the final count)."]
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -14,13 +14,14 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
+from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.handover import reconciled_handover_view
+from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -44,16 +45,23 @@ class UpgradePreflightOperator(BaseOperator):
     ``relaunch_mode`` (``standby`` or ``cold``, as the DAG starts the new version) is shown to
     the approver with what it costs: a standby runs beside the old version until the stop.
 
+    ``start`` (as for :class:`CheckpointHandoverOperator`: rewind to a batch, a time, explicit
+    offsets) is planned against where the old version is now; the records it processes again or
+    skips per partition are shown to the approver and returned as ``start_plan``, and the
+    preflight refuses (:class:`ReprocessingNotAccepted`, :class:`BatchNotRewindable`,
+    :class:`InvalidStartChoice`) before anything stops unless ``accept_reprocessing`` (and
+    ``accept_data_loss`` for a skip).
+
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
-    "journal": its URI or "", "resuming": bool, "steps_done": [...]}``. The offsets are those of
-    NOW; the upgrade takes them again after the graceful stop.
+    "journal": its URI or "", "resuming": bool, "steps_done": [...], "start_plan": StartPlan dict
+    or None}``. The offsets are those of NOW; the upgrade takes them again after the graceful stop.
     """
 
     template_fields: Sequence[str] = (
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
-        "old_launch_handle",
+        "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss",
     )
     ui_color = "#eef7ee"
 
@@ -69,7 +77,9 @@ class UpgradePreflightOperator(BaseOperator):
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         source: int | str | None = None,
-        accept_data_loss: bool = False,
+        accept_data_loss: bool | str = False,
+        start: StartChoice | Mapping[str, Any] | str | None = None,
+        accept_reprocessing: bool | str = False,
         upgrade_id: str | None = None,
         old_application: str = "",
         new_application: str = "",
@@ -94,7 +104,9 @@ class UpgradePreflightOperator(BaseOperator):
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
         self.source = source
-        self.accept_data_loss = bool(accept_data_loss)
+        self.accept_data_loss = accept_data_loss
+        self.start = start
+        self.accept_reprocessing = accept_reprocessing
 
     @cached_property
     def kafka_hook(self) -> KafkaBrokerHook:
@@ -125,10 +137,18 @@ class UpgradePreflightOperator(BaseOperator):
             if record is not None and record.started_side_effects:
                 return self._resume(journal, intent, upgrade_id, run_id)
 
+        reader = CheckpointReader(self.old_checkpoint_uri, fs=old[0])
+        accept_loss = flag(self.accept_data_loss, "accept_data_loss")
+        choice = start_choice(self.start)
         handover, result, broker = reconciled_handover_view(
-            CheckpointReader(self.old_checkpoint_uri, fs=old[0]), self.kafka_hook,
-            source=self.source, accept_data_loss=self.accept_data_loss, log=self.log,
+            reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
         )
+        start_plan = None
+        if choice.mode is not StartMode.RESUME:
+            start_plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
+                                       kafka_hook=self.kafka_hook, source=self.source, log=self.log)
+            start_plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
+                                       accept_data_loss=accept_loss)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
@@ -142,7 +162,7 @@ class UpgradePreflightOperator(BaseOperator):
             archive_location=f"{self.archive_root.rstrip('/')}/{self.stream_name}/",
             handover=handover, reconciliation=result, broker=broker, old_query_running=running,
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
-            relaunch_mode=str(self.relaunch_mode or ""),
+            relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan,
         ))
         value: dict[str, Any] = {
             "summary_md": summary,
@@ -151,6 +171,7 @@ class UpgradePreflightOperator(BaseOperator):
             "reconciliation": result.to_dict(),
             "old_query_running": running,
             "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [],
+            "start_plan": start_plan.to_dict() if start_plan is not None else None,
         }
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
@@ -187,5 +208,5 @@ class UpgradePreflightOperator(BaseOperator):
         planned = record.planned_handover or {}
         return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
                 "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
-                "steps_done": done}
+                "steps_done": done, "start_plan": None}
 

@@ -110,6 +110,7 @@ class UpgradeReportOperator(BaseOperator):
             starting_offsets=extract.get("starting_offsets", ""), steps=tuple(steps),
             downtime_s=downtime_seconds(old_batches, new_batches) if outcome == UPGRADED else None,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
+            start_plan=extract.get("start_plan"),
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal

@@ -621,6 +621,39 @@ def test_a_rolled_back_upgrade_does_not_go_forward_again(shared: Stream, tmp_pat
     unchanged.check()
 
 
+# -- where the new version starts: rewinds, times, offsets -----------------------------------------
+
+
+@pytest.mark.parametrize(("start", "accept", "kind", "mentions"), [
+    ({"mode": "rewind_to_batch", "value": "99"}, True, "BatchNotRewindable",
+     ("batch 99, which is not committed", "batches 0..")),
+    ({"mode": "rewind_to_batch", "value": "1"}, False, "ReprocessingNotAccepted",
+     ("accept_reprocessing=True", "processed again")),
+    ({"mode": "offsets", "value": '{"%(topic)s": {"0": 1}}'}, True, "InvalidStartChoice",
+     ("missing partitions %(topic)s-1", "handover_mode")),
+    ({"mode": "offsets", "value": '{"%(topic)s": {"0": 0, "1": 0, "2": 999999}}'}, True, "OffsetsAheadOfBroker",
+     ("%(topic)s-2",)),
+    ({"mode": "at_time", "value": "yesterday"}, True, "InvalidStartChoice", ("time 'yesterday'",)),
+    ({"mode": "rewind", "value": "1"}, True, "InvalidStartChoice", ("handover mode 'rewind'",)),
+], ids=["uncommitted batch", "no consent", "partitions missing", "past the log end", "bad time", "unknown mode"])
+def test_a_bad_start_is_refused_by_the_preflight(kafka, shared: Stream, conn, tmp_path: Path,  # noqa: ANN001
+                                                start: dict, accept: bool, kind: str, mentions: tuple) -> None:
+    from airflow_ckpt_provider.checkpoint import errors
+    from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+
+    given = {k: v % {"topic": shared.topic} for k, v in start.items()}
+    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(shared.checkpoint),
+                                  new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
+                                  kafka_conn_id=conn, start=json.dumps(given), accept_reprocessing=str(accept))
+    unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
+    refuses(getattr(errors, kind), lambda: op.execute(context={}),  # type: ignore[arg-type]
+            *(m % {"topic": shared.topic} for m in mentions), case=f"start: {given['mode']} {kind}")
+    unchanged.check()
+    assert not (tmp_path / "archive").exists(), "no journal, no lock"
+    if given["mode"] == "rewind_to_batch" and accept:
+        cli_refuses(["offsets", str(shared.checkpoint), "--rewind-to-batch", given["value"]], "batch 99")
+
+
 def test_zz_count_of_refused_bad_inputs() -> None:
     """How many distinct bad inputs the tests above refused (printed for the report)."""
     if not REFUSED:

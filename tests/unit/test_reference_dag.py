@@ -87,3 +87,14 @@ def test_plan_refuses_empty_required_and_unknown_params(dags: dict) -> None:
         plan(params={**params, "old_application": ""})
     with pytest.raises(ValueError, match=r"unknown param\(s\) stop_timeout: this DAG's params are stream_name, "):
         plan(params={**params, "stop_timeout": 120})
+
+
+def test_preflight_and_handover_get_the_chosen_start_and_its_consent(dags: dict) -> None:
+    for dag_id in ("stream_upgrade", "stream_upgrade_cold"):
+        dag = dags[dag_id]
+        assert dag.params["handover_mode"] == "resume" and dag.params["accept_reprocessing"] is False
+        for task_id in ("preflight", "extract_handover"):
+            task = dag.get_task(task_id)
+            assert "params.handover_mode" in task.start and "params.handover_value" in task.start
+            assert task.accept_reprocessing == "{{ params.accept_reprocessing }}"
+            assert task.accept_data_loss == "{{ params.accept_data_loss }}"

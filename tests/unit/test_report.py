@@ -115,3 +115,18 @@ def test_a_stored_report_is_never_replaced_by_a_later_run(tmp_path: Path) -> Non
     assert (second, third) == (str(archive / "report" / "run-2"), str(archive / "report" / "run-3"))
     assert {p.name: p.read_bytes() for p in (archive / "report").iterdir() if p.is_file()} == stored
     assert "manual__2" in (archive / "report" / "run-2" / "upgrade-report.md").read_text()
+
+
+def test_a_chosen_start_is_in_the_report() -> None:
+    from dataclasses import replace
+
+    from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+    from airflow_ckpt_provider.checkpoint.rewind import StartChoice, plan_start
+
+    plan = plan_start(StartChoice.parse("rewind_to_batch", "6"), KafkaOffsets({"t": {0: 42}}),
+                      KafkaOffsets({"t": {0: 30}}))
+    with_plan = replace(report(), start_plan=plan.to_dict())
+    assert UpgradeReport.from_json(with_plan.to_json()) == with_plan
+    md = with_plan.to_markdown()
+    assert "## Where the new version started" in md and "| t-0 | 42 | 30 | 12 | 0 |" in md
+    assert "## Where the new version started" not in report().to_markdown()

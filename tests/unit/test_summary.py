@@ -55,3 +55,18 @@ def test_the_approver_is_told_how_the_new_version_starts_and_what_a_standby_cost
     cold = approval_summary(plan({0: 10}, {0: (0, 20)}, relaunch_mode="cold"))
     assert "| new version starts | after the stop and the archive (one driver at a time" in cold
     assert "| new version starts |" not in approval_summary(plan({0: 10}, {0: (0, 20)}))
+
+
+def test_a_rewind_shows_what_is_processed_again_per_partition() -> None:
+    from airflow_ckpt_provider.checkpoint.rewind import StartChoice, plan_start
+
+    resume = KafkaOffsets({"events": {0: 1_500, 1: 200}})
+    start = plan_start(StartChoice.parse("rewind_to_batch", "5"), resume, KafkaOffsets({"events": {0: 1_100, 1: 150}}))
+    text = approval_summary(plan({0: 1_500, 1: 200}, {0: (1_000, 2_000), 1: (100, 260)}, start_plan=start))
+    assert "#### Where the old version stops" in text
+    assert "#### The new version does NOT resume: records processed again or skipped" in text
+    assert "**Where v2 starts:** rewind to the start of batch 5 — 450 records processed again, 0 skipped." in text
+    assert "| events-0 | 1500 | 1100 | 400 | 0 |" in text and "| events-1 | 200 | 150 | 50 | 0 |" in text
+    resumed = approval_summary(plan({0: 10}, {0: (0, 20)}, start_plan=plan_start(
+        StartChoice(), KafkaOffsets({"events": {0: 10}}), KafkaOffsets({"events": {0: 10}}))))
+    assert "does NOT resume" not in resumed and "#### Where the new version starts, per partition" in resumed

@@ -1,0 +1,100 @@
+"""Reprocessing from a chosen point with the reference DAG, producers running.
+
+A rewind to batch K (three batches back when the run is triggered) hands v2 the start of batch K: the sink audit must show exactly the records
+of batches K..N (N: v1's last batch) twice — the ranges the report predicted, per partition —
+and nothing lost. A start at a time T must begin each partition at its first record with a
+timestamp >= T, found here by reading the topic itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.local.audit import read_sink_records
+from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
+
+pytestmark = pytest.mark.system
+
+
+def states(run) -> dict[str, str]:  # noqa: ANN001
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def twice_by_partition(sink: Path) -> tuple[set[tuple[str, int, int]], int]:
+    seen = read_sink_records(sink)
+    assert max(seen.values()) <= 2, "a record more than twice"
+    return {record for record, count in seen.items() if count == 2}, len(seen)
+
+
+def check_reprocessed_exactly(demo: UpgradeDemo, report: dict) -> Counter[int]:
+    """The audit after v2 caught up: nothing lost, and the records seen twice are exactly the
+    report's ranges [start_at, resume_at) per partition. Returns the counts per partition."""
+    audit = demo.finish(demo.new_cp)
+    assert audit.produced > 500 and audit.lost == 0, audit.lost_examples
+    plan = report["start_plan"]
+    predicted = {(demo.topic, p["partition"], o) for p in plan["partitions"]
+                 for o in range(p["start_at"], p["resume_at"])}
+    twice, _ = twice_by_partition(demo.sink)
+    assert twice == predicted, (len(twice), len(predicted))
+    assert audit.duplicated == plan["reprocessed"] == len(predicted) > 0
+    return Counter(p for _, p, _ in twice)
+
+
+def test_rewind_to_batch_reprocesses_batches_k_to_n_exactly(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    v1 = demo.start(min_batches=4)
+    # three batches back from now (the refusals without consent are tests/integration/test_bad_inputs.py's)
+    k = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch - 2  # type: ignore[operator]
+    run = demo.upgrade_with_dag(v1, handover_mode="rewind_to_batch", handover_value=str(k),
+                                accept_reprocessing=True)
+    assert run.state == "success", states(run)
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "upgraded"
+    n = report["handover"]["batch_id"]
+    assert n >= k + 2
+    old = Path(demo.old_cp)
+    start_of_k = CheckpointReader(str(old)).batch_start(k).kafka_offsets()
+    assert {p["partition"]: p["start_at"] for p in report["start_plan"]["partitions"]} == \
+        {p: start_of_k.get(demo.topic, p) for p in range(demo.partitions)}
+    counts = check_reprocessed_exactly(demo, report)
+    assert dict(counts) == {p["partition"]: p["reprocessed"] for p in report["start_plan"]["partitions"]}
+
+
+def test_at_time_starts_each_partition_at_its_first_record_at_or_after_t(airflow_home,  # noqa: ANN001
+                                                                        demo: UpgradeDemo) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    v1 = demo.start(min_batches=2)
+    time.sleep(3)
+    moment = datetime.now(timezone.utc).replace(microsecond=0)
+    time.sleep(4)
+    run = demo.upgrade_with_dag(v1, handover_mode="at_time", handover_value=moment.isoformat(),
+                                accept_reprocessing=True)
+    assert run.state == "success", states(run)
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "upgraded"
+
+    # the truth, from the topic itself: each partition's first record at or after the time
+    at_ms = int(moment.timestamp() * 1000)
+    consumer = KafkaConsumer(bootstrap_servers=demo.kafka.bootstrap_servers, enable_auto_commit=False)
+    first: dict[int, int] = {}
+    for partition in range(demo.partitions):
+        tp = TopicPartition(demo.topic, partition)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        while partition not in first:
+            batch = consumer.poll(timeout_ms=5000).get(tp, [])
+            assert batch, f"partition {partition}: no record at or after {moment}"
+            later = [r.offset for r in batch if r.timestamp >= at_ms]
+            if later:
+                first[partition] = min(later)
+    consumer.close()
+    recorded = CheckpointReader(str(demo.new_cp)).snapshot(include_initial=True).initial_sources[0].kafka
+    assert recorded is not None
+    assert {p: recorded.get(demo.topic, p) for p in range(demo.partitions)} == first
+    check_reprocessed_exactly(demo, report)
