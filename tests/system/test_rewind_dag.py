@@ -41,9 +41,32 @@ def check_reprocessed_exactly(demo: UpgradeDemo, report: dict) -> Counter[int]:
     predicted = {(demo.topic, p["partition"], o) for p in plan["partitions"]
                  for o in range(p["start_at"], p["resume_at"])}
     twice, _ = twice_by_partition(demo.sink)
-    assert twice == predicted, (len(twice), len(predicted))
-    assert audit.duplicated == plan["reprocessed"] == len(predicted) > 0
-    return Counter(p for _, p, _ in twice)
+    extra = twice - predicted
+    if extra:  # only a batch v1 was stopped in may be twice as well: its offsets are never handed over
+        assert extra <= interrupted_batch_records(demo), sorted(extra)[:5]
+    assert predicted <= twice, sorted(predicted - twice)[:5]
+    assert audit.duplicated == len(twice) and plan["reprocessed"] == len(predicted) > 0
+    return Counter(p for _, p, _ in twice & predicted)
+
+
+def interrupted_batch_records(demo: UpgradeDemo) -> set[tuple[str, int, int]]:
+    """The records of the batch v1's graceful stop cut (planned, never committed), from the
+    journal's stop result: an append sink may hold them from v1 as well (none when the stop was
+    clean). Under heavy load a trigger can start between the boundary check and query.stop()."""
+    import fsspec
+
+    from airflow_ckpt_provider.checkpoint.journal import list_journals
+    from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+    from tests.integration.streams import raw_source_line
+
+    journals = list_journals(fsspec.filesystem("file"), str(demo.archive_root), "demo-events")
+    stop = journals[-1].steps["graceful_stop"].result
+    cut = stop.get("interrupted_batch")
+    if cut is None:
+        return set()
+    begin = KafkaOffsets.from_json(raw_source_line(demo.old_cp, stop["last_committed_batch"]))
+    end = KafkaOffsets.from_json(raw_source_line(demo.old_cp, cut))
+    return {(t, p, o) for t, p, e in end.items() for o in range(begin.get(t, p) or 0, e)}
 
 
 def test_rewind_to_batch_reprocesses_batches_k_to_n_exactly(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
