@@ -110,9 +110,13 @@ def _in(ranges: Mapping[tuple[str, int], tuple[int, int]], record: Record) -> bo
     return span is not None and span[0] <= record[2] < span[1]
 
 
-def topic_records(bootstrap_servers: str, topics: Iterable[str]) -> Iterator[tuple[Record, bytes | None]]:
+def topic_records(bootstrap_servers: str, topics: Iterable[str], *,
+                  timeout: float = 600.0) -> Iterator[tuple[Record, bytes | None]]:
     """Every record now in ``topics`` as ((topic, partition, offset), value), read from the start
-    of each partition up to its log end at the call (for :func:`audit`'s ``dropped``)."""
+    of each partition up to its log end at the call (for :func:`audit`'s ``dropped``).
+    ``TimeoutError`` naming the partitions not read to their end after ``timeout`` seconds."""
+    import time
+
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None)
@@ -123,7 +127,11 @@ def topic_records(bootstrap_servers: str, topics: Iterable[str]) -> Iterator[tup
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         pending = {tp for tp in partitions if consumer.position(tp) < ends[tp]}
+        deadline = time.monotonic() + timeout
         while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(sorted(f'{tp.topic}-{tp.partition}' for tp in pending))} not read "
+                                   f"to their end within {timeout:g} s from {bootstrap_servers}")
             for tp, messages in consumer.poll(timeout_ms=1000).items():
                 for message in messages:
                     if message.offset < ends[tp]:
