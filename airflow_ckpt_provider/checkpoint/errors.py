@@ -246,6 +246,12 @@ class BrokerError(CheckpointError):
     default_action = "Check the Kafka client configuration and the broker logs."
 
 
+class KafkaConnectionMissing(BrokerError):
+    """The Airflow connection a Kafka step names does not exist."""
+
+    summary = "Kafka connection missing"
+
+
 class BrokerUnreachable(BrokerError):
     summary = "Kafka broker unreachable"
     default_action = "Check bootstrap servers, network and security settings, then retry."

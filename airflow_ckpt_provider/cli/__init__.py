@@ -4,8 +4,9 @@ Each subcommand lives in a module of this package that has ``register(subparsers
 registered handler is called as ``handler(args, stdout, stderr) -> exit code``.
 
 Exit codes: 0 ok; 2 a checkpoint, handover, archive or launch problem (one ``ckpt: error:``
-line on stderr, no traceback) or a usage error; 3 Kafka unreachable or failing; 4 ``ckpt stop``
-found no running query.
+line on stderr, no traceback), a local stack problem (Java or the ``make jvm`` jars missing) or a
+usage error; 3 Kafka unreachable or failing; 4 ``ckpt stop`` found no running query, or
+``ckpt dev-stack status`` no running broker.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError, LocalStackError
 from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
 
 # Modules with a register(subparsers) function, in the order of `ckpt --help`.
@@ -27,6 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "airflow_ckpt_provider.cli.stop",
     "airflow_ckpt_provider.cli.launch",
     "airflow_ckpt_provider.cli.journal",
+    "airflow_ckpt_provider.cli.dev_stack",
+    "airflow_ckpt_provider.cli.run",
 )
 
 
@@ -39,12 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; what follows the first ``--`` goes, as it is, to a command that takes
+    pass-through arguments (``app_args``, e.g. ``ckpt launch``); other commands refuse it."""
+    argv = list(argv)
+    head, tail = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
+    parser = build_parser()
+    args = parser.parse_args(head)
+    if tail is not None:
+        if not hasattr(args, "app_args"):
+            parser.error(f"unrecognized arguments: -- {' '.join(tail)} (`ckpt {args.command}` takes no `--` arguments)")
+        args.app_args = tail
+    return args
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
     """Run ``ckpt``; returns the exit code."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
-    args = build_parser().parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG, stream=err, format="ckpt: %(name)s: %(message)s")
     try:
@@ -52,7 +69,7 @@ def main(
     except BrokerError as exc:
         err.write(f"ckpt: error: {exc}\n")
         return EXIT_BROKER
-    except CheckpointError as exc:
+    except (CheckpointError, LocalStackError) as exc:  # LocalStackError: java or `make jvm` jars missing
         err.write(f"ckpt: error: {exc}\n")
         return EXIT_ERROR
     except (argparse.ArgumentTypeError, ValueError, ImportError) as exc:  # bad storage option/URL

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerError
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, KafkaConnectionMissing
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 
@@ -87,6 +87,20 @@ def client_config_from_connection(host: str | None, port: int | None, login: str
     return config
 
 
+def missing_connection(conn_id: str) -> KafkaConnectionMissing:
+    """The error for a Kafka connection id Airflow does not know: which type and extra to create."""
+    env = f"AIRFLOW_CONN_{conn_id.upper()}"
+    example = '{"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": "127.0.0.1:9092"}}'
+    return KafkaConnectionMissing(
+        found=f"no Airflow connection {conn_id!r}",
+        expected=f"a connection {conn_id!r} of type ckpt_kafka with the brokers in its extra "
+        '{"bootstrap.servers": "host:port,..."}',
+        action=f"Create it in Admin > Connections, or in the environment of every Airflow process, e.g. "
+        f"export {env}='{example}' (`ckpt dev-stack start` prints the line for its local broker). "
+        "Nothing was read from Kafka.",
+    )
+
+
 class KafkaBrokerHook(BaseHook):
     """Reads partitions and earliest/latest offsets of topics; never writes to Kafka."""
 
@@ -112,7 +126,14 @@ class KafkaBrokerHook(BaseHook):
         }
 
     def client_config(self) -> dict[str, Any]:
-        conn = self.get_connection(self.kafka_conn_id)
+        """kafka-python settings from the connection; :class:`KafkaConnectionMissing` when there is
+        none by that id (saying which type and extra to create), :class:`BrokerError` when it is unusable."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(self.kafka_conn_id)
+        except AirflowNotFoundException:
+            raise missing_connection(self.kafka_conn_id) from None
         return client_config_from_connection(
             conn.host, conn.port, conn.login, conn.password, conn.extra_dejson or {}
         )

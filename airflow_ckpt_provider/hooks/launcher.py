@@ -9,7 +9,10 @@ returns as soon as the job is submitted, with a :class:`LaunchHandle`:
 * local (client mode; any master): spark-submit runs under a supervisor in its own session
   with its output in a log file; the handle records the process group, the launching process's
   scope (host, boot id, PID namespace) and the launch id the supervisor records the driver's
-  state under in the checkpoint (``_ckpt/driver.json``);
+  state under in the checkpoint (``_ckpt/driver.json``); a ``.py`` application whose conf and
+  environment name no Python (``spark.pyspark.python``, ``PYSPARK_PYTHON``, ...) runs on this
+  interpreter, which can import the provider (the first ``python3`` on PATH usually cannot, and
+  its driver would die with ``ModuleNotFoundError`` behind a normal-looking handle);
 * Spark standalone cluster (``spark://`` + ``--deploy-mode cluster``): spark-submit returns
   after submission; the handle records the driver id. Spark refuses Python applications in
   standalone cluster mode, so a ``.py`` application is submitted through Spark's own
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import uuid
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -54,6 +58,9 @@ from airflow_ckpt_provider.spark.kafka import (
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 YARN_NO_WAIT = "spark.yarn.submit.waitAppCompletion"
 _UI_URL = re.compile(r"started at (https?://\S+)")
+#: Where a Python driver's interpreter comes from (Spark conf keys, then environment variables).
+PYSPARK_PYTHON_CONF = ("spark.pyspark.python", "spark.pyspark.driver.python")
+PYSPARK_PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 _CONN_KEYS = ("master", "queue", "deploy_mode", "spark_binary", "namespace", "principal", "keytab",
               "rest_scheme", "rest_port", "rest_endpoint")
 
@@ -205,7 +212,8 @@ class SparkLauncherHook(BaseHook):
 
         The handover goes in as ``--conf spark.ckpt.*``; YARN cluster launches get
         ``spark.yarn.submit.waitAppCompletion=false``; a ``.py`` application in standalone
-        cluster mode runs through ``PythonRunner`` (see the module doc).
+        cluster mode runs through ``PythonRunner`` (see the module doc); a local ``.py`` launch
+        without a driver Python gets ``spark.pyspark.python`` = this interpreter.
         """
         if not self.master:  # the Spark provider would silently fall back to master "yarn"
             from airflow.sdk.exceptions import AirflowNotFoundException
@@ -228,6 +236,12 @@ class SparkLauncherHook(BaseHook):
         probe = self._submit_hook(conf=full_conf, name=name, application_args=application_args)
         connection = dict(probe._connection)
         mode = launch_mode(connection["master"], connection["deploy_mode"])
+        if mode is LaunchMode.LOCAL and application.endswith(".py") and self._needs_python(full_conf):
+            # without it the driver runs the first `python3` on PATH, which cannot import this package
+            # (or the job's other dependencies): it would die while the launch looked fine
+            self.log.info("spark.pyspark.python not set: the driver runs %s (this interpreter)", sys.executable)
+            full_conf["spark.pyspark.python"] = sys.executable
+            probe = self._submit_hook(conf=full_conf, name=name, application_args=application_args)
         if mode is LaunchMode.YARN_CLUSTER:
             if str(full_conf.get(YARN_NO_WAIT, "false")).lower() != "false":
                 raise ValueError(f"{YARN_NO_WAIT} must be false for a detached launch")
@@ -245,6 +259,12 @@ class SparkLauncherHook(BaseHook):
         command = hook._build_spark_submit_command(application)
         command[0] = resolve_binary(command[0], self.env)
         return mode, command, {k: str(v) for k, v in connection.items() if v is not None}
+
+    def _needs_python(self, conf: Mapping[str, str]) -> bool:
+        """Whether neither the conf nor the launch environment names the driver's Python."""
+        env = self._env()
+        return not any(conf.get(key) for key in PYSPARK_PYTHON_CONF) and not any(
+            env.get(key) for key in PYSPARK_PYTHON_ENV)
 
     # -- launch ----------------------------------------------------------------------------------
 

@@ -3,13 +3,14 @@
 The sink is any folder of Parquet files with ``topic``, ``partition`` and ``offset`` columns
 (folders and files starting with ``_`` or ``.`` — uncommitted ``_temporary`` output, Spark
 metadata — are not data and are skipped). The expectation is every offset from each
-partition's first offset to its log end, as the broker reports them once producers stopped.
+partition's first offset to its log end, as the broker reports them once producers stopped,
+less the records the job drops on purpose (a filter), which :func:`topic_records` helps find.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ Record = tuple[str, int, int]
 
 @dataclass(frozen=True)
 class SinkAudit:
-    """What a sink holds against what Kafka holds. ``ok`` means lost == duplicated == 0."""
+    """What a sink holds against what Kafka holds. ``ok`` means lost == duplicated == 0.
+    ``produced`` counts the records the sink must hold: those in Kafka less the ``dropped`` ones."""
 
     produced: int
     in_sink: int
@@ -28,6 +30,7 @@ class SinkAudit:
     unexpected: int
     lost_examples: tuple[Record, ...] = ()
     duplicated_examples: tuple[Record, ...] = ()
+    dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,7 @@ class SinkAudit:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "unexpected": self.unexpected,
+            "dropped": self.dropped,
             "lost_examples": [list(r) for r in self.lost_examples],
             "duplicated_examples": [list(r) for r in self.duplicated_examples],
         }
@@ -64,24 +68,26 @@ def audit(
     seen: Counter[Record],
     ranges: Mapping[tuple[str, int], tuple[int, int]],
     *,
+    dropped: Collection[Record] = (),
     examples: int = 5,
 ) -> SinkAudit:
     """Compare ``seen`` with every offset in ``ranges`` ((topic, partition) -> [first, end)).
 
-    ``duplicated`` counts extra copies (a record seen 3 times adds 2); ``unexpected`` counts
-    records outside the ranges (another topic, or offsets past the log end).
+    ``dropped`` are records the job filters out on purpose: not expected, and unexpected when in
+    the sink. ``duplicated`` counts extra copies (a record seen 3 times adds 2); ``unexpected``
+    counts records outside the ranges (another topic, or offsets past the log end) or dropped.
     """
-    expected_total = sum(end - first for first, end in ranges.values())
+    skip = {record for record in dropped if _in(ranges, record)}
+    expected_total = sum(end - first for first, end in ranges.values()) - len(skip)
 
     def expected(record: Record) -> bool:
-        span = ranges.get((record[0], record[1]))
-        return span is not None and span[0] <= record[2] < span[1]
+        return _in(ranges, record) and record not in skip
 
     lost_records: list[Record] = []
     lost = 0
     for (topic, partition), (first, end) in sorted(ranges.items()):
         for offset in range(first, end):
-            if (topic, partition, offset) not in seen:
+            if (topic, partition, offset) not in seen and (topic, partition, offset) not in skip:
                 lost += 1
                 if len(lost_records) < examples:
                     lost_records.append((topic, partition, offset))
@@ -95,7 +101,45 @@ def audit(
         unexpected=sum(n for r, n in seen.items() if not expected(r)),
         lost_examples=tuple(lost_records),
         duplicated_examples=tuple(dups[:examples]),
+        dropped=len(skip),
     )
+
+
+def _in(ranges: Mapping[tuple[str, int], tuple[int, int]], record: Record) -> bool:
+    span = ranges.get((record[0], record[1]))
+    return span is not None and span[0] <= record[2] < span[1]
+
+
+def topic_records(bootstrap_servers: str, topics: Iterable[str], *,
+                  timeout: float = 600.0) -> Iterator[tuple[Record, bytes | None]]:
+    """Every record now in ``topics`` as ((topic, partition, offset), value), read from the start
+    of each partition up to its log end at the call (for :func:`audit`'s ``dropped``).
+    ``TimeoutError`` naming the partitions not read to their end after ``timeout`` seconds."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None)
+    try:
+        partitions = [TopicPartition(topic, p) for topic in topics
+                      for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        ends = consumer.end_offsets(partitions)
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        pending = {tp for tp in partitions if consumer.position(tp) < ends[tp]}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(sorted(f'{tp.topic}-{tp.partition}' for tp in pending))} not read "
+                                   f"to their end within {timeout:g} s from {bootstrap_servers}")
+            for tp, messages in consumer.poll(timeout_ms=1000).items():
+                for message in messages:
+                    if message.offset < ends[tp]:
+                        yield (tp.topic, tp.partition, message.offset), message.value
+                if consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+    finally:
+        consumer.close()
 
 
 def broker_ranges(bootstrap_servers: str, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:

@@ -45,3 +45,14 @@ def test_lost_duplicated_and_unexpected_are_counted() -> None:
 def test_missing_sink_loses_everything(tmp_path: Path) -> None:
     result = audit(read_sink_records(tmp_path / "nothing"), RANGES)
     assert (result.lost, result.in_sink) == (7, 0)
+
+
+def test_dropped_records_are_not_expected_and_unexpected_in_the_sink() -> None:
+    dropped = {("t", 0, 1), ("t", 0, 3), ("t", 9, 0)}  # the last is outside the ranges: ignored
+    seen = Counter({("t", 0, 0): 1, ("t", 0, 2): 1, ("t", 0, 4): 1, ("t", 1, 2): 1, ("t", 1, 3): 1})
+    result = audit(seen, RANGES, dropped=dropped)
+    assert result.ok and (result.produced, result.dropped, result.lost) == (5, 2, 0)
+    leaked = audit(seen + Counter({("t", 0, 3): 1}), RANGES, dropped=dropped)  # a dropped one in the sink
+    assert not leaked.ok and leaked.unexpected == 1
+    missing = audit(seen - Counter({("t", 0, 4): 1}), RANGES, dropped=dropped)
+    assert (missing.lost, missing.lost_examples) == (1, (("t", 0, 4),))

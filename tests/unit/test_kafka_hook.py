@@ -84,3 +84,24 @@ def test_test_connection_reports_instead_of_raising() -> None:
         hook = KafkaBrokerHook("x")
         hook.__dict__["broker"] = Broker(fail)  # the cached_property's slot: a fake at the hook boundary
         assert hook.test_connection()[0] is ok and words in hook.test_connection()[1]
+
+
+def test_missing_connection_names_the_type_and_extra_to_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import shlex
+
+    from airflow_ckpt_provider.checkpoint.errors import KafkaConnectionMissing
+    from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_NOWHERE", raising=False)
+    with pytest.raises(KafkaConnectionMissing) as missing:
+        KafkaBrokerHook("kafka_nowhere").client_config()
+    text = str(missing.value)
+    assert "'kafka_nowhere'" in text and "ckpt_kafka" in text and '"bootstrap.servers"' in text
+    # the example works as written: the exported value is a connection the hook can use
+    export = text[text.index("export "):].split(" (")[0]
+    name, _, value = shlex.split(export)[1].partition("=")
+    assert name == "AIRFLOW_CONN_KAFKA_NOWHERE"
+    monkeypatch.setenv(name, value)
+    assert json.loads(value)["conn_type"] == "ckpt_kafka"
+    assert KafkaBrokerHook("kafka_nowhere").client_config() == {"bootstrap_servers": ["127.0.0.1:9092"]}

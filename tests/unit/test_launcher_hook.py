@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
-from airflow_ckpt_provider.hooks.launcher import PYTHON_RUNNER, SparkLauncherHook, launch_mode
+from airflow_ckpt_provider.hooks.launcher import PYSPARK_PYTHON_ENV, PYTHON_RUNNER, SparkLauncherHook, launch_mode
 from airflow_ckpt_provider.jobs import DriverState
 from airflow_ckpt_provider.jobs.standalone import default_master_ui_url
 from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, ProcessScope
@@ -39,19 +40,48 @@ def conf_values(command: list[str]) -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs)
 
 
-def test_local_command() -> None:
+def test_local_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PYSPARK_PYTHON_ENV:
+        monkeypatch.delenv(name, raising=False)
     mode, command = build("local[2]", None)
     assert mode is LaunchMode.LOCAL
     assert os.path.isabs(command[0]) and command[0].endswith("spark-submit")
     assert command[1:3] == ["--master", "local[2]"] and "--deploy-mode" not in command
     assert conf_values(command) == {
         "spark.sql.shuffle.partitions": "2",
+        "spark.pyspark.python": sys.executable,  # the driver can import the provider
         "spark.ckpt.checkpointLocation": "s3://bucket/cp/v2",
         "spark.ckpt.startingOffsets": HANDOVER,  # one argument: no shell, no quoting
         "spark.ckpt.handoverJson": '{"format":1}',
     }
     assert command[-3:] == ["job.py", "--flag", "a b"]
     assert command[command.index("--name") + 1] == "orders-v2"
+
+
+@pytest.mark.parametrize(
+    ("conf", "env", "expected"),
+    [
+        ({"spark.pyspark.python": "/opt/py/bin/python"}, {}, "/opt/py/bin/python"),  # given: kept
+        ({"spark.pyspark.driver.python": "/opt/py/bin/python"}, {}, None),
+        ({}, {"PYSPARK_PYTHON": "/opt/py/bin/python"}, None),  # the launch environment names one
+        ({"spark.pyspark.python": ""}, {}, sys.executable),  # empty is not set
+    ],
+)
+def test_local_python_default_respects_what_the_user_set(
+        monkeypatch: pytest.MonkeyPatch, conf: dict[str, str], env: dict[str, str], expected: str | None) -> None:
+    for name in PYSPARK_PYTHON_ENV:
+        monkeypatch.delenv(name, raising=False)
+    _, command, _ = SparkLauncherHook(master="local[2]", env=env).build_command("job.py", conf=conf)
+    assert conf_values(command).get("spark.pyspark.python") == expected
+
+
+def test_python_default_only_for_local_python_drivers(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PYSPARK_PYTHON_ENV:
+        monkeypatch.delenv(name, raising=False)
+    _, jar, _ = SparkLauncherHook(master="local[2]").build_command("job.jar")
+    _, yarn, _ = SparkLauncherHook(master="yarn", deploy_mode="cluster").build_command("job.py")
+    assert "spark.pyspark.python" not in conf_values(jar)
+    assert "spark.pyspark.python" not in conf_values(yarn)  # the cluster's interpreter, not this one
 
 
 def test_standalone_cluster_python_goes_through_python_runner(tmp_path: Path) -> None:
