@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,15 @@ from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
 from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.checkpoint.verify import verify_start
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, spark_install
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.local.audit import audit, broker_ranges, read_sink_records
+from airflow_ckpt_provider.local.records import produce_records
+from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, local_spark_conf, spark_install
 from airflow_ckpt_provider.local.upgrade_demo import V2, UpgradeDemo
+from airflow_ckpt_provider.spark.control import CONF_STANDBY, STANDBY_RELEASE, StandbyRelease
+from tests.integration.test_standby import START_TIMEOUT_S, control, spark_files, wait_for, wait_standby
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +65,46 @@ def test_the_spark35_driver_imports_the_helpers_without_airflow(spark35: SparkIn
     assert version == spark35.version and version.startswith("3.5.")
     assert no_airflow == "True", "the 3.5 driver's environment must not have Airflow"
     assert Path(helpers).resolve() == (Path(cli.__file__).parents[1] / "spark" / "__init__.py").resolve()
+
+
+def test_a_standby_on_spark35_waits_then_starts_exactly_at_the_release(kafka, new_topic, tmp_path: Path,  # noqa: ANN001
+                                                                       spark35: SparkInstall) -> None:
+    """``await_handover`` in a 3.5 driver: no checkpoint file while waiting; released, the query
+    starts at the released offsets and the sink gets every record from there on, once."""
+    topic = new_topic(2)
+    produce_records(kafka.bootstrap_servers, topic, 60)
+    checkpoint, sink = tmp_path / "cp", tmp_path / "sink"
+    conf = {k: v for k, v in local_spark_conf("standby-35", version=SPARK35).items()
+            if k not in ("spark.app.name", "spark.master")}
+    conf.update({**spark35.job_conf(), CONF_STANDBY: "true"})
+    hook = SparkLauncherHook(master="local[2]", deploy_mode="client", log_dir=str(tmp_path / "logs"),
+                             spark_home=str(spark35.spark_home))
+    job = Path(__file__).parent / "jobs" / "kafka_to_parquet.py"
+    handle = hook.launch(str(job), checkpoint_uri=str(checkpoint), conf=conf, name="standby-35",
+                         application_args=[kafka.bootstrap_servers, topic, str(sink)])
+    try:
+        run_id = wait_standby(checkpoint, handle, hook)
+        assert spark_version_of(handle.log_path) == spark35.version
+        assert spark_files(checkpoint) == [] and not sink.exists()
+
+        start = {"0": 17, "1": 23}
+        release = StandbyRelease(release_id=uuid.uuid4().hex, released_at=utc_iso(),
+                                 starting_offsets=json.dumps({topic: start}), standby_run_id=run_id)
+        ctl = control(checkpoint)
+        ctl.write_record(STANDBY_RELEASE, release.to_json().encode())
+        wait_for(lambda: ctl.batch_state().last_committed_batch is not None, START_TIMEOUT_S,
+                 "the released query's first commit", handle, hook)
+        (initial,) = CheckpointReader(str(checkpoint)).snapshot(include_initial=True).initial_sources
+        assert initial.kafka is not None and {p: initial.kafka.get(topic, p) for p in (0, 1)} == {0: 17, 1: 23}
+
+        ranges = {key: (17 if key[1] == 0 else 23, end) for key, (_, end) in
+                  broker_ranges(kafka.bootstrap_servers, [topic]).items()}
+        wait_for(lambda: audit(read_sink_records(sink), ranges).lost == 0, START_TIMEOUT_S, "the sink to catch up",
+                 handle, hook)
+    finally:
+        hook.kill(handle)
+    checked = audit(read_sink_records(sink), ranges)
+    assert checked.produced > 0 and checked.ok, checked
 
 
 def test_v1_on_spark35_hands_over_to_v2_on_spark40(kafka, tmp_path: Path, spark35: SparkInstall) -> None:  # noqa: ANN001
