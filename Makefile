@@ -5,14 +5,18 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONSTRAINTS := .ci/constraints.txt
 INSTALLED := $(VENV)/.installed
+# the second, older Spark of the tests (a major Spark upgrade: v1 on 3.5, v2 on 4.0)
+SPARK35_VENV ?= .venv-spark35
+SPARK35 := $(SPARK35_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm browser airflow-home lint test unit integration system demo docs docs-sync bench clean
+.PHONY: help venv jvm spark35 browser airflow-home lint test unit integration system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
+	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
@@ -31,6 +35,15 @@ venv: $(INSTALLED)
 
 jvm: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch
+
+# pyspark 3.5 (the version the connector's POM pins) in its own virtualenv, this checkout's
+# package importable there (no Airflow), and its Kafka connector jars: only the tiers that run a
+# Spark 3.5 job depend on it
+$(SPARK35): $(INSTALLED) airflow_ckpt_provider/local/maven/spark35-kafka/pom.xml
+	CKPT_SPARK35_VENV=$(SPARK35_VENV) $(PY) -m airflow_ckpt_provider.local.spark install 3.5
+	touch $@
+
+spark35: $(SPARK35)
 
 # The browser tests (tests/system/test_approval_browser.py) drive the system's Chromium with
 # Playwright (the `dev` extra); Playwright's own browser download is not used. CKPT_CHROMIUM
@@ -51,16 +64,16 @@ lint: venv
 	$(BIN)/ruff check airflow_ckpt_provider dags bench tests docs/hooks.py
 	$(BIN)/mypy
 
-test: lint jvm browser
+test: lint jvm spark35 browser
 	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: jvm
+integration: jvm spark35
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-system: jvm browser
+system: jvm spark35 browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm
@@ -79,4 +92,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -39,6 +39,7 @@ from airflow.sdk import DAG, Asset, Param, chain, task
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.outcome import rollback_plan
+from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.launch import (
@@ -60,6 +61,10 @@ PARAMS: dict[str, Param] = {
     "spark_master": Param("local[2]", type="string", description="spark-submit --master"),
     "spark_deploy_mode": Param("client", enum=["client", "cluster"]),
     "spark_conf": Param({}, type="object", description="extra --conf for both versions"),
+    # a major Spark upgrade: each version on its own Spark (keys: spark_home, spark_submit, conn_id,
+    # conf, jars; see docs "Upgrading Spark"); {} runs it with the shared settings above
+    "old_spark": Param({}, type="object", description="Spark of the old version (also its rollback restart)"),
+    "new_spark": Param({}, type="object", description="Spark of the new version"),
     "old_application": Param("", type="string", description="the old version, for a rollback"),
     "old_application_args": Param([], type="array"),
     "new_application": Param("", type="string", description="the new version"),
@@ -155,11 +160,21 @@ def build_stream_upgrade_dag(
                 if not params[name]:
                     raise ValueError(f"param {name} is empty: set it in the trigger form or the defaults")
             conf = {str(k): str(v) for k, v in (params["spark_conf"] or {}).items()}
-            return {
+            planned = {
                 "spark_conf": conf,
                 "old_application_args": [str(a) for a in params["old_application_args"]],
                 "new_application_args": [str(a) for a in params["new_application_args"]],
             }
+            for version in ("old", "new"):  # each version's Spark: its own home, connection, conf
+                spark = SparkSettings.from_json(params[f"{version}_spark"], name=f"param {version}_spark")
+                planned.update({
+                    f"{version}_spark_conf": spark.merged_conf(conf),
+                    f"{version}_master": spark.master(params["spark_master"]),
+                    f"{version}_deploy_mode": "" if spark.conn_id else params["spark_deploy_mode"],
+                    f"{version}_conn_id": spark.conn_id, f"{version}_spark_home": spark.spark_home,
+                    f"{version}_spark_submit": spark.spark_submit,
+                })
+            return planned
 
         planned = plan()
         preflight = UpgradePreflightOperator(
@@ -184,11 +199,17 @@ def build_stream_upgrade_dag(
             body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
+
+        def spark_of(version: str) -> dict[str, Any]:
+            """The launch arguments of the ``version`` ("old", "new") Spark, fixed by ``plan``."""
+            return {"conf": planned[f"{version}_spark_conf"], "master": planned[f"{version}_master"],
+                    "deploy_mode": planned[f"{version}_deploy_mode"], "spark_conn_id": planned[f"{version}_conn_id"],
+                    "spark_home": planned[f"{version}_spark_home"], "spark_binary": planned[f"{version}_spark_submit"]}
+
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
-            application_args=planned["new_application_args"], conf=planned["spark_conf"],
+            application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
             trigger_rule="none_failed_min_one_success", journal=JOURNAL,
@@ -214,11 +235,10 @@ def build_stream_upgrade_dag(
         )
         launch_args: dict[str, Any] = dict(
             task_id="relaunch", application="{{ params.new_application }}",
-            application_args=planned["new_application_args"], conf=planned["spark_conf"],
+            application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            handover=extract.output, master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
-            sink_path="{{ params.new_sink_path or '' }}", first_commit_timeout=first_commit_timeout,
-            poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
+            handover=extract.output, sink_path="{{ params.new_sink_path or '' }}",
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
@@ -262,9 +282,8 @@ def build_stream_upgrade_dag(
         )
         rollback_restart_old = StreamLaunchOperator(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
-            application_args=planned["old_application_args"], conf=planned["spark_conf"],
+            application_args=planned["old_application_args"], **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
-            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
             journal=JOURNAL, journal_phase="rollback",
         )

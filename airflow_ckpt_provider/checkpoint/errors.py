@@ -553,6 +553,13 @@ class VersionMismatch(LocalStackError):
     summary = "version mismatch"
 
 
+class SparkNotInstalled(LocalStackError):
+    """A Spark version the local stack runs (its own virtualenv) is not installed."""
+
+    summary = "Spark version not installed"
+    default_action = "Run `make spark35` (or `python -m airflow_ckpt_provider.local.spark install 3.5`)."
+
+
 class PortInUse(LocalStackError):
     """A requested TCP port on 127.0.0.1 is already taken."""
 
@@ -609,6 +616,13 @@ class InvalidLaunchHandle(CheckpointError, ValueError):
 
     summary = "invalid launch handle"
     default_action = "Pass the JSON returned by the launch operator, unchanged."
+
+
+class InvalidSparkSettings(CheckpointError, ValueError):
+    """A version's Spark settings (the DAG's ``old_spark`` / ``new_spark`` params) that cannot be used."""
+
+    summary = "invalid Spark settings"
+    default_action = "Fix the param in the trigger form or the DAG's defaults; nothing was started."
 
 
 class InvalidVerifyResult(CheckpointError, ValueError):

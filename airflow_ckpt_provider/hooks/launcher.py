@@ -104,6 +104,23 @@ def _spark_home_env() -> dict[str, str]:
     return {"SPARK_HOME": str(Path(pyspark.__file__).parent)}
 
 
+def spark_home_of(binary: str | None) -> str | None:
+    """The Spark a spark-submit given by path belongs to, when its layout says so: a Spark
+    distribution's (or pyspark's) ``<home>/bin/spark-submit`` next to ``<home>/jars``, or the
+    ``bin/spark-submit`` of a virtualenv with pip's pyspark (``find_spark_home.py`` beside it). None
+    for a bare command name or another layout."""
+    if not binary or os.sep not in binary:
+        return None
+    folder = Path(binary).parent
+    if (folder.parent / "jars").is_dir():
+        return str(folder.parent)
+    if (folder / "find_spark_home.py").is_file():
+        found = sorted(folder.parent.glob("lib/python*/site-packages/pyspark/jars"))
+        if len(found) == 1:
+            return str(found[0].parent)
+    return None
+
+
 def register_secrets(conf: Mapping[str, str]) -> None:
     """Give secret conf values to Airflow's secrets masker, so that whatever else logs them (task
     logs, the supervisor) masks them too: values of sensitive keys, and secrets inside other values
@@ -123,7 +140,11 @@ class SparkLauncherHook(BaseHook):
 
     The Spark connection (``spark_conn_id``, the Spark provider's ``spark`` type) gives master,
     deploy mode, queue, principal/keytab and the spark-submit binary; ``master`` and
-    ``deploy_mode`` given here win (then no connection is needed). ``submit_options`` are the
+    ``deploy_mode`` given here win (then no connection is needed). ``spark_home`` picks the Spark
+    (a major upgrade runs each version on its own): spark-submit runs with that ``SPARK_HOME``
+    and is ``<spark_home>/bin/spark-submit`` unless ``spark_binary`` is a path. A
+    ``spark_binary`` path alone implies its Spark when its layout shows it (:func:`spark_home_of`);
+    otherwise ``SPARK_HOME`` is the environment's, else the installed pyspark's. ``submit_options`` are the
     :class:`SparkSubmitHook` arguments (``jars``, ``py_files``, ``driver_memory``, ...).
     ``master_ui_url`` is the standalone master's web UI, used to follow drivers (``/json/``), read
     their logs (through the worker UI) and kill them; default ``http://<master host>:8080``.
@@ -142,6 +163,7 @@ class SparkLauncherHook(BaseHook):
         master: str | None = None,
         deploy_mode: str | None = None,
         spark_binary: str | None = None,
+        spark_home: str | None = None,
         master_ui_url: str | None = None,
         env: Mapping[str, str] | None = None,
         log_dir: str | None = None,
@@ -155,13 +177,31 @@ class SparkLauncherHook(BaseHook):
         self.spark_conn_id = spark_conn_id
         self.master = master
         self.deploy_mode = deploy_mode
-        self.spark_binary = spark_binary
+        self.spark_home = spark_home or None
+        self.spark_binary = self._binary(spark_binary or None, self.spark_home)
         self.master_ui_url = master_ui_url
         self.env = dict(env or {})
         self.log_dir = log_dir
         self.python_launcher_jar = python_launcher_jar
         self.submit_timeout = submit_timeout
         self.submit_options = dict(submit_options or {})
+
+    @staticmethod
+    def _binary(spark_binary: str | None, spark_home: str | None) -> str | None:
+        """``spark_binary``, or the one in ``<spark_home>/bin`` when it is a bare name (or unset)."""
+        if spark_home and (not spark_binary or os.sep not in spark_binary):
+            return str(Path(spark_home) / "bin" / (spark_binary or "spark-submit"))
+        return spark_binary
+
+    def _home_env(self) -> dict[str, str]:
+        """``SPARK_HOME`` for this launch: ``spark_home``, else ``env``'s, else the one the binary's
+        layout implies, else pyspark's when the environment has none."""
+        if self.spark_home:
+            return {"SPARK_HOME": self.spark_home}
+        if self.env.get("SPARK_HOME"):
+            return {}
+        implied = spark_home_of(self.spark_binary)
+        return {"SPARK_HOME": implied} if implied else _spark_home_env()
 
     # -- command building ------------------------------------------------------------------------
 
@@ -257,7 +297,7 @@ class SparkLauncherHook(BaseHook):
         elif mode is LaunchMode.YARN_CLUSTER:
             hook = self._submit_hook(conf=full_conf, name=name, application_args=application_args)
         command = hook._build_spark_submit_command(application)
-        command[0] = resolve_binary(command[0], self.env)
+        command[0] = resolve_binary(command[0], {**self.env, **self._home_env()})
         return mode, command, {k: str(v) for k, v in connection.items() if v is not None}
 
     def _needs_python(self, conf: Mapping[str, str]) -> bool:
@@ -275,13 +315,10 @@ class SparkLauncherHook(BaseHook):
         return folder / f"{safe}-{utc_now().strftime('%Y%m%dT%H%M%S%f')}.log"
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(_spark_home_env())
-        env.update(self.env)
-        return env
+        return {**os.environ, **self.env, **self._home_env()}
 
     def _options(self) -> JobOptions:
-        return JobOptions(env={**_spark_home_env(), **self.env})
+        return JobOptions(env={**self.env, **self._home_env()})
 
     def launch(
         self,

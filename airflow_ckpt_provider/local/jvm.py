@@ -5,7 +5,9 @@ with ``mvn dependency:copy-dependencies`` into ``<jvm dir>/<component>/``. A sta
 the POM's hash makes a second fetch a no-op. The JVM folder is ``$CKPT_JVM_DIR`` if set, else
 ``.jvm/`` in a source checkout, else ``~/.cache/airflow-ckpt-provider/jvm``.
 
-Command line: ``python -m airflow_ckpt_provider.local.jvm fetch [--force]``.
+Command line: ``python -m airflow_ckpt_provider.local.jvm fetch [--force] [COMPONENT ...]``. Without
+components it fetches :data:`COMPONENTS`; the optional ones (:data:`OPTIONAL_COMPONENTS`: the
+connector of the second, older Spark the tests run) only when named.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ log = logging.getLogger(__name__)
 MAVEN_DIR = Path(__file__).parent / "maven"
 KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
+#: Kafka connector of Spark 3.5 (Scala 2.12), for the pyspark 3.5 virtualenv (local/spark.py).
+SPARK35_KAFKA = "spark35-kafka"
+#: What ``make jvm`` (a fetch without components) resolves.
 COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA)
+#: Fetched only when named (``make spark35``): not every user needs a second Spark.
+OPTIONAL_COMPONENTS = (SPARK35_KAFKA,)
 _STAMP = ".resolved"
 
 
@@ -44,8 +51,9 @@ def jvm_dir() -> Path:
 
 
 def pom_path(component: str) -> Path:
-    if component not in COMPONENTS:
-        raise ValueError(f"unknown JVM component {component!r}; known: {', '.join(COMPONENTS)}")
+    known = COMPONENTS + OPTIONAL_COMPONENTS
+    if component not in known:
+        raise ValueError(f"unknown JVM component {component!r}; known: {', '.join(known)}")
     return MAVEN_DIR / component / "pom.xml"
 
 
@@ -167,14 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     fetch_cmd = sub.add_parser("fetch", help="resolve the pinned jars with Maven")
     fetch_cmd.add_argument("--force", action="store_true", help="resolve again even if stamped")
+    fetch_cmd.add_argument("components", nargs="*", metavar="COMPONENT",  # no choices=: 3.11 rejects an empty list
+                           help=f"what to resolve (default: {' '.join(COMPONENTS)}; "
+                                f"also: {' '.join(OPTIONAL_COMPONENTS)})")
     sub.add_parser("where", help="print the JVM folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "where":
         print(jvm_dir())
         return 0
+    unknown = sorted(set(args.components) - set(COMPONENTS + OPTIONAL_COMPONENTS))
+    if unknown:
+        parser.error(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS + OPTIONAL_COMPONENTS)}")
     try:
-        for component, folder in fetch(force=args.force).items():
+        for component, folder in fetch(tuple(args.components) or COMPONENTS, force=args.force).items():
             print(f"{component}: {len(jars(component))} jars in {folder}")
     except LocalStackError as exc:
         print(f"error: {exc}", file=sys.stderr)

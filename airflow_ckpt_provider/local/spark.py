@@ -4,25 +4,185 @@ One source of truth for the Spark configuration: :func:`local_spark_conf` gives 
 :func:`local_spark_session` builds a session from and that :func:`spark_submit_conf_args` turns
 into ``spark-submit --conf`` arguments, so an in-process query and a submitted job see the
 same jars and settings. The connector goes through ``spark.jars`` (no Ivy at run time).
+
+Two Spark versions, for a major Spark upgrade (:class:`SparkInstall`, :func:`spark_install`):
+``"4.0"``, the pyspark of this interpreter, and ``"3.5"``, pyspark 3.5 in its own virtualenv
+(``.venv-spark35`` of the checkout, or ``$CKPT_SPARK35_VENV``) with its own connector jars
+(:data:`jvm.SPARK35_KAFKA`). :func:`install` creates that virtualenv (``make spark35``); its
+drivers import this checkout's ``airflow_ckpt_provider`` through a ``.pth`` file, so they run
+the code under test with nothing but pyspark and py4j installed (no Airflow).
+
+Command line: ``python -m airflow_ckpt_provider.local.spark install 3.5`` | ``where 3.5``.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import venv
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.checkpoint.errors import LocalStackError, SparkNotInstalled, VersionMismatch
 from airflow_ckpt_provider.local import jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 LOCAL_MASTER = "local[2]"
 
 
-def connector_jars() -> list[str]:
-    """Paths of Spark's Kafka connector jars; :class:`JarsMissing` before ``make jvm``."""
-    jvm.check_spark_version()
-    return [str(path) for path in jvm.jars(jvm.SPARK_KAFKA)]
+#: The Spark of this interpreter (the provider's own pyspark).
+SPARK40 = "4.0"
+#: The older Spark of the tests, in its own virtualenv.
+SPARK35 = "3.5"
+VERSIONS = (SPARK40, SPARK35)
+_CONNECTORS = {SPARK40: jvm.SPARK_KAFKA, SPARK35: jvm.SPARK35_KAFKA}
+_VENV_ENV = {SPARK35: "CKPT_SPARK35_VENV"}
+_PTH = "airflow-ckpt-provider-checkout.pth"
+
+
+@dataclass(frozen=True)
+class SparkInstall:
+    """One local Spark: its version, ``SPARK_HOME``, the Python its drivers run and its Kafka
+    connector (a :mod:`jvm` component)."""
+
+    version: str
+    spark_home: Path
+    python: Path
+    connector: str
+
+    @property
+    def spark_submit(self) -> Path:
+        return self.spark_home / "bin" / "spark-submit"
+
+    def connector_jars(self) -> list[str]:
+        """Paths of the connector jars; :class:`JarsMissing` before they were fetched."""
+        return [str(path) for path in jvm.jars(self.connector)]
+
+    def job_conf(self) -> dict[str, str]:
+        """The conf a spark-submitted job needs on this Spark: its connector jars and its Python."""
+        python = str(self.python)
+        return {"spark.jars": ",".join(self.connector_jars()), "spark.pyspark.python": python,
+                "spark.pyspark.driver.python": python}
+
+    def dag_settings(self) -> dict[str, Any]:
+        """This Spark as the reference DAG's ``old_spark`` / ``new_spark`` param."""
+        return {"spark_home": str(self.spark_home), "spark_submit": str(self.spark_submit), "conf": self.job_conf()}
+
+
+def spark_venv_dir(version: str = SPARK35) -> Path:
+    """The virtualenv of a Spark version other than this interpreter's: ``$CKPT_SPARK35_VENV``,
+    else ``.venv-spark35`` of the source checkout, else under ``~/.cache/airflow-ckpt-provider``."""
+    if version not in _VENV_ENV:
+        raise ValueError(f"Spark {version} has no virtualenv of its own; versions with one: {', '.join(_VENV_ENV)}")
+    configured = os.environ.get(_VENV_ENV[version])
+    name = f".venv-spark{version.replace('.', '')}"
+    if configured:
+        return Path(configured).expanduser().absolute()
+    checkout = _checkout()
+    return checkout / name if checkout else Path.home() / ".cache" / "airflow-ckpt-provider" / name.lstrip(".")
+
+
+def _checkout() -> Path | None:
+    """The source checkout holding this package, None for an installed wheel."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "setup.cfg").is_file() and (root / "airflow_ckpt_provider").is_dir() else None
+
+
+def _site_packages(venv_dir: Path) -> Path | None:
+    found = sorted(venv_dir.glob("lib/python*/site-packages"))
+    return found[0] if found else None
+
+
+def _installed_pyspark(venv_dir: Path) -> str | None:
+    site = _site_packages(venv_dir)
+    if site is None:
+        return None
+    versions = [d.version for d in metadata.distributions(path=[str(site)]) if d.metadata["Name"] == "pyspark"]
+    return versions[0] if versions else None
+
+
+def spark_install(version: str = SPARK40) -> SparkInstall:
+    """The local Spark ``version`` ("4.0" or "3.5"), checked: its pyspark is the version its
+    connector POM pins. Raises :class:`SparkNotInstalled` (3.5 before ``make spark35``) or
+    :class:`VersionMismatch`; the jars are checked when asked for (:class:`JarsMissing`)."""
+    if version not in VERSIONS:
+        raise ValueError(f"unknown local Spark {version!r}; known: {', '.join(VERSIONS)}")
+    connector = _CONNECTORS[version]
+    if version == SPARK40:
+        jvm.check_spark_version()
+        import pyspark
+
+        return SparkInstall(metadata.version("pyspark"), Path(pyspark.__file__).parent, Path(sys.executable),
+                            connector)
+    pinned = jvm.pom_property(connector, "spark.version")
+    venv_dir = spark_venv_dir(version)
+    installed = _installed_pyspark(venv_dir)
+    if installed is None:
+        raise SparkNotInstalled(found=f"no pyspark in {venv_dir}", expected=f"pyspark {pinned} installed there")
+    if installed != pinned:
+        raise VersionMismatch(found=f"pyspark {installed} in {venv_dir}",
+                              expected=f"pyspark {pinned}, the Spark version of {jvm.pom_path(connector)}",
+                              action="Run `make spark35` (it installs the pinned version).")
+    site = _site_packages(venv_dir)
+    assert site is not None  # a pyspark was found in it
+    return SparkInstall(installed, site / "pyspark", venv_dir / "bin" / "python", connector)
+
+
+def install(version: str = SPARK35) -> SparkInstall:
+    """Create the virtualenv of Spark ``version`` with the pinned pyspark (the connector POM's
+    ``spark.version``), make this checkout's package importable in it (a ``.pth`` file: nothing
+    else is installed, so a driver that needed Airflow would fail), and fetch its connector jars.
+    Idempotent: what is in place is kept. Raises :class:`LocalStackError` when pip fails (its
+    output tail in the message) or this package is not a source checkout."""
+    connector = _CONNECTORS[version]
+    pinned = jvm.pom_property(connector, "spark.version")
+    venv_dir = spark_venv_dir(version)
+    checkout = _checkout()
+    if checkout is None:
+        raise LocalStackError(found=f"airflow_ckpt_provider installed in {Path(__file__).parents[2]}",
+                              expected="a source checkout (the tests' second Spark runs its code)",
+                              action="Run this from a clone of the repository.")
+    python = venv_dir / "bin" / "python"
+    if not python.exists():
+        log.info("creating the Spark %s virtualenv %s", version, venv_dir)
+        venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir)
+    if _installed_pyspark(venv_dir) != pinned:
+        log.info("installing pyspark %s into %s (about 300 MB)", pinned, venv_dir)
+        _pip(python, "install", "--quiet", f"pyspark=={pinned}")
+    site = _site_packages(venv_dir)
+    assert site is not None
+    (site / _PTH).write_text(f"{checkout}\n")
+    jvm.fetch((connector,))
+    return spark_install(version)
+
+
+def _pip(python: Path, *args: str) -> None:
+    proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise LocalStackError(found=f"`pip {' '.join(args)}` exit code {proc.returncode}",
+                              expected="the pinned pyspark installed from PyPI",
+                              action="Check network access to PyPI (and pip's configuration), then retry.",
+                              detail=tail)
+
+
+def connector_jars(version: str = SPARK40) -> list[str]:
+    """Paths of Spark's Kafka connector jars; :class:`JarsMissing` before ``make jvm``
+    (``make spark35`` for "3.5")."""
+    if version == SPARK40:
+        jvm.check_spark_version()
+        return [str(path) for path in jvm.jars(jvm.SPARK_KAFKA)]
+    return spark_install(version).connector_jars()
 
 
 def local_spark_conf(
@@ -30,12 +190,14 @@ def local_spark_conf(
     *,
     master: str = LOCAL_MASTER,
     extra: Mapping[str, str] | None = None,
+    version: str = SPARK40,
 ) -> dict[str, str]:
-    """Spark conf for a small machine: loopback only, no UI, 2 shuffle partitions, connector jars."""
+    """Spark conf for a small machine: loopback only, no UI, 2 shuffle partitions, the connector
+    jars of Spark ``version``."""
     conf = {
         "spark.app.name": app_name,
         "spark.master": master,
-        "spark.jars": ",".join(connector_jars()),
+        "spark.jars": ",".join(connector_jars(version)),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
@@ -79,3 +241,25 @@ def local_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_ckpt_provider.local.spark")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("install", "create the version's virtualenv and fetch its jars"),
+                       ("where", "print the version's SPARK_HOME, Python and jars")):
+        sub.add_parser(name, help=text).add_argument("version", choices=[SPARK35] if name == "install" else VERSIONS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        found = install(args.version) if args.command == "install" else spark_install(args.version)
+        print(f"Spark {found.version}: SPARK_HOME {found.spark_home}, python {found.python}, "
+              f"{len(found.connector_jars())} connector jars")
+    except LocalStackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

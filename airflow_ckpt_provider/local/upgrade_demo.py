@@ -6,6 +6,8 @@ mode), then upgrades it to version 2 either with the reference DAG (``dags/strea
 run by ``dag.test()`` on a SQLite Airflow home) or with a naive relaunch (the negative
 control). It keeps producing through the upgrade, stops the producer, waits until the running
 version has read everything, stops it and counts every Kafka (partition, offset) in the sink.
+``old_spark`` / ``new_spark`` run the versions on different Sparks (a major Spark upgrade); by
+default both run on this interpreter's pyspark.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from airflow_ckpt_provider.checkpoint import CheckpointError, CheckpointReader, 
 from airflow_ckpt_provider.local.audit import SinkAudit, audit, broker_ranges, read_sink_records
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.local.records import ContinuousProducer
-from airflow_ckpt_provider.local.spark import local_spark_conf
+from airflow_ckpt_provider.local.spark import SparkInstall, local_spark_conf
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,10 @@ class UpgradeDemo:
     """One topic, one sink, old and new checkpoints under ``work``; close() stops everything."""
 
     def __init__(self, work: Path, *, partitions: int = 3, rate: float = 100.0, trigger: str = "1 second",
-                 kafka: LocalKafka | None = None) -> None:
+                 kafka: LocalKafka | None = None, old_spark: SparkInstall | None = None,
+                 new_spark: SparkInstall | None = None) -> None:
         self.work = work.resolve()
+        self.old_spark, self.new_spark = old_spark, new_spark
         self.partitions = partitions
         self.rate = rate
         self.trigger = trigger
@@ -91,29 +95,34 @@ class UpgradeDemo:
         self.kafka.start()
         self.kafka.create_topic(self.topic, self.partitions)
         self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate).start()
-        handle = self.launch(application, self.old_cp, starting_offsets="earliest")
+        handle = self.launch(application, self.old_cp, starting_offsets="earliest", spark=self.old_spark)
         self.wait_for_batch(self.old_cp, min_batches - 1, timeout, handle)  # batch ids start at 0
         log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)
         return handle
 
-    def spark_conf(self) -> dict[str, str]:
+    def spark_conf(self, spark: SparkInstall | None = None) -> dict[str, str]:
+        """The jobs' conf; on ``spark``, with its connector jars and Python."""
         conf = local_spark_conf("demo")
         conf.pop("spark.app.name")
         conf.pop("spark.master")
         # the jobs import this package: run their Python in this virtualenv
         conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
+        conf.update(spark.job_conf() if spark is not None else {})
         return conf
 
     def job_args(self) -> list[str]:
         return ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic,
                 "--sink", str(self.sink), "--trigger", self.trigger]
 
-    def launch(self, application: Path, checkpoint: Path, *, starting_offsets: str | None) -> LaunchHandle:
+    def launch(self, application: Path, checkpoint: Path, *, starting_offsets: str | None,
+               spark: SparkInstall | None = None) -> LaunchHandle:
+        """Launch ``application`` detached on ``checkpoint`` (on ``spark``, default this interpreter's)."""
         from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 
-        hook = SparkLauncherHook(master="local[2]", deploy_mode="client", log_dir=str(self.logs))
+        hook = SparkLauncherHook(master="local[2]", deploy_mode="client", log_dir=str(self.logs),
+                                 spark_home=str(spark.spark_home) if spark is not None else None)
         handle = hook.launch(str(application), checkpoint_uri=str(checkpoint), application_args=self.job_args(),
-                             conf=self.spark_conf(), name=application.stem, starting_offsets=starting_offsets)
+                             conf=self.spark_conf(spark), name=application.stem, starting_offsets=starting_offsets)
         self.handles.append(handle)
         return handle
 
@@ -152,6 +161,9 @@ class UpgradeDemo:
             "new_application": str(V2), "new_application_args": self.job_args(),
             "old_launch_handle": v1.to_json(), "require_approval": True,
         }
+        for name, spark in (("old_spark", self.old_spark), ("new_spark", self.new_spark)):
+            if spark is not None:
+                conf[name] = spark.dag_settings()
         conf.update(overrides)
         return conf
 
@@ -183,7 +195,7 @@ class UpgradeDemo:
         code = ckpt(["stop", str(self.old_cp), "--timeout", "120", "--pid", str(v1.pid)])
         if code != 0:
             raise RuntimeError(f"ckpt stop exited {code}")
-        return self.launch(V2, self.new_cp, starting_offsets=starting_offsets)
+        return self.launch(V2, self.new_cp, starting_offsets=starting_offsets, spark=self.new_spark)
 
     # -- the proof -------------------------------------------------------------------------------
 

@@ -108,7 +108,8 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     The job gets ``spark.ckpt.checkpointLocation``, ``spark.ckpt.startingOffsets`` (and
     ``spark.ckpt.handoverJson`` when a handover is known) as Spark conf; see
     :mod:`airflow_ckpt_provider.spark.kafka`. The spark-submit comes from ``spark_conn_id`` or
-    ``master``/``deploy_mode`` (see :class:`SparkLauncherHook`). The handle is pushed to XCom
+    ``master``/``deploy_mode``, the Spark from ``spark_home`` / ``spark_binary`` (templated, empty
+    means unset; see :class:`SparkLauncherHook`). The handle is pushed to XCom
     (key ``launch_handle``) before deferring. Fails with :class:`LaunchFailed` (driver log
     tail included) when the job dies before its first commit, with :class:`FirstCommitTimeout`
     after ``first_commit_timeout`` seconds (the job is killed unless ``kill_on_timeout=False``).
@@ -136,7 +137,8 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
                                       "old_checkpoint_uri", "handover", "starting_offsets", "handover_json",
                                       "sink_path",
-                                      "master", "deploy_mode", "master_ui_url", "log_dir", *JOURNAL_FIELDS)
+                                      "master", "deploy_mode", "master_ui_url", "log_dir",
+                                      "spark_conn_id", "spark_binary", "spark_home", *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
     ui_color = "#fdf2e8"
 
@@ -165,6 +167,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         log_dir: str | None = None,
         master_ui_url: str | None = None,
         spark_binary: str | None = None,
+        spark_home: str | None = None,
         python_launcher_jar: str | None = None,
         submit_options: Mapping[str, Any] | None = None,
         journal: str | None = None,
@@ -209,14 +212,16 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         self.log_dir = log_dir
         self.master_ui_url = master_ui_url
         self.spark_binary = spark_binary
+        self.spark_home = spark_home
         self.python_launcher_jar = python_launcher_jar
         self.submit_options = dict(submit_options or {})
 
     @cached_property
     def launcher_hook(self) -> SparkLauncherHook:
         return SparkLauncherHook(  # templated fields rendered empty mean "not set"
-            self.spark_conn_id, master=self.master or None, deploy_mode=self.deploy_mode or None,
-            spark_binary=self.spark_binary, master_ui_url=self.master_ui_url or None, env=self.env,
+            self.spark_conn_id or None, master=self.master or None, deploy_mode=self.deploy_mode or None,
+            spark_binary=self.spark_binary or None, spark_home=self.spark_home or None,
+            master_ui_url=self.master_ui_url or None, env=self.env,
             log_dir=self.log_dir or None,
             python_launcher_jar=self.python_launcher_jar, submit_options=self.submit_options,
         )

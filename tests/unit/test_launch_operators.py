@@ -232,6 +232,20 @@ def test_launch_argument_checks() -> None:
         StreamLaunchOperator(task_id="t", application="a.py", checkpoint_uri="/c", application_args="--x")
 
 
+def test_each_launch_gets_its_own_spark(tmp_path: Path) -> None:
+    """The Spark settings are templated (the reference DAG passes one version's from its plan);
+    rendered empty they mean "not set": the Spark connection and the default Spark apply."""
+    assert {"spark_conn_id", "spark_binary", "spark_home"} <= set(StreamLaunchOperator.template_fields)
+    home = tmp_path / "spark-3.5"
+    chosen = StreamLaunchOperator(task_id="t", application="a.py", checkpoint_uri="/c", master="local[1]",
+                                  spark_home=str(home), spark_conn_id="", spark_binary="").launcher_hook
+    assert (chosen.spark_home, chosen.spark_binary) == (str(home), str(home / "bin" / "spark-submit"))
+    assert chosen.spark_conn_id is None and chosen.master == "local[1]"
+    by_connection = StreamLaunchOperator(task_id="t", application="a.py", checkpoint_uri="/c", master="",
+                                         deploy_mode="", spark_conn_id="spark_35", spark_home="").launcher_hook
+    assert (by_connection.spark_conn_id, by_connection.master, by_connection.spark_home) == ("spark_35", None, None)
+
+
 # -- HandoverVerifyOperator ------------------------------------------------------------------------
 
 

@@ -208,3 +208,58 @@ def test_exited_local_job_is_not_alive(tmp_path: Path) -> None:
     record = DriverRecord.from_json((tmp_path / "cp" / DRIVER).read_bytes())
     assert (record.launch_id, record.state, record.exit_code, record.pid) == (handle.launch_id, "exited", 3, handle.pid)
     assert record.log_tail == "Traceback: boom"
+
+
+def fake_spark_home(root: Path, body: str = 'echo "SPARK_HOME=$SPARK_HOME"') -> Path:
+    """A Spark distribution's layout: bin/spark-submit (a script) next to jars/."""
+    (root / "jars").mkdir(parents=True)
+    (root / "bin").mkdir()
+    fake_submit(root / "bin", body)
+    return root
+
+
+def test_spark_home_picks_the_version_s_spark_submit_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_HOME", "/opt/spark-4")  # the worker's default Spark must not win
+    home = fake_spark_home(tmp_path / "spark-3.5")
+    _, command = build("local[2]", None, spark_home=str(home))
+    assert command[0] == str(home / "bin" / "spark-submit")
+    hook = SparkLauncherHook(master="local[1]", spark_home=str(home), log_dir=str(tmp_path / "logs"))
+    handle = hook.launch("job.py", checkpoint_uri=str(tmp_path / "cp"))
+    deadline = time.monotonic() + 30
+    while hook.is_alive(handle):
+        assert time.monotonic() < deadline, "the fake spark-submit exits at once"
+        time.sleep(0.05)
+    assert hook.log_tail(handle, 1) == f"SPARK_HOME={home}"
+    assert hook._options().env["SPARK_HOME"] == str(home)  # the job kind's commands (kill, status) too
+
+
+def test_a_spark_submit_path_implies_its_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ckpt_provider.hooks.launcher import spark_home_of
+
+    monkeypatch.setenv("SPARK_HOME", "/opt/spark-4")
+    home = fake_spark_home(tmp_path / "dist")
+    assert spark_home_of(str(home / "bin" / "spark-submit")) == str(home)
+    # a virtualenv with pip's pyspark: bin/spark-submit and find_spark_home.py, pyspark in site-packages
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "find_spark_home.py").write_text("")
+    pyspark = venv / "lib" / "python3.11" / "site-packages" / "pyspark"
+    (pyspark / "jars").mkdir(parents=True)
+    assert spark_home_of(str(venv / "bin" / "spark-submit")) == str(pyspark)
+    assert spark_home_of("spark-submit") is None and spark_home_of(str(tmp_path / "x" / "spark-submit")) is None
+    hook = SparkLauncherHook(master="local[1]", spark_binary=str(venv / "bin" / "spark-submit"))
+    assert hook._env()["SPARK_HOME"] == str(pyspark)
+    # an explicit env or spark_home says which Spark; a bare binary name keeps the environment's
+    assert SparkLauncherHook(master="local[1]", spark_binary=str(venv / "bin" / "spark-submit"),
+                             env={"SPARK_HOME": "/opt/mine"})._env()["SPARK_HOME"] == "/opt/mine"
+    assert SparkLauncherHook(master="local[1]", spark_home=str(home), env={"SPARK_HOME": "/opt/mine"}
+                             )._env()["SPARK_HOME"] == str(home)
+    assert SparkLauncherHook(master="local[1]")._env()["SPARK_HOME"] == "/opt/spark-4"
+
+
+def test_spark_home_with_a_named_binary(tmp_path: Path) -> None:
+    home = fake_spark_home(tmp_path / "spark")
+    assert SparkLauncherHook(master="local[1]", spark_home=str(home), spark_binary="spark3-submit").spark_binary \
+        == str(home / "bin" / "spark3-submit")
+    other = fake_submit(tmp_path, "exit 0")
+    assert SparkLauncherHook(master="local[1]", spark_home=str(home), spark_binary=other).spark_binary == other

@@ -98,3 +98,59 @@ def test_preflight_and_handover_get_the_chosen_start_and_its_consent(dags: dict)
             assert "params.handover_mode" in task.start and "params.handover_value" in task.start
             assert task.accept_reprocessing == "{{ params.accept_reprocessing }}"
             assert task.accept_data_loss == "{{ params.accept_data_loss }}"
+
+
+def plan_params(dags: dict, **overrides: object) -> tuple[object, dict]:
+    plan = dags["stream_upgrade"].get_task("plan").python_callable
+    params = {name: p.value if hasattr(p, "value") else p for name, p in dags["stream_upgrade"].params.items()}
+    params.update(old_checkpoint="/cp/v1", new_checkpoint="/cp/v2", archive_root="/arch",
+                  old_application="v1.py", new_application="v2.py", **overrides)
+    return plan, params
+
+
+def test_plan_fixes_each_version_s_spark(dags: dict) -> None:
+    plan, params = plan_params(dags, spark_conf={"spark.jars": "/j/kafka-4.0.jar", "spark.x": 1},
+                               old_spark={"spark_home": "/opt/spark-3.5", "conf": {"spark.jars": "/j/kafka-3.5.jar"}},
+                               new_spark={"conn_id": "spark_40", "spark_submit": "/opt/spark-4/bin/spark-submit",
+                                          "jars": ["/j/udf.jar"]})
+    planned = plan(params=params)
+    assert planned["old_spark_conf"] == {"spark.jars": "/j/kafka-3.5.jar", "spark.x": "1"}
+    assert (planned["old_spark_home"], planned["old_spark_submit"], planned["old_conn_id"]) == ("/opt/spark-3.5", "", "")
+    assert (planned["old_master"], planned["old_deploy_mode"]) == ("local[2]", "client")  # the shared ones
+    assert planned["new_spark_conf"] == {"spark.jars": "/j/kafka-4.0.jar,/j/udf.jar", "spark.x": "1"}
+    assert (planned["new_conn_id"], planned["new_spark_submit"]) == ("spark_40", "/opt/spark-4/bin/spark-submit")
+    assert (planned["new_master"], planned["new_deploy_mode"]) == ("", "")  # from the connection
+    # without per-version settings both versions run as before: the shared master, mode and conf
+    plain = plan(params=plan_params(dags, spark_conf={"spark.x": 1})[1])
+    for version in ("old", "new"):
+        assert plain[f"{version}_spark_conf"] == plain["spark_conf"] == {"spark.x": "1"}
+        assert (plain[f"{version}_master"], plain[f"{version}_spark_home"], plain[f"{version}_conn_id"]) == \
+            ("local[2]", "", "")
+
+
+def test_plan_refuses_bad_spark_settings(dags: dict) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import InvalidSparkSettings
+
+    plan, params = plan_params(dags, new_spark={"spark_hom": "/opt/spark"})
+    with pytest.raises(InvalidSparkSettings, match=r"param new_spark with unknown key\(s\) spark_hom"):
+        plan(params=params)
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold"])
+def test_new_launches_use_the_new_spark_and_the_rollback_the_old(dags: dict, dag_id: str) -> None:
+    """Each launch takes its version's Spark from the plan: start_standby and relaunch the new
+    version's, the rollback's restart of v1 the old version's."""
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg
+
+    dag = dags[dag_id]
+    launches = {"relaunch": "new", "rollback_restart_old": "old"}
+    if dag.has_task("start_standby"):
+        launches["start_standby"] = "new"
+    for task_id, version in launches.items():
+        task = dag.get_task(task_id)
+        wired = {"conf": task.conf, "master": task.master, "deploy_mode": task.deploy_mode,
+                 "conn_id": task.spark_conn_id, "spark_home": task.spark_home, "spark_submit": task.spark_binary}
+        for what, value in wired.items():
+            assert isinstance(value, PlainXComArg) and value.operator.task_id == "plan", (task_id, what)
+            key = f"{version}_spark_{what}" if what == "conf" else f"{version}_{what}"
+            assert value.key == key, (task_id, what, value.key)

@@ -1,0 +1,102 @@
+"""A major Spark upgrade through the reference DAG: v1 on Spark 3.5 (its own virtualenv, `make
+spark35`), v2 on Spark 4.0, producer running; and the rollback that restarts v1 on Spark 3.5.
+
+The versions get their Spark from the DAG's ``old_spark`` / ``new_spark`` params
+(:meth:`SparkInstall.dag_settings`). The jobs trigger every 5 s: a Spark 3.5 driver on a loaded
+2-core machine takes seconds per batch, and a graceful stop needs a moment between two batches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.local.spark import SPARK35, SPARK40, SparkInstall, spark_install
+from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
+
+pytestmark = pytest.mark.system
+
+CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
+
+
+@pytest.fixture
+def spark35_demo(demo: UpgradeDemo) -> UpgradeDemo:
+    """The shared ``demo`` stack with v1 on Spark 3.5 and v2 on Spark 4.0; fails (never skips)
+    when `make spark35` was not run."""
+    try:
+        demo.old_spark, demo.new_spark = spark_install(SPARK35), spark_install(SPARK40)
+    except LocalStackError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    demo.trigger = "5 seconds"
+    return demo
+
+
+def states(run) -> dict[str, str]:  # noqa: ANN001
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def driver_log_spark(log_path: str | None) -> str:
+    text = Path(log_path or "").read_text(errors="replace")
+    assert "Running Spark version " in text, log_path
+    return text.split("Running Spark version ", 1)[1].split()[0]
+
+
+def running_on(checkpoint: Path, spark: SparkInstall) -> None:
+    """The driver heartbeating on ``checkpoint`` runs ``spark``'s Python under ``spark``'s JVM."""
+    beat = ControlFiles(fsspec.filesystem("file"), str(checkpoint)).heartbeat()
+    assert beat is not None and beat.state == "running", beat
+    python = Path(f"/proc/{beat.pid}/cmdline").read_bytes().split(b"\0")
+    assert python[0].decode() == str(spark.python), python
+    parent = Path(f"/proc/{beat.pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    assert str(spark.spark_home).encode() in Path(f"/proc/{parent}/cmdline").read_bytes(), "the JVM of that Spark"
+
+
+def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: UpgradeDemo) -> None:  # noqa: ANN001
+    demo = spark35_demo
+    v1 = demo.start(timeout=600)
+    assert driver_log_spark(v1.log_path) == demo.old_spark.version  # type: ignore[union-attr]
+    run = demo.upgrade_with_dag(v1)
+    assert run.state == "success", states(run)
+    running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
+    audit = demo.finish(demo.new_cp)
+
+    assert audit.produced > 500, "the producer must have run through the upgrade"
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples
+    assert audit.unexpected == 0
+
+    # the checkpoint Spark 3.5 wrote was read, handed over and archived
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "upgraded", report
+    handover = CheckpointReader(str(demo.old_cp)).handover()
+    assert report["handover"]["batch_id"] == handover.batch_id
+    archived = Path(report["archive"])
+    assert CheckpointReader(str(archived / DATA_DIR)).handover().batch_id == handover.batch_id, archived
+
+
+def test_rollback_restarts_v1_on_spark35(airflow_home, spark35_demo: UpgradeDemo) -> None:  # noqa: ANN001
+    demo = spark35_demo
+    v1 = demo.start(timeout=600)
+    last_before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+    run = demo.upgrade_with_dag(v1, dag_id="stream_upgrade_cold", new_application=str(CRASHING_V2))
+
+    got = states(run)
+    assert run.state == "failed", got
+    assert got["graceful_stop"] == got["extract_handover"] == got["archive"] == "success", got
+    assert got["relaunch"] == "failed", got
+    assert got["rollback_stop_new"] == got["rollback_restore"] == got["rollback_restart_old"] == "success", got
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "rolled back", report
+
+    # v1 runs again on Spark 3.5 from its own checkpoint, and keeps committing
+    demo.wait_for_batch(demo.old_cp, (last_before or 0) + 2, timeout=300)
+    running_on(demo.old_cp, demo.old_spark)  # type: ignore[arg-type]
+    audit = demo.finish(demo.old_cp)
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples
