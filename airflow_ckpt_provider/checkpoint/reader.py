@@ -247,6 +247,16 @@ class CheckpointReader:
         """Handover from the last committed batch (else initial offsets); raises NoOffsets if none."""
         return handover_from_snapshot(self.snapshot(), taken_at=taken_at)
 
+    def batch_sources(self, batch: int) -> tuple[SourceOffsets, ...]:
+        """The source offsets of ``offsets/<batch>`` (the exclusive end of that batch, committed or
+        not); :class:`CheckpointNotFound` when the batch is not in the offset log."""
+        offsets = self._list(self._join("offsets"), batch_dir=True)
+        if batch not in offsets.batches:
+            raise CheckpointNotFound(found=f"no offsets/{batch}", expected=f"batch {batch} in the offset log",
+                                     path=self.uri)
+        return parse_offset_log(self._read(offsets, offsets.batches[batch]),
+                                self._display(self._join("offsets", str(batch)))).sources
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _query_id(self, root: _Dir) -> str | None:
