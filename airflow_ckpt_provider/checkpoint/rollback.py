@@ -214,8 +214,9 @@ class RollbackHandover:
                     "rollback undoes)" if reread else ""]
             lines.append("The new version did not start at the handover (it ignored the handed-over offsets): it "
                          + "; ".join(w for w in what if w) + ". The ranges below are what it processed.")
-        lines.append(f"The old version processes {self.again_committed} records a second time that the new "
-                     f"version committed, and {self.again_planned} of its uncommitted batch.")
+        lines.append(f"The old version processes again {self.again_committed} records the new version committed"
+                     + (f", and {self.again_planned} of its uncommitted batch (written twice only where the sink "
+                        "holds rows of that batch)" if self.again_planned else "") + ".")
         for p in self.partitions:
             parts = [f"[{first}, {end}) {label} ({end - first})"
                      for (first, end), label in ((p.again_committed, "committed"), (p.again_planned, "uncommitted"))

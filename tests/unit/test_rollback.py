@@ -201,3 +201,14 @@ def test_the_report_lists_the_offsets_processed_twice() -> None:
     assert "| t | 0 | 10 | 10 | 15 | [15, 40): 25 | 0 |" in text
     assert "| processed twice by the old version | 35 committed by the new version, 0 of its uncommitted batch |" \
         in text
+
+
+def test_reader_reads_the_offsets_of_any_planned_batch(tmp_path: Path) -> None:
+    from airflow_ckpt_provider.checkpoint import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.errors import CheckpointNotFound
+
+    built = write_checkpoint(str(tmp_path / "ck"), batches=range(3), committed=range(2))
+    reader = CheckpointReader(built.uri)
+    assert reader.batch_sources(2)[0].kafka == built.kafka(2)  # planned, not committed
+    with pytest.raises(CheckpointNotFound, match="offsets/7"):
+        reader.batch_sources(7)
