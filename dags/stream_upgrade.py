@@ -10,8 +10,13 @@ stop to the standby's first batch. Both drivers run at once for the standby wind
 Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without room for a second
 driver): preflight -> approval -> graceful stop -> handover -> archive -> relaunch -> verify.
 
-Rollback: when a step after a completed stop fails, stop the new version, restore the old
-checkpoint if it was removed and restart the old version on it; never after a failure before or
+Rollback: when a step after a completed stop fails, stop the new version, work out from its
+checkpoint what it processed (``rollback_handover``: the offsets the old version will process a
+second time, per partition, in the report), then restart the old version: with
+``rollback_mode="restore"`` (default) restore the old checkpoint if it was removed and restart
+the old version on it; with ``"forward"`` (stateless queries, checked in the preflight) restart
+it on the fresh checkpoint ``rollback_checkpoint`` (default ``<new_checkpoint>.rollback``) from
+the new version's handover, so nothing is processed twice. Never after a failure before or
 during the stop, when the old version may still run — then only a standby is stopped, and the
 old version is left as it is. Always: the upgrade report, which fails the run unless the outcome
 is "upgraded" or "rejected".
@@ -38,10 +43,10 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Asset, Param, chain, task
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
-from airflow_ckpt_provider.checkpoint.outcome import rollback_plan
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, rollback_plan
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
-from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import (
     HandoverVerifyOperator,
     StandbyReleaseOperator,
@@ -83,12 +88,19 @@ PARAMS: dict[str, Param] = {
     "accept_data_loss": Param(False, type="boolean",
                               description="start where records are skipped (a later start, or offsets Kafka no "
                                           "longer retains start at the earliest retained)"),
+    "rollback_mode": Param(RollbackMode.RESTORE.value, enum=[m.value for m in RollbackMode],
+                           description="restore: a rollback restarts the old version on its old checkpoint (it "
+                                       "processes again what the new version processed); forward (stateless "
+                                       "queries only): on a fresh checkpoint from the new version's handover"),
+    "rollback_checkpoint": Param("", type="string",
+                                 description="forward rollback: fresh checkpoint; empty: <new_checkpoint>.rollback"),
     "upgrade_id": Param("", type="string",
                         description="names the upgrade's journal and archive; empty: derived from the stream, "
                                     "both checkpoints and the new application, so a re-triggered run resumes it"),
 }
 
-ROLLBACK = ["rollback_stop_new", "rollback_restore", "rollback_restart_old"]
+ROLLBACK = ["rollback_stop_new", "rollback_handover", "rollback_restore", "rollback_restart_old",
+            "rollback_restart_forward"]
 #: The upgrade's steps in the order they run, per relaunch mode.
 UPGRADE = {
     RelaunchMode.STANDBY: ["start_standby", "graceful_stop", "extract_handover", "relaunch", "verify", "archive"],
@@ -113,6 +125,8 @@ START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_v
              accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
+#: The fresh checkpoint of a forward rollback.
+ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
 
 
 def build_stream_upgrade_dag(
@@ -183,7 +197,8 @@ def build_stream_upgrade_dag(
             archive_root="{{ params.archive_root }}", new_sink_path="{{ params.new_sink_path or '' }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
-            old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value, **START,
+            old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
+            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT, **START,
         )
 
         @task.branch
@@ -254,10 +269,10 @@ def build_stream_upgrade_dag(
         after_stop = upgrade[upgrade.index("graceful_stop") + 1:upgrade.index("verify") + 1]
         new_steps = ["relaunch"] if start_standby is None else ["start_standby", "relaunch"]
 
-        def plan_rollback(ti: Any) -> Any:
+        def plan_rollback(ti: Any, mode: str = RollbackMode.RESTORE.value) -> Any:
             states = {s.name: s.state for s in step_timings(ti, upgrade, task_states(ti, upgrade))}
             return rollback_plan(states, stop_step="graceful_stop", after_stop=after_stop, new_steps=new_steps,
-                                 done_step="verify")
+                                 done_step="verify", mode=mode)
 
         @task.branch(trigger_rule="all_done")
         def rollback_gate(ti: Any = None) -> list[str]:
@@ -265,15 +280,25 @@ def build_stream_upgrade_dag(
             return ["rollback_stop_new"] if plan_rollback(ti).stop_new else []
 
         @task.branch
-        def restart_gate(ti: Any = None) -> list[str]:
-            """Restore and restart the old version only when this run stopped it and a later step failed."""
-            return ["rollback_restore"] if plan_rollback(ti).restart_old else []
+        def restart_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
+            """Restart the old version only when this run stopped it and a later step failed: on its
+            restored checkpoint, or (``rollback_mode`` forward) on a fresh one."""
+            plan = plan_rollback(ti, (params or {}).get("rollback_mode") or RollbackMode.RESTORE.value)
+            return ["rollback_restore"] if plan.restore else ["rollback_restart_forward"] if plan.forward else []
 
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle=NEW_HANDLE,
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             journal=JOURNAL, journal_phase="rollback", **STOP_RETRY,
+        )
+        # what the stopped new version processed: where the old version restarts, what it reads twice
+        rollback_handover = RollbackHandoverOperator(
+            task_id="rollback_handover", checkpoint_uri="{{ params.new_checkpoint }}",
+            old_checkpoint_uri="{{ params.old_checkpoint }}",
+            handover="{{ ti.xcom_pull(task_ids='extract_handover') | tojson }}",
+            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
+            journal=JOURNAL, journal_phase="rollback",
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
@@ -287,11 +312,22 @@ def build_stream_upgrade_dag(
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
             journal=JOURNAL, journal_phase="rollback",
         )
+        rollback_restart_forward = StreamLaunchOperator(
+            task_id="rollback_restart_forward", application="{{ params.old_application }}",
+            application_args=planned["old_application_args"], conf=planned["spark_conf"],
+            checkpoint_uri=ROLLBACK_CHECKPOINT, old_checkpoint_uri="{{ params.old_checkpoint }}",
+            starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
+            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            journal=JOURNAL, journal_phase="rollback",
+        )
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             step_task_ids=steps, upgrade_task_ids=upgrade, handover_task_id="extract_handover",
-            archive_task_id="archive", approval_task_id="approve", rollback_task_id="rollback_restart_old",
+            archive_task_id="archive", approval_task_id="approve",
+            rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
+            rollback_handover_task_id="rollback_handover",
             trigger_rule="all_done", journal=JOURNAL,
         )
 
@@ -303,8 +339,11 @@ def build_stream_upgrade_dag(
         chain(approve, *ordered)
         gate_rollback = rollback_gate()
         ordered >> gate_rollback
-        chain(gate_rollback, rollback_stop_new, restart_gate(), rollback_restore, rollback_restart_old)
-        [ordered[-1], rollback_restart_old] >> report  # not below the gates: a branch skips its direct children
+        gate_restart = restart_gate()
+        chain(gate_rollback, rollback_stop_new, rollback_handover, gate_restart, rollback_restore, rollback_restart_old)
+        gate_restart >> rollback_restart_forward
+        # not below the gates: a branch skips its direct children
+        [ordered[-1], rollback_restart_old, rollback_restart_forward] >> report
     return dag
 
 

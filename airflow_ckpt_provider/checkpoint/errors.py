@@ -517,6 +517,15 @@ class UpgradeRolledBack(JournalError):
                       "again). To try again, start a new upgrade to a new, empty checkpoint.")
 
 
+class ForwardRollbackRefused(CheckpointError):
+    """``rollback_mode="forward"`` cannot be honoured for this stream (checked in the preflight)."""
+
+    summary = "rollback_mode 'forward' refused"
+    default_action = ("Nothing was changed. A forward rollback restarts the old version on a fresh checkpoint, "
+                      "which drops its state: use it for stateless queries only, and give it an empty "
+                      "rollback_checkpoint; otherwise set the param rollback_mode to 'restore' (the default).")
+
+
 # -- upgrade report (operators/report.py) -----------------------------------------------------------
 
 

@@ -36,6 +36,19 @@ UPGRADED, ROLLED_BACK, REJECTED, FAILED = (UpgradeOutcome.UPGRADED, UpgradeOutco
                                            UpgradeOutcome.REJECTED, UpgradeOutcome.FAILED)
 
 
+class RollbackMode(StrEnum):
+    """How a rollback restarts the old version.
+
+    ``restore``: on its old checkpoint (restored from the archive if it was removed); it resumes
+    at its last committed batch and processes again what the new version processed after it.
+    ``forward`` (stateless queries only): on a fresh, empty checkpoint, from where the new
+    version stopped (see :mod:`airflow_ckpt_provider.checkpoint.rollback`): nothing twice.
+    """
+
+    RESTORE = "restore"
+    FORWARD = "forward"
+
+
 def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequence[str]) -> bool:
     """Roll back only when THIS run stopped the old job and a later step failed.
 
@@ -49,10 +62,22 @@ def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequ
 @dataclass(frozen=True)
 class RollbackPlan:
     """What the rollback must do: stop the new version (a standby, or the released or launched
-    job), and restore and restart the old version on its checkpoint."""
+    job), and restart the old version: on its old checkpoint (``restore``) or on a fresh one from
+    the new version's handover (``forward``)."""
 
     stop_new: bool
     restart_old: bool
+    mode: RollbackMode = RollbackMode.RESTORE
+
+    @property
+    def restore(self) -> bool:
+        """Restore the old checkpoint and restart the old version on it."""
+        return self.restart_old and self.mode is RollbackMode.RESTORE
+
+    @property
+    def forward(self) -> bool:
+        """Restart the old version on a fresh checkpoint from the new version's handover."""
+        return self.restart_old and self.mode is RollbackMode.FORWARD
 
 
 def rollback_plan(
@@ -62,6 +87,7 @@ def rollback_plan(
     after_stop: Sequence[str],
     new_steps: Sequence[str],
     done_step: str,
+    mode: RollbackMode | str = RollbackMode.RESTORE,
 ) -> RollbackPlan:
     """The rollback for these step states.
 
@@ -70,27 +96,31 @@ def rollback_plan(
     version (``new_steps``: the standby launch, the release or the cold launch) ran while
     ``done_step`` (the verification) did not succeed: a standby started before a stop that
     failed, or was refused, is stopped, and the old version is left as it is (it may still run).
+    ``mode`` (:class:`RollbackMode`, ``ValueError`` for anything else) says how the old version
+    restarts; it changes nothing about whether it does.
     """
     restart_old = should_roll_back(states, stop_step, after_stop)
     ran = {TaskState.SUCCESS, TaskState.FAILED, TaskState.RUNNING}
     started_new = any(states.get(step) in ran for step in new_steps)
     return RollbackPlan(stop_new=restart_old or (started_new and states.get(done_step) != TaskState.SUCCESS),
-                        restart_old=restart_old)
+                        restart_old=restart_old, mode=RollbackMode(mode))
 
 
 def upgrade_outcome(
     states: Mapping[str, str],
     *,
     upgrade_steps: Sequence[str],
-    rollback_step: str | None = None,
+    rollback_step: str | Sequence[str] | None = None,
     rejected: bool = False,
 ) -> str:
     """``rejected`` (a person said no), ``upgraded`` (every upgrade step succeeded), ``rolled
-    back`` (the old version was restarted), else ``failed``."""
+    back`` (the old version was restarted: ``rollback_step``, or any of several, succeeded),
+    else ``failed``."""
     if rejected:
         return REJECTED
     if all(states.get(step) == TaskState.SUCCESS for step in upgrade_steps):
         return UPGRADED
-    if rollback_step and states.get(rollback_step) == TaskState.SUCCESS:
+    restarts = [rollback_step] if isinstance(rollback_step, str) else list(rollback_step or ())
+    if any(states.get(step) == TaskState.SUCCESS for step in restarts):
         return ROLLED_BACK
     return FAILED

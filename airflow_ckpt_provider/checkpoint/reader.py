@@ -289,15 +289,22 @@ class CheckpointReader:
                     expected=f"a committed batch whose start is retained: {span}", path=self.uri,
                     action="Choose a batch in the retained range, or a time (at_time) or explicit offsets; "
                            "Spark keeps spark.sql.streaming.minBatchesToRetain batches (100 by default).")
-            offsets = self._list(self._join("offsets"), batch_dir=True)
-            entry = parse_offset_log(self._read(offsets, offsets.batches[batch_id - 1]),
-                                     self._display(self._join("offsets", str(batch_id - 1))))
-            sources = entry.sources
+            sources = self.batch_sources(batch_id - 1)
         return Handover(
             query_id=self.snapshot().query_id, checkpoint_uri=self.uri,
             batch_id=None if batch_id == 0 else batch_id - 1, from_initial=batch_id == 0, sources=sources,
             in_flight_batch=None, taken_at=taken_at if taken_at is not None else utc_iso(timespec="microseconds"),
         )
+
+    def batch_sources(self, batch: int) -> tuple[SourceOffsets, ...]:
+        """The source offsets of ``offsets/<batch>`` (the exclusive end of that batch, committed or
+        not); :class:`CheckpointNotFound` when the batch is not in the offset log."""
+        offsets = self._list(self._join("offsets"), batch_dir=True)
+        if batch not in offsets.batches:
+            raise CheckpointNotFound(found=f"no offsets/{batch}", expected=f"batch {batch} in the offset log",
+                                     path=self.uri)
+        return parse_offset_log(self._read(offsets, offsets.batches[batch]),
+                                self._display(self._join("offsets", str(batch)))).sources
 
     # -- helpers ---------------------------------------------------------------------------------
 

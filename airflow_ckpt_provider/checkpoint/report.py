@@ -50,6 +50,8 @@ class UpgradeReport:
     audit: Mapping[str, Any] | None = None
     notes: Sequence[str] = ()
     start_plan: Mapping[str, Any] | None = None  # StartPlan.to_dict() of a start other than resume
+    #: a rollback's RollbackHandover dict: how the old version restarted, what it processes twice
+    rollback: Mapping[str, Any] | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,6 +119,11 @@ class UpgradeReport:
             ("startingOffsets", self.starting_offsets or "-"),
             ("downtime", "-" if self.downtime_s is None else f"{self.downtime_s:.1f} s"),
         ]
+        if self.rollback:
+            facts += [("rollback", f"{self.rollback.get('mode', '-')} on {self.rollback.get('checkpoint', '-')}"),
+                      ("processed twice by the old version",
+                       f"{self.rollback.get('again_committed', 0)} committed by the new version, "
+                       f"{self.rollback.get('again_planned', 0)} of its uncommitted batch")]
         if self.audit:
             facts += [(k, str(self.audit[k])) for k in ("produced", "in_sink", "lost", "duplicated")
                       if k in self.audit]
@@ -139,6 +146,18 @@ class UpgradeReport:
             lines += ["", "## Where the new version started", "", *StartPlan.from_dict(self.start_plan).markdown()]
         if png_name:
             lines += ["", f"![input rows per batch]({png_name})"]
+        if self.rollback:
+            lines += ["", "## Rollback: offsets the old version processes a second time", ""]
+            lines += [f"- {line}" for line in self.rollback.get("summary", ())]
+            lines += ["", "| topic | partition | handover | old version resumes at | new version started at "
+                      "| again, committed by the new version | again, its uncommitted batch |",
+                      "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+            for p in self.rollback.get("partitions", ()):
+                ranges = [f"[{p[k][0]}, {p[k][1]}): {p[k + '_count']}" if p[k + "_count"] else "0"
+                          for k in ("again_committed", "again_planned")]
+                start = "-" if p.get("new_start") is None else p["new_start"]
+                lines.append(f"| {p['topic']} | {p['partition']} | {p['handover']} | {p['resume']} | {start} "
+                             f"| {ranges[0]} | {ranges[1]} |")
         if self.notes:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"

@@ -10,11 +10,17 @@ from typing import Any, Protocol
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover, Reconciliation, reconcile
-from airflow_ckpt_provider.checkpoint.errors import InvalidStartChoice
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidStartChoice, NotACheckpoint
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan, choose_start
+from airflow_ckpt_provider.checkpoint.rollback import (
+    NewVersionProgress,
+    new_version_progress,
+    rollback_handover,
+)
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
@@ -159,6 +165,99 @@ def planned_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: Check
         log.info("%s", part.describe())
     log.info("startingOffsets: %s", plan.starting_offsets.to_json())
     return plan
+
+
+class RollbackHandoverOperator(JournaledStep, BaseOperator):
+    """After the new version stopped in a rollback: where the old version restarts, and exactly
+    which Kafka offsets it will process a second time (see
+    :mod:`airflow_ckpt_provider.checkpoint.rollback`).
+
+    Reads the new checkpoint ``checkpoint_uri`` (where its query started, its last committed
+    batch, and a planned but uncommitted one) and takes the upgrade's handover from ``handover``
+    (the handover step's result, dict or JSON), else from ``old_checkpoint_uri``.
+    ``rollback_mode`` ``restore``: the old version resumes at the handover on
+    ``old_checkpoint_uri``; ``forward``: it starts on ``rollback_checkpoint_uri`` at the new
+    version's handover (the result's ``starting_offsets``). Logs the ranges per partition and
+    returns (XCom, recorded in the journal) :meth:`RollbackHandover.to_dict`. Reads only.
+
+    Fails with a typed :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` when a
+    checkpoint cannot be read; in ``restore`` mode, which does not need the answer to restart,
+    it logs the error and returns ``{"mode": "restore", "checkpoint": ..., "error": ...}``.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_uri", "handover", "old_checkpoint_uri", "rollback_mode",
+                                      "rollback_checkpoint_uri", "storage_conn_id", *JOURNAL_FIELDS)
+    ui_color = "#fde8e8"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_uri: str,
+        old_checkpoint_uri: str,
+        handover: HandoverResult | str | Mapping[str, Any] | None = None,
+        rollback_mode: str = RollbackMode.RESTORE.value,
+        rollback_checkpoint_uri: str = "",
+        source: int | str | None = None,
+        storage_conn_id: str | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
+        journal_phase: str = ROLLBACK_PHASE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, journal_phase)
+        self.checkpoint_uri = checkpoint_uri
+        self.old_checkpoint_uri = old_checkpoint_uri
+        self.handover = handover
+        self.rollback_mode = rollback_mode
+        self.rollback_checkpoint_uri = rollback_checkpoint_uri
+        self.source = source
+        self.storage_conn_id = storage_conn_id
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, lambda start, journal: self.compute())
+
+    def compute(self) -> dict[str, Any]:
+        """The result (see the class docstring); reads only."""
+        mode = RollbackMode(str(self.rollback_mode or RollbackMode.RESTORE.value))
+        target = self.old_checkpoint_uri if mode is RollbackMode.RESTORE else self.rollback_checkpoint_uri
+        try:
+            result = rollback_handover(mode, self._handover(), self._progress(), checkpoint=target)
+        except CheckpointError as exc:
+            if mode is RollbackMode.FORWARD:
+                raise
+            self.log.warning("cannot tell what the old version will process twice (%s); it restarts on %s anyway",
+                             exc, target)
+            return {"mode": mode.value, "checkpoint": target, "error": str(exc)}
+        say = self.log.warning if result.again_committed or result.again_planned else self.log.info
+        for line in result.describe():
+            say("%s", line)
+        return result.to_dict()
+
+    def _handover(self) -> KafkaOffsets:
+        value = self.handover
+        if value is not None and not (isinstance(value, str) and value.strip() in ("", "None", "null")):
+            return HandoverResult.from_json(value).handover.kafka_offsets(self.source)
+        self.log.info("no handover step result: reading the handover of %s", self.old_checkpoint_uri)
+        fs, _ = self.storage_hook.filesystem(self.old_checkpoint_uri)
+        return CheckpointReader(self.old_checkpoint_uri, fs=fs).handover().kafka_offsets(self.source)
+
+    def _progress(self) -> NewVersionProgress:
+        fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
+        if not fs.exists(path):
+            return NewVersionProgress()
+        reader = CheckpointReader(self.checkpoint_uri, fs=fs)
+        try:
+            snapshot = reader.snapshot(include_initial=True)
+        except NotACheckpoint:  # only the provider's _ckpt/ (a standby that never started its query)
+            return NewVersionProgress()
+        in_flight = snapshot.in_flight_batch
+        planned = reader.batch_sources(in_flight) if in_flight is not None else ()
+        return new_version_progress(snapshot, planned, self.source)
 
 
 class StepLog(Protocol):

@@ -10,10 +10,16 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.archive import check_archive_location
-from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotEmpty,
+    ForwardRollbackRefused,
+    InvalidLaunchHandle,
+    SharedCheckpoint,
+)
 from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
@@ -51,6 +57,10 @@ class UpgradePreflightOperator(BaseOperator):
     preflight refuses (:class:`ReprocessingNotAccepted`, :class:`BatchNotRewindable`,
     :class:`InvalidStartChoice`) before anything stops unless ``accept_reprocessing`` (and
     ``accept_data_loss`` for a skip).
+    ``rollback_mode="forward"`` (a rollback restarts the old version on the fresh checkpoint
+    ``rollback_checkpoint_uri`` from the new version's handover) is refused with
+    :class:`ForwardRollbackRefused` when the old checkpoint has state (``state/`` with operators)
+    or the rollback checkpoint is missing, is one of the two checkpoints or is not empty.
 
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
@@ -61,7 +71,8 @@ class UpgradePreflightOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
-        "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss",
+        "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "rollback_mode",
+        "rollback_checkpoint_uri",
     )
     ui_color = "#eef7ee"
 
@@ -86,9 +97,13 @@ class UpgradePreflightOperator(BaseOperator):
         journal: bool = True,
         old_launch_handle: str | None = None,
         relaunch_mode: str = "",
+        rollback_mode: str = RollbackMode.RESTORE.value,
+        rollback_checkpoint_uri: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.rollback_mode = rollback_mode
+        self.rollback_checkpoint_uri = rollback_checkpoint_uri
         self.relaunch_mode = relaunch_mode
         self.old_launch_handle = old_launch_handle
         self.upgrade_id = upgrade_id
@@ -150,6 +165,7 @@ class UpgradePreflightOperator(BaseOperator):
             start_plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
                                        accept_data_loss=accept_loss)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
+        rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
@@ -164,6 +180,7 @@ class UpgradePreflightOperator(BaseOperator):
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
             relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan,
         ))
+        summary += f"\n\n{rollback}"
         value: dict[str, Any] = {
             "summary_md": summary,
             "handover": handover.to_dict(),
@@ -178,6 +195,42 @@ class UpgradePreflightOperator(BaseOperator):
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
+
+    def _check_rollback(self, storage: CheckpointStorageHook, old: tuple[Any, str], new: tuple[Any, str]) -> str:
+        """Refuse a forward rollback that cannot be honoured (see the class docstring); say how a
+        rollback would restart the old version."""
+        try:
+            mode = RollbackMode(str(self.rollback_mode or RollbackMode.RESTORE.value))
+        except ValueError:
+            raise ForwardRollbackRefused(found=f"rollback_mode {self.rollback_mode!r}",
+                                         expected="'restore' or 'forward'",
+                                         action="Nothing was changed. Set the param rollback_mode to 'restore' or "
+                                                "'forward'.") from None
+        if mode is RollbackMode.RESTORE:
+            return "Rollback (if needed): the old version restarts on its old checkpoint and processes again " \
+                   "what the new version processed (the report lists the offsets)."
+        operators = CheckpointReader(self.old_checkpoint_uri, fs=old[0]).snapshot().state_operators
+        if operators:
+            raise ForwardRollbackRefused(
+                found=f"state/ with stateful operator(s) {', '.join(map(str, operators))} in the old checkpoint",
+                expected="a stateless old query (no state/ operators) for rollback_mode 'forward'",
+                path=self.old_checkpoint_uri)
+        target = (self.rollback_checkpoint_uri or "").strip()
+        if not target:
+            raise ForwardRollbackRefused(found="an empty rollback checkpoint location",
+                                         expected="a fresh checkpoint location for a forward rollback")
+        fs_path = storage.filesystem(target)
+        try:
+            check_launch_target(fs_path, target, old=old)
+            check_launch_target(fs_path, target, old=new)
+        except (CheckpointNotEmpty, SharedCheckpoint) as exc:
+            raise ForwardRollbackRefused(
+                found=f"rollback checkpoint {target}: {exc.found}",
+                expected="an empty location, neither the old nor the new checkpoint, for a forward rollback",
+                action="Nothing was changed. Set the param rollback_checkpoint to a new, empty location (or empty "
+                       "it), or use rollback_mode 'restore'.", path=target) from None
+        return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
+                "from the new version's handover; nothing is processed twice.")
 
     def _spark_ui_url(self) -> str | None:
         """The old job's Spark UI, when its launch handle (``old_launch_handle``) knows it."""

@@ -32,6 +32,9 @@ class UpgradeReportOperator(BaseOperator):
     report is never replaced: a later run of the same upgrade adds ``report/run-<n>/``. Fails
     with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
     rolled-back or broken upgrade fails the DAG run loudly. Returns the report as a dict (XCom).
+    With ``rollback_handover_task_id`` (:class:`RollbackHandoverOperator`) a rollback's report
+    states how the old version restarted and exactly which Kafka offsets, per partition, it
+    processes a second time (``rollback`` in the dict, a section in the Markdown).
     The notes say where the graceful stop's time went (``stop_task_id``'s StopResult timeline:
     the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
 
@@ -54,7 +57,8 @@ class UpgradeReportOperator(BaseOperator):
         handover_task_id: str,
         archive_task_id: str,
         approval_task_id: str | None = None,
-        rollback_task_id: str | None = None,
+        rollback_task_id: str | Sequence[str] | None = None,
+        rollback_handover_task_id: str | None = None,
         stop_task_id: str | None = "graceful_stop",
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
@@ -73,7 +77,9 @@ class UpgradeReportOperator(BaseOperator):
         self.handover_task_id = handover_task_id
         self.archive_task_id = archive_task_id
         self.approval_task_id = approval_task_id
-        self.rollback_task_id = rollback_task_id
+        self.rollback_task_id = rollback_task_id if isinstance(rollback_task_id, str) or rollback_task_id is None \
+            else list(rollback_task_id)
+        self.rollback_handover_task_id = rollback_handover_task_id
         self.stop_task_id = stop_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
@@ -96,6 +102,10 @@ class UpgradeReportOperator(BaseOperator):
         stop = ti.xcom_pull(task_ids=self.stop_task_id) if self.stop_task_id else None
         if isinstance(stop, dict) and stop.get("timeline"):
             notes.append(f"{self.stop_task_id}: {describe_stop_timeline(stop['timeline'])}")
+        rollback = self._rollback(ti, states)
+        if isinstance(rollback, dict) and rollback.get("error"):
+            notes.append(f"{self.rollback_handover_task_id}: what the old version processes twice is unknown: "
+                         f"{rollback['error']}")
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         if journal is not None:
             notes.extend(self._journal_notes(journal, str(context.get("run_id", ""))))
@@ -111,6 +121,7 @@ class UpgradeReportOperator(BaseOperator):
             downtime_s=downtime_seconds(old_batches, new_batches) if outcome == UPGRADED else None,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
             start_plan=extract.get("start_plan"),
+            rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -124,6 +135,15 @@ class UpgradeReportOperator(BaseOperator):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _rollback(self, ti: Any, states: dict[str, str]) -> Any:  # noqa: ANN401 - an XCom value
+        """The rollback step's result, when a restart of the old version was attempted (a standby
+        stopped while the old version still ran processed nothing: no section then)."""
+        restarts = [self.rollback_task_id] if isinstance(self.rollback_task_id, str) else self.rollback_task_id or []
+        attempted = {TaskState.SUCCESS, TaskState.FAILED, TaskState.RUNNING}
+        if not self.rollback_handover_task_id or not any(states.get(t) in attempted for t in restarts):
+            return None
+        return ti.xcom_pull(task_ids=self.rollback_handover_task_id)
 
     @staticmethod
     def _journal_notes(journal: UpgradeJournal, run_id: str) -> list[str]:

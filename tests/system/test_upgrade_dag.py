@@ -6,7 +6,9 @@ sink that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the sta
 same harness with a naive relaunch and must show loss or duplicates, proving the check can
 fail. Then what happens when it goes wrong: a v2 that crashes once released (rolled back), a v2
 that cannot start (refused before the stop), a stop that fails while the standby waits
-(the standby exits, v1 runs on untouched).
+(the standby exits, v1 runs on untouched), and a rollback after v2 committed batches: restored,
+the sink's duplicates are exactly the offsets the report predicted; forward (stateless v1 on a
+fresh checkpoint from v2's handover), nothing lost and nothing twice.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.local.audit import read_sink_records
 from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
@@ -26,6 +29,9 @@ JOBS = Path(__file__).parent / "jobs"
 CRASHING_V2 = JOBS / "crash_on_start.py"
 CRASHING_AFTER_RELEASE = JOBS / "crash_after_release.py"
 V1_WITHOUT_GRACEFUL_STOP = JOBS / "stream_without_graceful_stop.py"
+STATELESS_V1 = JOBS / "stateless_v1.py"
+V2_IGNORING_THE_HANDOVER = JOBS / "ignore_handover.py"
+V2_CRASHING_AFTER_ONE_BATCH = JOBS / "crash_after_first_batch.py"
 
 
 def states(run) -> dict[str, str]:  # noqa: ANN001
@@ -145,5 +151,61 @@ def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflo
     last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
     demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120, handle=v1)  # v1 runs on
     audit = demo.finish(demo.old_cp, stop_timeout=5)  # it cannot acknowledge: killed once caught up
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples
+
+
+def offsets_in(rollback: dict, key: str) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) of the report's ``again_committed`` or ``again_planned`` ranges."""
+    return {(p["topic"], p["partition"], o) for p in rollback["partitions"] for o in range(*p[key])}
+
+
+def test_restore_rollback_reprocesses_exactly_the_offsets_the_report_states(airflow_home,  # noqa: ANN001
+                                                                           demo: UpgradeDemo) -> None:
+    """v2 ignores the handover (starts at latest), commits batches, verify rolls it back; v1 resumes
+    on its old checkpoint and writes v2's offsets again: the sink's duplicates are the report's."""
+    v1 = demo.start()
+    run = demo.upgrade_with_dag(v1, new_application=str(V2_IGNORING_THE_HANDOVER))
+
+    got = states(run)
+    assert got["verify"] == "failed" and got["rollback_restart_old"] == "success", got
+    assert got["rollback_restart_forward"] == "skipped", got
+    rollback = (read_dag_report(demo.archive_root) or {})["rollback"]
+    assert rollback["mode"] == "restore" and rollback["new_started_at_handover"] is False, rollback
+    assert rollback["new_committed_batch"] is not None and rollback["again_committed"] > 0, rollback
+    audit = demo.finish(demo.old_cp)
+    assert audit.lost == 0, audit.lost_examples  # v1 reads the records v2 skipped
+
+    twice = {record for record, count in read_sink_records(demo.sink).items() if count > 1}
+    committed, planned = offsets_in(rollback, "again_committed"), offsets_in(rollback, "again_planned")
+    assert committed <= twice <= committed | planned, (len(committed), len(planned), len(twice))
+    assert audit.duplicated == len(twice), "each record at most twice"
+    if not planned:  # v2 stopped between batches (graceful): the prediction is exact
+        assert twice == committed and audit.duplicated == rollback["again_committed"]
+
+
+def test_forward_rollback_processes_nothing_twice(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    """A stateless v1; v2 starts at the handover, commits one batch and crashes in the next: the
+    rollback restarts v1 on a fresh checkpoint from v2's last committed batch."""
+    v1 = demo.start(application=STATELESS_V1)
+    run = demo.upgrade_with_dag(v1, old_application=str(STATELESS_V1),
+                                new_application=str(V2_CRASHING_AFTER_ONE_BATCH), rollback_mode="forward")
+
+    got = states(run)
+    assert got["rollback_restart_forward"] == "success", got
+    assert got["rollback_restore"] == got["rollback_restart_old"] == "skipped", got
+    report = read_dag_report(demo.archive_root) or {}
+    rollback = report["rollback"]
+    assert report["outcome"] == "rolled back" and rollback["mode"] == "forward", report
+    assert rollback["new_committed_batch"] == 0 and rollback["again_committed"] == 0, rollback
+    fresh = demo.new_cp.with_name("v2.rollback")
+    assert rollback["checkpoint"] == str(fresh)
+    v2_done = CheckpointReader(str(demo.new_cp)).handover().kafka_offsets()
+    assert rollback["starting_offsets"] == v2_done.to_json()
+    assert CheckpointReader(str(fresh)).snapshot(include_initial=True).initial_sources[0].kafka == v2_done
+    assert CheckpointReader(str(demo.old_cp)).handover().batch_id == report["handover"]["batch_id"], "old untouched"
+
+    audit = demo.finish(fresh)
+    assert audit.produced > 1000
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples

@@ -124,3 +124,60 @@ def test_rollback_plan_of_a_cold_upgrade_is_todays_rule() -> None:
     assert rollback_plan({"graceful_stop": F}, **cold) == RollbackPlan(False, False)
     assert rollback_plan({"graceful_stop": S, "archive": F}, **cold) == RollbackPlan(True, True)
     assert rollback_plan({"graceful_stop": S, "archive": S, "relaunch": F}, **cold) == RollbackPlan(True, True)
+
+
+@pytest.mark.parametrize(("states", "mode", "restore", "forward"), [
+    # released, verification failed: the mode chooses how the old version restarts
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": F}, "restore", True,
+     False),
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": F}, "forward", False,
+     True),
+    # the stop failed (v1 may still run): neither, in either mode
+    ({"start_standby": S, "graceful_stop": F}, "forward", False, False),
+    ({"start_standby": S, "graceful_stop": F}, "restore", False, False),
+    # verified: no rollback at all
+    ({"start_standby": S, "graceful_stop": S, "extract_handover": S, "relaunch": S, "verify": S}, "forward", False,
+     False),
+])
+def test_rollback_plan_mode_chooses_how_the_old_version_restarts(states: dict[str, str], mode: str, restore: bool,
+                                                                 forward: bool) -> None:
+    plan = rollback_plan(states, **STANDBY_STEPS, mode=mode)
+    assert (plan.restore, plan.forward) == (restore, forward)
+    assert plan.restart_old == (restore or forward)
+    assert plan.stop_new == rollback_plan(states, **STANDBY_STEPS).stop_new, "the mode never changes the stop"
+
+
+def test_rollback_plan_refuses_an_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="sideways"):
+        rollback_plan({}, **STANDBY_STEPS, mode="sideways")
+
+
+def test_either_restart_step_makes_the_outcome_rolled_back() -> None:
+    steps = ["graceful_stop", "verify"]
+    restarts = ["rollback_restart_old", "rollback_restart_forward"]
+    base = {"graceful_stop": S, "verify": F}
+    assert upgrade_outcome({**base, "rollback_restart_forward": S}, upgrade_steps=steps,
+                           rollback_step=restarts) == "rolled back"
+    assert upgrade_outcome({**base, "rollback_restart_old": S}, upgrade_steps=steps, rollback_step=restarts) \
+        == "rolled back"
+    assert upgrade_outcome({**base, "rollback_restart_forward": F}, upgrade_steps=steps,
+                           rollback_step=restarts) == "failed"
+
+
+@pytest.mark.parametrize(("states", "shown"), [
+    ({"rollback_restart_old": "success", "rollback_restart_forward": "skipped"}, True),
+    ({"rollback_restart_old": "skipped", "rollback_restart_forward": "failed"}, True),
+    # the stop failed: only a standby was stopped, the old version never stopped: no rollback section
+    ({"rollback_restart_old": "skipped", "rollback_restart_forward": "skipped"}, False),
+    ({}, False),
+])
+def test_report_shows_the_rollback_offsets_only_when_the_old_version_restarted(states: dict[str, str],
+                                                                               shown: bool) -> None:
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    op = UpgradeReportOperator(task_id="report", stream_name="s", old_checkpoint_uri="/a", new_checkpoint_uri="/b",
+                               step_task_ids=[], upgrade_task_ids=["graceful_stop"], handover_task_id="h",
+                               archive_task_id="a", rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
+                               rollback_handover_task_id="rollback_handover")
+    value = {"mode": "restore", "partitions": []}
+    assert op._rollback(FakeTI({("rollback_handover", "return_value"): value}), states) == (value if shown else None)

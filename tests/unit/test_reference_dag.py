@@ -47,14 +47,38 @@ def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[
     assert gate.trigger_rule == "all_done"
     assert gate.upstream_task_ids == set(chain[3:])
     assert gate.downstream_task_ids == {"rollback_stop_new"}, "a branch skips every direct child"
-    assert dag.get_task("rollback_stop_new").downstream_task_ids == {"restart_gate"}
-    assert dag.get_task("restart_gate").downstream_task_ids == {"rollback_restore"}
+    assert dag.get_task("rollback_stop_new").downstream_task_ids == {"rollback_handover"}
+    assert dag.get_task("rollback_handover").downstream_task_ids == {"restart_gate"}
+    assert dag.get_task("restart_gate").downstream_task_ids == {"rollback_restore", "rollback_restart_forward"}
+    assert dag.get_task("rollback_restore").downstream_task_ids == {"rollback_restart_old"}
     assert dag.get_task("rollback_restart_old").allow_existing_checkpoint is True
+    assert dag.get_task("rollback_restart_forward").allow_existing_checkpoint is False
     # the steps whose deferral can race Airflow's LocalExecutor retry once (journaled: no second side effect)
     assert all(dag.get_task(t).retries == 1 for t in ("graceful_stop", "relaunch", "verify")), dag_id
     report = dag.get_task("report")
     assert report.trigger_rule == "all_done"
-    assert {chain[-1], "rollback_restart_old"} <= report.upstream_task_ids
+    assert {chain[-1], "rollback_restart_old", "rollback_restart_forward"} <= report.upstream_task_ids
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_rollback_mode_param_and_its_steps(dags: dict, dag_id: str) -> None:
+    from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
+
+    dag = dags[dag_id]
+    assert dag.params["rollback_mode"] == "restore", "today's rollback stays the default"
+    assert dag.params.get_param("rollback_mode").schema["enum"] == ["restore", "forward"]
+    assert dag.params["rollback_checkpoint"] == ""
+    step = dag.get_task("rollback_handover")
+    assert isinstance(step, RollbackHandoverOperator) and step.journal_phase == "rollback"
+    assert "extract_handover" in step.handover and "rollback_mode" in step.rollback_mode
+    forward = dag.get_task("rollback_restart_forward")
+    assert forward.journal_phase == "rollback" and "rollback_handover" in forward.starting_offsets
+    assert forward.checkpoint_uri == step.rollback_checkpoint_uri == dag.get_task("preflight").rollback_checkpoint_uri
+    assert "'.rollback'" in forward.checkpoint_uri and "params.old_application" in forward.application
+    assert "params.rollback_mode" in dag.get_task("preflight").rollback_mode
+    report = dag.get_task("report")
+    assert report.rollback_task_id == ["rollback_restart_old", "rollback_restart_forward"]
+    assert report.rollback_handover_task_id == "rollback_handover"
 
 
 def test_standby_dag_launches_a_standby_and_releases_it(dags: dict) -> None:
