@@ -421,7 +421,9 @@ class NoProgress(CheckpointError):
     summary = "new query makes no progress"
     default_action = (
         "Read the driver log; if records keep arriving in Kafka and no batch commits, stop the new "
-        "query and roll back. On an idle topic, verify with progress_window_s=0."
+        "query and roll back. Spark runs no batch while the topic is idle: upgrade while records "
+        "arrive, or verify without a progress window (HandoverVerifyOperator(progress_window_s=0); "
+        "in the reference DAG build_stream_upgrade_dag(progress_window_s=0))."
     )
 
 

@@ -48,6 +48,9 @@ class UpgradePreflightOperator(BaseOperator):
     steps already started, the run RESUMES it: the checks above describe the state before an
     upgrade and are skipped (the old checkpoint may be archived away, the new one is in use).
 
+    An ``old_launch_handle`` that is not a launch handle's JSON is refused
+    (:class:`InvalidLaunchHandle`).
+
     ``relaunch_mode`` (``standby`` or ``cold``, as the DAG starts the new version) is shown to
     the approver with what it costs: a standby runs beside the old version until the stop.
 
@@ -233,15 +236,21 @@ class UpgradePreflightOperator(BaseOperator):
                 "from the new version's handover; nothing is processed twice.")
 
     def _spark_ui_url(self) -> str | None:
-        """The old job's Spark UI, when its launch handle (``old_launch_handle``) knows it."""
+        """The old job's Spark UI, when its launch handle (``old_launch_handle``) knows it. A
+        handle that does not parse is refused here, before anything starts or stops (the stop
+        would fail on it later): :class:`InvalidLaunchHandle`."""
         text = (self.old_launch_handle or "").strip()
         if text in ("", "None", "null"):
             return None
         try:
             return LaunchHandle.from_json(text).ui_url
         except InvalidLaunchHandle as exc:
-            self.log.warning("old_launch_handle is not a launch handle (%s); no Spark UI link", exc)
-            return None
+            raise InvalidLaunchHandle(
+                found=f"old_launch_handle {text[:80]!r}: {exc.found}", expected=exc.expected,
+                action="Set the old_launch_handle param to the JSON the old job's launch printed "
+                       "(ckpt launch, StreamLaunchOperator's XCom), unchanged, or leave it empty "
+                       "(the stop then cannot kill a job that does not acknowledge). Nothing was changed.",
+            ) from None
 
     def _resume(self, journal: UpgradeJournal, intent: UpgradeIntent, upgrade_id: str, run_id: str) -> dict[str, Any]:
         """Take up an upgrade whose journal shows started steps (see the class docstring)."""

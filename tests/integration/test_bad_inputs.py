@@ -654,6 +654,22 @@ def test_a_bad_start_is_refused_by_the_preflight(kafka, shared: Stream, conn, tm
         cli_refuses(["offsets", str(shared.checkpoint), "--rewind-to-batch", given["value"]], "batch 99")
 
 
+@pytest.mark.parametrize("handle", ["{'pid': 42}", '{"mode": "local"}'], ids=["python repr", "no ids"])
+def test_an_old_launch_handle_that_does_not_parse_is_refused_before_anything_starts(
+        kafka, shared: Stream, conn, tmp_path: Path, handle: str) -> None:  # noqa: ANN001
+    from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
+    from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+
+    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(shared.checkpoint),
+                                  new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
+                                  kafka_conn_id=conn, old_launch_handle=handle)
+    unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
+    refuses(InvalidLaunchHandle, lambda: op.execute(context={}), "old_launch_handle",  # type: ignore[arg-type]
+            case=f"old launch handle: {handle[:20]}")
+    unchanged.check()
+    assert not (tmp_path / "archive").exists(), "no journal, no lock"
+
+
 def test_zz_count_of_refused_bad_inputs() -> None:
     """How many distinct bad inputs the tests above refused (printed for the report)."""
     if not REFUSED:
