@@ -125,7 +125,7 @@ def test_a_version_that_cannot_start_is_refused_before_anything_stops(airflow_ho
 def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflow_home,  # noqa: ANN001
                                                                           demo: UpgradeDemo) -> None:
     """v1 runs without GracefulStop and no launch handle is given: its stop cannot complete
-    (CheckpointNotQuiet, nothing written to it). The standby already waits: it is asked to stop,
+    (RunningWithoutGracefulStop, nothing written to it). The standby already waits: it is asked to stop,
     exits without having written a checkpoint file, and v1 keeps running on its checkpoint."""
     v1 = demo.start(application=V1_WITHOUT_GRACEFUL_STOP)
     run = demo.upgrade_with_dag(v1, old_application=str(V1_WITHOUT_GRACEFUL_STOP), old_launch_handle="")
