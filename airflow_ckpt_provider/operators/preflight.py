@@ -226,9 +226,10 @@ class UpgradePreflightOperator(BaseOperator):
         raise UpgradeRolledBack(
             found=f"upgrade {record.upgrade_id} rolled back at {record.closed_at}{by} (journal {journal.uri})",
             expected="an upgrade id that was not rolled back",
-            action="Nothing was changed: a rolled-back upgrade does not go forward again (the old version runs "
-                   "again). To try again, set the `upgrade_id` param to a new value (or leave it empty after "
-                   "changing the new checkpoint), with a new, empty new checkpoint.",
+            action="Nothing was stopped, copied or started (the refusal is noted in the journal's run_log): a "
+                   "rolled-back upgrade does not go forward again (the old version runs again). To try again, set "
+                   "the `upgrade_id` param to a new value (or leave it empty after changing the new checkpoint), "
+                   "with a new, empty new checkpoint.",
             path=journal.uri,
         )
 

@@ -300,3 +300,16 @@ def test_a_rejected_upgrade_triggered_again_keeps_its_run_log(root: tuple[Any, s
     record = journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-2")
     assert record.runs == ("run-2",) and record.outcome is None
     assert [(e["run_id"], e["outcome"]) for e in record.run_log] == [("run-1", "rejected")]
+
+
+def test_ckpt_journal_lists_each_run_entry(tmp_path: Path) -> None:
+    import io
+
+    from airflow_ckpt_provider.cli import main as ckpt
+
+    root = (fsspec.filesystem("file"), str(tmp_path / "archive"))
+    _closed(root, "upgraded").record_run("run-2", "already done: nothing done")
+    out, err = io.StringIO(), io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders"], stdout=out, stderr=err) == 0
+    assert "    run run-1 at " in out.getvalue() and ": ended upgraded\n" in out.getvalue()
+    assert ": already done: nothing done\n" in out.getvalue()
