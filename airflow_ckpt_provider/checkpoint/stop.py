@@ -766,7 +766,8 @@ def not_running_result(
     ``no_heartbeat`` (whether a query idles there cannot be seen); one whose heartbeat stopped or
     went stale gives ``not_running``. ``detail`` says which, with the last commit's batch and age.
     When the last run ended by acknowledging a stop request (a caller arriving just after another
-    caller's graceful stop), that ack is included.
+    caller's graceful stop), that ack is included. ``heartbeat`` is what the caller saw before;
+    the verdict reads the heartbeat again after the quiet check.
     """
     started = time.time()
     try:
