@@ -176,6 +176,9 @@ def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflo
     assert got["start_standby"] == "success" and got["graceful_stop"] == "failed", got
     assert got["rollback_stop_new"] == "success", got
     assert got["rollback_restore"] == got["rollback_restart_old"] == "skipped", got
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and any(note.startswith("graceful_stop failed: query running without GracefulStop")
+                                      for note in report["notes"]), report and report["notes"]
     control = ControlFiles(fsspec.filesystem("file"), str(demo.new_cp))
     driver, ack = control.driver(), control.ack()
     assert driver is not None and driver.state == "exited" and driver.exit_code == 0, driver
