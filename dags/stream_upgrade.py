@@ -24,8 +24,10 @@ is "upgraded" or "rejected".
 Every step records itself in the upgrade journal next to the archives (the preflight opens it
 and takes the stream's lock): a retried task or a re-triggered run with the same params resumes
 the upgrade instead of repeating a side effect — no second archive, no second launch, and no
-stop of the new job — and approval is not asked again once the stop has begun. See
-docs "Reliability".
+stop of the new job — and approval is not asked again once the stop has begun. A run of an
+upgrade that was rolled back is refused by the preflight (set the ``upgrade_id`` param to a new
+value); one of an upgrade already finished skips every step and reports "already done", naming
+the first run's report, which is never replaced. See docs "Reliability".
 
 Three DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` (standby) and
 ``stream_upgrade_cold`` for manual runs (trigger form), and ``stream_upgrade_on_artifact``
@@ -202,10 +204,13 @@ def build_stream_upgrade_dag(
         )
 
         @task.branch
-        def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str:
+        def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str | list[str]:
             """Ask unless approval is off, or the run resumes an upgrade already under way (approved
-            before its stop began)."""
-            resuming = bool((ti.xcom_pull(task_ids="preflight") or {}).get("resuming")) if ti else False
+            before its stop began); skip every step when the upgrade is already done."""
+            found = (ti.xcom_pull(task_ids="preflight") or {}) if ti else {}
+            if found.get("already_done"):
+                return []
+            resuming = bool(found.get("resuming"))
             return "approve" if params and params["require_approval"] and not resuming else upgrade[0]
 
         approve = ApprovalOperator(
@@ -328,6 +333,7 @@ def build_stream_upgrade_dag(
             archive_task_id="archive", approval_task_id="approve",
             rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
             rollback_handover_task_id="rollback_handover",
+            preflight_task_id="preflight",
             trigger_rule="all_done", journal=JOURNAL,
         )
 

@@ -369,6 +369,18 @@ class CheckpointNotQuiet(CheckpointError):
     )
 
 
+class RunningWithoutGracefulStop(CheckpointNotQuiet):
+    """Batches commit on the checkpoint while no heartbeat beats for them: the query runs without
+    :class:`~airflow_ckpt_provider.spark.graceful_stop.GracefulStop` and cannot be asked to stop."""
+
+    summary = "query running without GracefulStop"
+    default_action = (
+        "Nothing was stopped. Add GracefulStop to the job (docs: spark-side.md) so it can stop between "
+        "batches, or stop it with its launch handle (`ckpt stop --pid PGID`, or GracefulStopOperator's "
+        "launch_handle, which kills it after stop_timeout) or by killing its driver; then run the stop again."
+    )
+
+
 class QueryNotRunning(CheckpointError):
     summary = "no running query"
     default_action = (

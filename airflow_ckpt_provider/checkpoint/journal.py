@@ -17,6 +17,13 @@ Once a rollback step starts, the journal's phase is ``rollback`` and the upgrade
 run again (:class:`UpgradeRolledBack`): a re-run must never relaunch the new version next to the
 restarted old one.
 
+A journal only grows in meaning: every run adds an entry to its ``run_log`` (what it did or
+why it was refused; the run that closes it names its stored report), and nothing rewrites an
+earlier step's record. A re-run of a closed upgrade is decided by :func:`rerun_of`: a rolled-back
+one is refused in the preflight (:class:`UpgradeRolledBack`, naming the ``upgrade_id`` to
+change), a finished one is already done (nothing runs again, nothing is closed again), a
+rejected one (nothing was stopped) starts afresh, keeping its ``run_log``.
+
 The lock makes one upgrade per stream at a time: :class:`UpgradeInProgress` names the holder.
 It is re-entrant for the same upgrade id and is released when the journal is closed with a
 final outcome (upgraded, rejected, rolled back). A lock whose journal is already closed is
@@ -98,6 +105,27 @@ def derive_upgrade_id(intent: UpgradeIntent) -> str:
     return "up-" + hashlib.sha256(intent.key().encode()).hexdigest()[:12]
 
 
+class Rerun(StrEnum):
+    """What a run of an upgrade id meets in its journal (:func:`rerun_of`)."""
+
+    NEW = "new"  # no journal, or a rejected upgrade that stopped nothing: start afresh
+    RESUME = "resume"  # steps started and the upgrade is not closed: finish it (or its rollback)
+    ROLLED_BACK = "rolled back"  # closed after a rollback: never goes forward again
+    UPGRADED = "upgraded"  # closed after a finished upgrade: already done
+
+
+def rerun_of(record: JournalRecord | None) -> Rerun:
+    """Decide what a run meets: see :class:`Rerun`. A rollback that did not finish (phase
+    ``rollback``, journal still open) is resumed so it can complete."""
+    if record is None or (record.closed and not record.started_side_effects):
+        return Rerun.NEW
+    if record.outcome == "rolled back":
+        return Rerun.ROLLED_BACK
+    if record.outcome == "upgraded":
+        return Rerun.UPGRADED
+    return Rerun.RESUME
+
+
 @dataclass(frozen=True)
 class JournalStep:
     """One step's record. ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
@@ -145,11 +173,19 @@ class JournalRecord:
     planned_handover: Mapping[str, Any] | None = None
     outcome: str | None = None
     closed_at: str = ""
+    run_log: tuple[Mapping[str, Any], ...] = ()
     format: int = FORMAT
 
     @property
     def closed(self) -> bool:
         return self.outcome is not None
+
+    def closing_entry(self) -> Mapping[str, Any] | None:
+        """The ``run_log`` entry of the run that closed the journal with its outcome (None if
+        open, or closed by a version that kept no run log)."""
+        if not self.closed:
+            return None
+        return next((e for e in reversed(self.run_log) if e.get("outcome") == self.outcome), None)
 
     @property
     def started_side_effects(self) -> bool:
@@ -159,6 +195,7 @@ class JournalRecord:
     def to_json(self) -> str:
         data = asdict(self)
         data["runs"] = list(self.runs)
+        data["run_log"] = [dict(entry) for entry in self.run_log]
         data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
         return json.dumps(data, indent=2, sort_keys=True)
 
@@ -175,7 +212,8 @@ class JournalRecord:
                        created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
                        phase=data.get("phase", UPGRADE_PHASE), steps=steps,
                        planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
-                       closed_at=data.get("closed_at", ""))
+                       closed_at=data.get("closed_at", ""),
+                       run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
         except JournalCorrupt:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -240,7 +278,8 @@ class UpgradeJournal:
                                      action="Give this upgrade another upgrade_id; nothing was changed.")
             if existing is None or (existing.closed and not existing.started_side_effects):
                 record = JournalRecord(upgrade_id=upgrade_id, intent=intent, created_at=self.clock().isoformat(),
-                                       runs=(run_id,), planned_handover=planned_handover)
+                                       runs=(run_id,), planned_handover=planned_handover,
+                                       run_log=existing.run_log if existing is not None else ())
                 log.info("upgrade %s of stream %s: journal %s created, lock taken", upgrade_id,
                          intent.stream_name, self.uri)
             else:
@@ -303,9 +342,22 @@ class UpgradeJournal:
         self._write(replace(record, steps={**record.steps, name: replace(
             step, state=FAILED, error=str(error)[:2000], finished_at=self.clock().isoformat())}))
 
-    def close(self, outcome: str) -> JournalRecord:
-        """Record the outcome; a final one (:data:`FINAL_OUTCOMES`) releases the stream's lock."""
-        record = replace(self.read(), outcome=outcome, closed_at=self.clock().isoformat())
+    def record_run(self, run_id: str, what: str, **details: Any) -> JournalRecord:
+        """Add a ``run_log`` entry: what run ``run_id`` did or why it was refused (``details``
+        JSON-serialisable). Nothing else in the journal changes."""
+        record = self.read()
+        entry = {"run_id": run_id, "at": self.clock().isoformat(), "what": what, **details}
+        record = replace(record, run_log=(*record.run_log, entry))
+        self._write(record)
+        return record
+
+    def close(self, outcome: str, *, run_id: str = "", report: str = "") -> JournalRecord:
+        """Record the outcome, with a ``run_log`` entry naming the run and its stored ``report``;
+        a final one (:data:`FINAL_OUTCOMES`) releases the stream's lock."""
+        record = self.read()
+        at = self.clock().isoformat()
+        entry = {"run_id": run_id, "at": at, "what": f"ended {outcome}", "outcome": outcome, "report": report}
+        record = replace(record, outcome=outcome, closed_at=at, run_log=(*record.run_log, entry))
         if outcome not in FINAL_OUTCOMES:
             record = replace(record, outcome=None)
             log.warning("upgrade %s ended %r: the journal stays open and the stream locked; re-trigger the run "
@@ -396,6 +448,6 @@ def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -
     return sorted(records, key=lambda r: r.created_at)
 
 
-__all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "JournalRecord", "JournalStep", "ROLLBACK_PHASE", "STARTED",
+__all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "JournalRecord", "JournalStep", "ROLLBACK_PHASE", "Rerun", "STARTED",
            "StepStart", "UPGRADE_PHASE", "UpgradeIntent", "UpgradeJournal", "create_exclusive",
-           "derive_upgrade_id", "list_journals", "write_atomic"]
+           "derive_upgrade_id", "list_journals", "rerun_of", "write_atomic"]

@@ -30,10 +30,14 @@ class UpgradeOutcome(StrEnum):
     ROLLED_BACK = "rolled back"
     REJECTED = "rejected"
     FAILED = "failed"
+    #: a run of an upgrade id that an earlier run finished: it did nothing (not a final outcome of
+    #: the journal, which keeps the first run's)
+    ALREADY_DONE = "already done"
 
 
 UPGRADED, ROLLED_BACK, REJECTED, FAILED = (UpgradeOutcome.UPGRADED, UpgradeOutcome.ROLLED_BACK,
                                            UpgradeOutcome.REJECTED, UpgradeOutcome.FAILED)
+ALREADY_DONE = UpgradeOutcome.ALREADY_DONE
 
 
 class RollbackMode(StrEnum):

@@ -8,7 +8,8 @@ checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.spark.control`). Thi
 * :class:`StopResult` — what a stop achieved (graceful, escalated, not running), as XCom JSON;
 * :class:`StopReason` — why waiting ended (shared by the trigger, the operator and the CLI);
 * pure decisions: :func:`heartbeat_alive`, :func:`ack_answers`, :func:`wait_decision`,
-  :func:`quiet_verdict`;
+  :func:`quiet_verdict`, and :func:`classify_query` (:class:`QueryLiveness`: running with or
+  without GracefulStop, stopped, or no heartbeat ever written so nobody can tell);
 * :class:`ControlFiles` — read/write the control files and list ``offsets/`` and ``commits/``
   through any fsspec filesystem, and :func:`wait_quiet`, the bounded post-stop check;
 * the steps every requester takes: :func:`begin_stop` (write or join the request, or find
@@ -42,6 +43,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotQuiet,
     InvalidStopResult,
     QueryStillRunning,
+    RunningWithoutGracefulStop,
     StopTimeout,
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
@@ -74,6 +76,9 @@ class StopOutcome(StrEnum):
     GRACEFUL = "graceful"  # the query acknowledged the request (clean or interrupted: see the ack)
     ESCALATED = "escalated"  # no acknowledgement in time: the job was killed
     NOT_RUNNING = "not_running"  # nothing ran (or it went away by itself): nothing was stopped
+    #: no heartbeat was ever written and nothing committed while we watched: whether a query runs
+    #: (without GracefulStop, on an idle topic) cannot be seen; nothing was stopped
+    NO_HEARTBEAT = "no_heartbeat"
 
 
 class StopReason(StrEnum):
@@ -120,6 +125,7 @@ class StopResult:
     ack: Mapping[str, Any] | None = field(default=None, hash=False)
     escalation: str | None = None
     timeline: Mapping[str, float] | None = field(default=None, hash=False)
+    detail: str | None = None  # when nothing was stopped: the query's status in words (QueryLiveness)
 
     def __post_init__(self) -> None:
         try:
@@ -231,6 +237,130 @@ def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | N
     if alive:
         return "the heartbeat is still being refreshed"
     return None
+
+
+class QueryStatus(StrEnum):
+    """What a checkpoint's heartbeat and commits say about the query on it."""
+
+    RUNNING = "running"  # a live GracefulStop heartbeat (a query, or a standby waiting)
+    RUNNING_WITHOUT_GRACEFUL_STOP = "running without GracefulStop"  # commits no heartbeat beats for
+    STOPPED = "stopped"  # its heartbeat stopped or went stale, and nothing committed since
+    NO_HEARTBEAT = "no heartbeat"  # none ever written and nothing seen committing: cannot tell
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    """The newest ``commits/N``: its batch id and modification time (epoch s; None if the store
+    does not say)."""
+
+    batch_id: int
+    committed_at: float | None = None
+
+
+#: What to do about a query the provider cannot ask to stop.
+WITHOUT_GRACEFUL_STOP_ACTION = (
+    "Add GracefulStop to the job (docs: spark-side.md) so it can stop between batches, or stop it with its "
+    "launch handle (`ckpt stop --pid PGID`, or GracefulStopOperator's launch_handle, which kills it after "
+    "stop_timeout) or by killing its driver."
+)
+#: What to do when no heartbeat was ever written and nothing commits.
+NO_HEARTBEAT_ACTION = (
+    "If a job runs on this checkpoint, it runs without GracefulStop: add GracefulStop to it (docs: "
+    "spark-side.md), or stop it with its launch handle (`ckpt stop --pid PGID`, or GracefulStopOperator's "
+    "launch_handle) or by killing its driver. If none runs, there is nothing to stop."
+)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0.0):.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class QueryLiveness:
+    """A query's status (:func:`classify_query`) with its evidence, for logs, ``ckpt`` and XCom."""
+
+    status: QueryStatus
+    heartbeat: Heartbeat | None
+    last_commit: LastCommit | None
+    commit_age_s: float | None
+    new_batches: bool = False  # batches appeared while the caller watched
+
+    def _last_commit(self) -> str:
+        if self.last_commit is None:
+            return "no batch committed yet"
+        age = "" if self.commit_age_s is None else f", {_age(self.commit_age_s)} ago"
+        return f"last commit: batch {self.last_commit.batch_id}{age}"
+
+    def describe(self) -> str:
+        """The status in one line, with its evidence."""
+        beat = self.heartbeat
+        if self.status is QueryStatus.RUNNING:
+            assert beat is not None
+            return f"running with GracefulStop (run {beat.run_id}, {beat.state}, heartbeat {beat.updated_at})"
+        if self.status is QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP:
+            seen = "new batches appeared while watching" if self.new_batches else self._last_commit()
+            why = ("no heartbeat was ever written under _ckpt/" if beat is None else
+                   f"its last heartbeat (run {beat.run_id}, {beat.state}) dates from {beat.updated_at}, before them")
+            return f"running without GracefulStop: {seen}; {why}"
+        if self.status is QueryStatus.NO_HEARTBEAT:
+            return ("no heartbeat was ever written under _ckpt/, so whether a query runs without GracefulStop "
+                    f"cannot be seen (nothing committed while watching); {self._last_commit()}")
+        assert beat is not None
+        return (f"not running: the heartbeat of run {beat.run_id} is {beat.state}, last updated {beat.updated_at}; "
+                f"{self._last_commit()}")
+
+    def action(self) -> str:
+        """What to do ("" when there is nothing to do)."""
+        if self.status is QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP:
+            return WITHOUT_GRACEFUL_STOP_ACTION
+        if self.status is QueryStatus.NO_HEARTBEAT:
+            return NO_HEARTBEAT_ACTION
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "detail": self.describe(), "action": self.action(),
+                "last_committed_batch": self.last_commit.batch_id if self.last_commit else None,
+                "last_commit_age_s": None if self.commit_age_s is None else round(self.commit_age_s, 1),
+                "heartbeat": json.loads(self.heartbeat.to_json()) if self.heartbeat else None}
+
+
+def classify_query(
+    heartbeat: Heartbeat | None,
+    last_commit: LastCommit | None,
+    *,
+    now: float,
+    new_batches: bool = False,
+    recent_s: float | None = None,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> QueryLiveness:
+    """Classify the query on a checkpoint (``now`` in epoch seconds).
+
+    * a live heartbeat: :attr:`QueryStatus.RUNNING`;
+    * otherwise batches that commit with no heartbeat beating for them — ``new_batches`` seen
+      while the caller watched, or (with ``recent_s``) a last commit at most ``recent_s`` old and
+      newer than the last heartbeat's beats — :attr:`~QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP`;
+    * otherwise no heartbeat file at all: :attr:`~QueryStatus.NO_HEARTBEAT` (a query without
+      GracefulStop on an idle topic looks exactly like no query);
+    * otherwise :attr:`~QueryStatus.STOPPED`.
+    """
+    moment = datetime.fromtimestamp(now, timezone.utc)
+    committed_at = last_commit.committed_at if last_commit else None
+    age = None if committed_at is None else now - committed_at
+
+    def liveness(status: QueryStatus) -> QueryLiveness:
+        return QueryLiveness(status, heartbeat, last_commit, age, new_batches)
+
+    if heartbeat_alive(heartbeat, moment, missed_beats):
+        return liveness(QueryStatus.RUNNING)
+    recent = recent_s is not None and age is not None and age <= recent_s
+    if recent and heartbeat is not None and committed_at is not None:
+        beaten_until = epoch_seconds(heartbeat.updated_at)
+        recent = beaten_until is None or committed_at > beaten_until + heartbeat.interval_s * missed_beats
+    if new_batches or recent:
+        return liveness(QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP)
+    return liveness(QueryStatus.NO_HEARTBEAT if heartbeat is None else QueryStatus.STOPPED)
 
 
 #: The stop's phases, in order, as :func:`stop_timeline` names them.
@@ -375,6 +505,23 @@ class ControlFiles:
         ids = list_batch_ids(self.fs, self._path(folder))
         return ids[-1] if ids else None
 
+    def last_commit(self) -> LastCommit | None:
+        """The newest ``commits/N`` and its modification time (None when nothing committed)."""
+        batch = self._last_batch("commits")
+        if batch is None:
+            return None
+        try:
+            committed_at: float | None = self.fs.modified(self._path(f"commits/{batch}")).timestamp()
+        except (NotImplementedError, OSError, KeyError, AttributeError):
+            committed_at = None
+        return LastCommit(batch, committed_at)
+
+    def liveness(self, *, new_batches: bool = False, recent_s: float | None = None,
+                 missed_beats: float = DEFAULT_MISSED_BEATS) -> QueryLiveness:
+        """:func:`classify_query` of this checkpoint now (see there for ``new_batches``, ``recent_s``)."""
+        return classify_query(self.heartbeat(), self.last_commit(), now=time.time(), new_batches=new_batches,
+                              recent_s=recent_s, missed_beats=missed_beats)
+
     def batch_state(self) -> BatchState:
         """List ``offsets/`` and ``commits/`` once each (names only, :func:`list_batch_ids`)."""
         return BatchState(last_planned_batch=self._last_batch("offsets"),
@@ -484,8 +631,11 @@ def begin_stop(
     if not alive and not launched_job_running:
         return StopStart(None, "", False, heartbeat, requested_at)
     if not alive:
-        log.warning("no live heartbeat on %s but the launched job still runs: its driver cannot acknowledge; "
-                     "asking anyway, escalation after %.0f s", control.uri, timeout_s)
+        why = ("it runs without GracefulStop (no heartbeat was ever written)" if heartbeat is None else
+               f"its last heartbeat (run {heartbeat.run_id}) is {heartbeat.state}, from {heartbeat.updated_at}")
+        log.warning("no live heartbeat on %s but the launched job still runs: %s; it cannot acknowledge a stop "
+                    "request: asking anyway, escalation (kill through its launch handle) after %.0f s", control.uri,
+                    why, timeout_s)
     request, wrote = control.request_stop(requested_by, reason, timeout_s)
     run_id = heartbeat.run_id if alive and heartbeat is not None else ""
     if alive and heartbeat is not None:
@@ -607,27 +757,46 @@ def not_running_result(
     poll_interval: float = 0.5,
     missed_beats: float = DEFAULT_MISSED_BEATS,
 ) -> StopResult:
-    """The result when nothing runs: the checkpoint as it is after ``quiet_period`` of quiet.
+    """The result when no live heartbeat asks to be stopped: the checkpoint as it is after
+    ``quiet_period`` of quiet, and what that says (:func:`classify_query`).
 
-    The quiet check (see :func:`wait_quiet`) catches a query that runs without a heartbeat we
-    can see (a driver without GracefulStop, or one whose beats are late). When the last run
-    ended by acknowledging a stop request (a caller arriving just after another caller's
-    graceful stop), that ack is included.
+    Batches planned during the quiet check with no live heartbeat mean a query runs without
+    GracefulStop: :class:`RunningWithoutGracefulStop` (other :class:`CheckpointNotQuiet` cases
+    are raised as they are). A quiet checkpoint that never had a heartbeat gives outcome
+    ``no_heartbeat`` (whether a query idles there cannot be seen); one whose heartbeat stopped or
+    went stale gives ``not_running``. ``detail`` says which, with the last commit's batch and age.
+    When the last run ended by acknowledging a stop request (a caller arriving just after another
+    caller's graceful stop), that ack is included. ``heartbeat`` is what the caller saw before;
+    the verdict reads the heartbeat again after the quiet check.
     """
     started = time.time()
-    state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats)
+    try:
+        state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats)
+    except CheckpointNotQuiet as exc:
+        liveness = control.liveness(new_batches=True, missed_beats=missed_beats)
+        if liveness.status is not QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP:
+            raise
+        raise RunningWithoutGracefulStop(found=f"{exc.found}: {liveness.describe()}",
+                                         expected="a live GracefulStop heartbeat to ask, or a quiet checkpoint",
+                                         path=control.uri) from None
+    liveness = control.liveness(missed_beats=missed_beats)
     ack = control.ack()
-    if ack is None or heartbeat is None or ack.run_id != heartbeat.run_id:
+    beat = liveness.heartbeat
+    if ack is None or beat is None or ack.run_id != beat.run_id:
         ack = None
-    log.info("no query runs on %s (heartbeat %s): nothing to stop; last committed batch %s%s",
-             control.uri, "missing" if heartbeat is None else f"{heartbeat.state}, updated {heartbeat.updated_at}",
-             state.last_committed_batch,
-             f"; its last run stopped {ack.outcome} on request {ack.request_id}" if ack is not None else "")
+    if liveness.status is QueryStatus.NO_HEARTBEAT:
+        outcome = StopOutcome.NO_HEARTBEAT
+        log.warning("nothing stopped on %s: %s. %s", control.uri, liveness.describe(), liveness.action())
+    else:
+        outcome = StopOutcome.NOT_RUNNING
+        log.info("no query runs on %s (%s): nothing to stop%s", control.uri, liveness.describe(),
+                 f"; its last run stopped {ack.outcome} on request {ack.request_id}" if ack is not None else "")
     return StopResult(
-        checkpoint_uri=control.uri, outcome=StopOutcome.NOT_RUNNING,
+        checkpoint_uri=control.uri, outcome=outcome,
         last_committed_batch=state.last_committed_batch, interrupted_batch=state.interrupted_batch,
         waited_s=round(time.time() - started, 3), last_planned_batch=state.last_planned_batch,
         request_id=ack.request_id if ack is not None else None,
-        query_id=heartbeat.query_id if heartbeat is not None else None,
+        query_id=beat.query_id if beat is not None else None,
         ack=json.loads(ack.to_json()) if ack is not None else None,
+        detail=liveness.describe(),
     )

@@ -5,8 +5,10 @@ registered handler is called as ``handler(args, stdout, stderr) -> exit code``.
 
 Exit codes: 0 ok; 2 a checkpoint, handover, archive or launch problem (one ``ckpt: error:``
 line on stderr, no traceback), a local stack problem (Java or the ``make jvm`` jars missing) or a
-usage error; 3 Kafka unreachable or failing; 4 ``ckpt stop`` found no running query, or
-``ckpt dev-stack status`` no running broker.
+usage error — for ``ckpt stop`` also a query running without GracefulStop and no ``--pid`` to kill
+it; 3 Kafka unreachable or failing; 4 ``ckpt stop`` found no running query (its heartbeat stopped
+or went stale), or ``ckpt dev-stack status`` no running broker; 5 ``ckpt stop`` found no heartbeat
+ever written and nothing committing, so it cannot tell whether a query runs (nothing stopped).
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ from typing import Any
 EXIT_OK = 0
 EXIT_ERROR = 2  # a checkpoint, handover, archive or launch problem; also usage errors
 EXIT_BROKER = 3  # Kafka unreachable or failing
-EXIT_NOT_RUNNING = 4  # ``ckpt stop``: no query runs on that checkpoint (nothing to do)
+EXIT_NOT_RUNNING = 4  # ``ckpt stop``: no query runs on that checkpoint (its heartbeat ended; nothing to do)
+#: ``ckpt stop``: no heartbeat was ever written and nothing committed during the quiet check, so
+#: whether a query runs without GracefulStop cannot be seen (nothing was stopped)
+EXIT_NO_HEARTBEAT = 5
 
 
 def storage_options(pairs: Sequence[str]) -> dict[str, Any]:

@@ -47,6 +47,8 @@ def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(f"{record.upgrade_id}  {record.outcome or 'open'}  phase {record.phase}  "
                       f"runs {len(record.runs)}  {record.intent.old_checkpoint} -> {record.intent.new_checkpoint}\n"
                       f"    {steps or 'no step yet'}\n")
+            out.writelines(f"    run {entry.get('run_id') or '?'} at {entry.get('at', '?')}: {entry.get('what', '')}\n"
+                           for entry in record.run_log)
     if args.release_lock:
         if lock is None:
             err.write("ckpt: the stream is not locked\n")

@@ -1,4 +1,9 @@
-"""``ckpt inspect`` and ``ckpt offsets``: look into a checkpoint without Airflow. Read-only."""
+"""``ckpt inspect`` and ``ckpt offsets``: look into a checkpoint without Airflow. Read-only.
+
+``ckpt inspect`` also says whether a query runs on the checkpoint (:func:`classify_query`): with
+GracefulStop (a live heartbeat), without it (a recent commit and no heartbeat beating for it),
+stopped, or unknown (no heartbeat ever written and no recent commit).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,18 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+import fsspec
+
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles, QueryLiveness
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
+
+#: ``ckpt inspect``: a commit this recent, with no live heartbeat, is a query running without GracefulStop.
+DEFAULT_RECENT_S = 60.0
 
 
 def broker_view(bootstrap_servers: str, topics: Sequence[str], **client_config: Any) -> BrokerView:
@@ -54,7 +65,7 @@ def _describe(source: SourceOffsets) -> str:
     return f"  {label} {source.kind.value}: {raw if raw is not None else '-'}"
 
 
-def _inspect_text(snap: CheckpointSnapshot, out: TextIO) -> None:
+def _inspect_text(snap: CheckpointSnapshot, liveness: QueryLiveness, out: TextIO) -> None:
     def batch(value: int | None) -> str:
         return "none" if value is None else str(value)
 
@@ -67,7 +78,10 @@ def _inspect_text(snap: CheckpointSnapshot, out: TextIO) -> None:
          + (" (its offsets are NOT used)" if snap.in_flight_batch is not None else "")),
         ("log versions", f"offsets v{snap.offsets_version or '-'}, commits v{snap.commit_version or '-'}"),
         ("state operators", ", ".join(map(str, snap.state_operators)) or "none (stateless)"),
+        ("query", liveness.describe()),
     ]
+    if liveness.action():
+        rows.append(("what to do", liveness.action()))
     for key, value in rows:
         out.write(f"{key:<16} {value}\n")
     if snap.sources:
@@ -83,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     common = location_parent("checkpoint path or URL (file://, s3://, memory://, ...)")
     inspect = sub.add_parser("inspect", parents=[common], help="summarise a checkpoint")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.add_argument("--recent", type=float, default=DEFAULT_RECENT_S, metavar="S",
+                         help="a commit at most S seconds old with no live heartbeat means a query runs "
+                              f"without GracefulStop (default {DEFAULT_RECENT_S:g})")
     inspect.set_defaults(handler=_inspect)
     offsets = sub.add_parser("offsets", parents=[common],
                              help="print startingOffsets JSON of the last committed batch")
@@ -101,11 +118,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    snap = CheckpointReader(args.path, storage_options=storage_options(args.storage_option)).snapshot()
+    options = storage_options(args.storage_option)
+    snap = CheckpointReader(args.path, storage_options=options).snapshot()
+    fs, path = fsspec.core.url_to_fs(args.path, **options)
+    liveness = ControlFiles(fs, path, uri=args.path).liveness(recent_s=args.recent)
     if args.json:
-        out.write(json.dumps(_inspect_json(snap), indent=2, sort_keys=True) + "\n")
+        out.write(json.dumps({**_inspect_json(snap), "query_status": liveness.to_dict()}, indent=2,
+                             sort_keys=True) + "\n")
     else:
-        _inspect_text(snap, out)
+        _inspect_text(snap, liveness, out)
     return EXIT_OK
 
 

@@ -3,7 +3,9 @@
 Same steps as the GracefulStopOperator, waiting synchronously: write (or join) the stop
 request, poll for the acknowledgement, kill the process group ``--pid`` after ``--timeout``,
 then check that the checkpoint stays quiet for ``--quiet-period`` seconds.
-Exit 0 graceful or escalated, 4 when no query runs, 2 on any failure.
+Exit 0 graceful or escalated, 4 when no query runs (its heartbeat ended), 5 when no heartbeat
+was ever written and nothing committed while watching (cannot tell whether a query runs without
+GracefulStop), 2 on any failure — a query running without GracefulStop and no ``--pid`` included.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import fsspec
 
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import (
+    NO_HEARTBEAT_ACTION,
     ControlFiles,
     StopOutcome,
     StopResult,
@@ -26,7 +29,13 @@ from airflow_ckpt_provider.checkpoint.stop import (
     not_running_result,
     wait_for_ack,
 )
-from airflow_ckpt_provider.cli.common import EXIT_NOT_RUNNING, EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.cli.common import (
+    EXIT_NO_HEARTBEAT,
+    EXIT_NOT_RUNNING,
+    EXIT_OK,
+    location_parent,
+    storage_options,
+)
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import ProcessScope
 
@@ -67,6 +76,8 @@ def _print(result: StopResult, out: TextIO, as_json: bool) -> None:
          else f"{result.interrupted_batch} (its offsets are NOT used)"),
         ("waited", f"{result.waited_s:.1f} s"),
     ]
+    if result.detail:
+        rows.append(("status", result.detail))
     if result.escalation:
         rows.append(("escalation", result.escalation))
     if result.timeline:
@@ -92,8 +103,12 @@ def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if start.request is None:
         result = not_running_result(control, start.heartbeat, quiet_period=args.quiet_period,
                                     poll_interval=min(args.poll_interval, 0.5))
-        err.write(f"ckpt: no query runs on {args.path}: nothing to stop\n")
         _print(result, out, args.json)
+        if result.outcome is StopOutcome.NO_HEARTBEAT:
+            err.write(f"ckpt: nothing stopped on {args.path}: {result.detail}\n"
+                      f"ckpt: {NO_HEARTBEAT_ACTION}\n")
+            return EXIT_NO_HEARTBEAT
+        err.write(f"ckpt: no query runs on {args.path}: nothing to stop\n")
         return EXIT_NOT_RUNNING
     if not start.wrote_request:
         err.write(f"ckpt: note: joining the pending stop request {start.request.request_id}\n")

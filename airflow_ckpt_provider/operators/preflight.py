@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context
 
@@ -14,9 +14,19 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     ForwardRollbackRefused,
     InvalidLaunchHandle,
+    JournalCorrupt,
     SharedCheckpoint,
+    UpgradeRolledBack,
 )
-from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
+from airflow_ckpt_provider.checkpoint.journal import (
+    JournalRecord,
+    JournalStep,
+    Rerun,
+    UpgradeIntent,
+    UpgradeJournal,
+    derive_upgrade_id,
+    rerun_of,
+)
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
@@ -47,6 +57,12 @@ class UpgradePreflightOperator(BaseOperator):
     ``new_application``, so a re-triggered run finds the same journal. When that journal shows
     steps already started, the run RESUMES it: the checks above describe the state before an
     upgrade and are skipped (the old checkpoint may be archived away, the new one is in use).
+    A journal closed after a rollback is refused at once (:class:`UpgradeRolledBack`: its id,
+    journal and rollback time, and the ``upgrade_id`` param to change); one closed after a
+    finished upgrade makes this run ALREADY DONE: it returns ``already_done`` True with the first
+    run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.checkpoint.journal.rerun_of`).
+    Either way the journal gets a ``run_log`` entry for this run and nothing else changes. A
+    rejected upgrade (nothing was stopped) starts afresh.
 
     An ``old_launch_handle`` that is not a launch handle's JSON is refused
     (:class:`InvalidLaunchHandle`).
@@ -68,7 +84,8 @@ class UpgradePreflightOperator(BaseOperator):
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
     "journal": its URI or "", "resuming": bool, "steps_done": [...], "start_plan": StartPlan dict
-    or None}``. The offsets are those of NOW; the upgrade takes them again after the graceful stop.
+    or None, "already_done": bool, "first_report": the finished upgrade's report folder or ""}``. The
+    offsets are those of NOW; the upgrade takes them again after the graceful stop.
     """
 
     template_fields: Sequence[str] = (
@@ -152,7 +169,16 @@ class UpgradePreflightOperator(BaseOperator):
         if self.journal:
             intent, upgrade_id, journal = self._journal(archive)
             record = journal.read() if journal.exists() else None
-            if record is not None and record.started_side_effects:
+            rerun = rerun_of(record)
+            if record is not None and rerun is not Rerun.NEW and record.intent.key() != intent.key():
+                raise JournalCorrupt(found=f"journal {upgrade_id} of another upgrade ({record.intent.key()})",
+                                     expected=f"the journal of {intent.key()}", path=journal.uri,
+                                     action="Set the `upgrade_id` param to a new value; nothing was changed.")
+            if record is not None and rerun is Rerun.ROLLED_BACK:
+                self._refuse_rolled_back(journal, record, run_id)
+            if record is not None and rerun is Rerun.UPGRADED:
+                return self._already_done(journal, record, run_id)
+            if rerun is Rerun.RESUME:
                 return self._resume(journal, intent, upgrade_id, run_id)
 
         reader = CheckpointReader(self.old_checkpoint_uri, fs=old[0])
@@ -190,8 +216,8 @@ class UpgradePreflightOperator(BaseOperator):
             "starting_offsets": offsets,
             "reconciliation": result.to_dict(),
             "old_query_running": running,
-            "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [],
-            "start_plan": start_plan.to_dict() if start_plan is not None else None,
+            "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [], "already_done": False,
+            "first_report": "", "start_plan": start_plan.to_dict() if start_plan is not None else None,
         }
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
@@ -268,7 +294,53 @@ class UpgradePreflightOperator(BaseOperator):
             f"Steps to finish: {', '.join(open_steps) or 'none'}.",
         ])
         planned = record.planned_handover or {}
+        journal.record_run(run_id, f"resumed: steps done {', '.join(done) or 'none'}; "
+                                   f"unfinished {', '.join(open_steps) or 'none'}")
         return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
                 "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
-                "steps_done": done, "start_plan": None}
+                "steps_done": done, "already_done": False, "first_report": "", "start_plan": None}
+
+    def _refuse_rolled_back(self, journal: UpgradeJournal, record: JournalRecord, run_id: str) -> NoReturn:
+        """A rolled-back upgrade never goes forward again: say so before anything replays."""
+        closing = record.closing_entry() or {}
+        by = f" by run {closing['run_id']}" if closing.get("run_id") else ""
+        journal.record_run(run_id, f"refused by the preflight: upgrade rolled back at {record.closed_at}{by}")
+        self.log.error("upgrade %s was rolled back at %s%s: refusing to run it again", record.upgrade_id,
+                       record.closed_at, by)
+        raise UpgradeRolledBack(
+            found=f"upgrade {record.upgrade_id} rolled back at {record.closed_at}{by} (journal {journal.uri})",
+            expected="an upgrade id that was not rolled back",
+            action="Nothing was stopped, copied or started (the refusal is noted in the journal's run_log): a "
+                   "rolled-back upgrade does not go forward again (the old version runs again). To try again, set "
+                   "the `upgrade_id` param to a new value (or leave it empty after changing the new checkpoint), "
+                   "with a new, empty new checkpoint.",
+            path=journal.uri,
+        )
+
+    def _already_done(self, journal: UpgradeJournal, record: JournalRecord, run_id: str) -> dict[str, Any]:
+        """A finished upgrade: nothing runs again; say where its report is."""
+        closing = record.closing_entry() or {}
+        first_report = str(closing.get("report") or "")
+        if not first_report:  # a journal closed before run entries were kept: the archive's report folder
+            archived = (record.steps.get("archive") or JournalStep(name="archive", state="")).result
+            location = archived.get("location", "") if isinstance(archived, dict) else ""
+            first_report = f"{location.rstrip('/')}/report" if location else ""
+        by = str(closing.get("run_id") or (record.runs[-1] if record.runs else "?"))
+        journal.record_run(run_id, f"already done: upgraded at {record.closed_at} by run {by}; no step runs again",
+                           first_report=first_report)
+        self.log.warning("upgrade %s of stream %s is ALREADY DONE (upgraded at %s by run %s; report %s): this run "
+                         "does nothing. To upgrade again, set the `upgrade_id` param to a new value (or leave it empty "
+                         "after changing the new checkpoint).", record.upgrade_id, record.intent.stream_name,
+                         record.closed_at, by, first_report or "unknown")
+        summary = "\n".join([
+            f"### Upgrade `{record.upgrade_id}` of stream `{record.intent.stream_name}` is already done", "",
+            f"Upgraded at {record.closed_at} by run {by}; its report: `{first_report or 'unknown'}`.",
+            "This run does nothing (no step runs again); to upgrade again, set the `upgrade_id` param to a new value "
+            "(or leave it empty after changing the new checkpoint).",
+        ])
+        return {"summary_md": summary, "handover": record.planned_handover or {}, "starting_offsets": "",
+                "reconciliation": {}, "old_query_running": False, "upgrade_id": record.upgrade_id,
+                "journal": journal.uri, "resuming": False,
+                "steps_done": [name for name, step in record.steps.items() if step.done],
+                "already_done": True, "first_report": first_report, "done_by_run": by, "done_at": record.closed_at}
 

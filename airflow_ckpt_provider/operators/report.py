@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
-from airflow_ckpt_provider.checkpoint.outcome import REJECTED, UPGRADED, TaskState, upgrade_outcome
+from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, UPGRADED, TaskState, upgrade_outcome
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
 from airflow_ckpt_provider.faults import fault_point
@@ -39,8 +39,14 @@ class UpgradeReportOperator(BaseOperator):
     the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
 
     With ``journal`` (the upgrade journal's URI) the report lists the upgrade id, its runs and
-    the steps taken over from earlier runs, then closes the journal with the outcome; a final
-    outcome (upgraded, rejected, rolled back) releases the stream's lock.
+    the steps taken over from earlier runs, then closes the journal with the outcome and where
+    the report is stored; a final outcome (upgraded, rejected, rolled back) releases the stream's
+    lock.
+
+    When ``preflight_task_id``'s XCom says ``already_done`` (an earlier run finished this upgrade),
+    the outcome is ``already done``: the report says this run did nothing and names the first
+    run's report, is stored beside it as ``report/run-<n>/``, and the journal gets a run entry
+    but is not closed again (its outcome and the first report stay as they are). The task succeeds.
     """
 
     template_fields: Sequence[str] = ("stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "storage_conn_id",
@@ -59,6 +65,7 @@ class UpgradeReportOperator(BaseOperator):
         approval_task_id: str | None = None,
         rollback_task_id: str | Sequence[str] | None = None,
         rollback_handover_task_id: str | None = None,
+        preflight_task_id: str | None = None,
         stop_task_id: str | None = "graceful_stop",
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
@@ -80,6 +87,7 @@ class UpgradeReportOperator(BaseOperator):
         self.rollback_task_id = rollback_task_id if isinstance(rollback_task_id, str) or rollback_task_id is None \
             else list(rollback_task_id)
         self.rollback_handover_task_id = rollback_handover_task_id
+        self.preflight_task_id = preflight_task_id
         self.stop_task_id = stop_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
@@ -88,6 +96,9 @@ class UpgradeReportOperator(BaseOperator):
         ti = context["ti"]
         airflow_states = task_states(ti, self.step_task_ids)
         steps = step_timings(ti, self.step_task_ids, airflow_states)
+        preflight = (ti.xcom_pull(task_ids=self.preflight_task_id) or {}) if self.preflight_task_id else {}
+        if isinstance(preflight, dict) and preflight.get("already_done"):
+            return self._already_done(context, preflight, steps)
         rejected = self._rejected(ti, airflow_states)
         if rejected:  # the approval ended by skipping its downstream: it did not fail
             steps = [replace(s, state="rejected") if s.name == self.approval_task_id else s for s in steps]
@@ -126,11 +137,10 @@ class UpgradeReportOperator(BaseOperator):
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
         where = archive_uri or (self.journal[:-len(".json")] if self.journal and self.journal.endswith(".json") else "")
-        if where:
-            self._store(report, where)
+        folder = self._store(report, where) if where else ""
         fault_point(f"{self.task_id}:stored")
         if journal is not None:
-            journal.close(outcome)
+            journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder)
         if outcome not in (UPGRADED, REJECTED):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
@@ -144,6 +154,28 @@ class UpgradeReportOperator(BaseOperator):
         if not self.rollback_handover_task_id or not any(states.get(t) in attempted for t in restarts):
             return None
         return ti.xcom_pull(task_ids=self.rollback_handover_task_id)
+
+    def _already_done(self, context: Context, preflight: dict[str, Any], steps: list[Any]) -> dict[str, Any]:
+        """The report of a run that found its upgrade finished: nothing done, the first report named,
+        stored beside it without touching it; the journal gets a run entry and stays closed."""
+        run_id = str(context.get("run_id", ""))
+        first = str(preflight.get("first_report") or "")
+        notes = [f"upgrade {preflight.get('upgrade_id', '?')} was already done: upgraded at "
+                 f"{preflight.get('done_at', '?')} by run {preflight.get('done_by_run', '?')}; this run did nothing "
+                 "(no step ran, nothing was stopped, archived or launched)",
+                 f"the upgrade's report: {first or 'unknown'}"]
+        report = UpgradeReport(stream=self.stream_name, outcome=ALREADY_DONE, run_id=run_id,
+                               old_checkpoint=self.old_checkpoint_uri, new_checkpoint=self.new_checkpoint_uri,
+                               steps=tuple(steps), notes=tuple(notes))
+        self.log.info("upgrade report\n%s", report.to_markdown())
+        journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
+        where = _report_base(first)
+        if not where and self.journal and self.journal.endswith(".json"):
+            where = self.journal[:-len(".json")]
+        folder = self._store(report, where) if where else ""
+        if journal is not None:
+            journal.record_run(run_id, "report: already done, nothing done", report=folder)
+        return report.to_dict()
 
     @staticmethod
     def _journal_notes(journal: UpgradeJournal, run_id: str) -> list[str]:
@@ -190,7 +222,7 @@ class UpgradeReportOperator(BaseOperator):
     def _store(self, report: UpgradeReport, archive_uri: str) -> str:
         """Write the report under ``<archive_uri>/report/``; a report already there (an earlier
         run of the same upgrade) is never replaced: this one goes to ``report/run-<n>/``.
-        Returns the folder written."""
+        Returns the folder written, as a URI under ``archive_uri``."""
         fs, root = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(archive_uri)
         folder = root.rstrip("/") + "/report"
         number = 1
@@ -207,5 +239,13 @@ class UpgradeReportOperator(BaseOperator):
         fs.pipe_file(f"{folder}/upgrade-report.md", report.to_markdown(name).encode())
         fs.pipe_file(f"{folder}/upgrade-report.html", report.to_html(name).encode())
         fs.pipe_file(f"{folder}/upgrade-report.json", report.to_json().encode())
-        self.log.info("report stored in %s", folder)
-        return folder
+        uri = archive_uri.rstrip("/") + folder[len(root.rstrip("/")):]  # with its protocol, as given
+        self.log.info("report stored in %s", uri)
+        return uri
+
+
+def _report_base(folder: str) -> str:
+    """The location a report folder (``<base>/report`` or ``<base>/report/run-<n>``) was stored
+    under; "" for anything else."""
+    head, sep, tail = folder.rstrip("/").rpartition("/report")
+    return head if sep and (tail == "" or tail.startswith("/run-")) else ""

@@ -45,8 +45,11 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     """Stop the query running on ``checkpoint_uri`` between two batches, for certain.
 
     Reads ``_ckpt/heartbeat.json``. Nothing alive (and no live launched job in ``launch_handle``)
-    -> returns outcome ``not_running`` once the checkpoint stayed quiet for ``quiet_period``
-    (raises :class:`QueryNotRunning` instead if ``fail_if_not_running``). Otherwise writes
+    -> checks for ``quiet_period`` that nothing commits: batches appearing mean the query runs
+    without GracefulStop (:class:`RunningWithoutGracefulStop`, saying what to do); a quiet
+    checkpoint returns outcome ``not_running`` (its heartbeat ended) or ``no_heartbeat`` (none was
+    ever written: whether a query idles there cannot be seen; ``detail`` gives the last commit's
+    batch and age), or raises :class:`QueryNotRunning` if ``fail_if_not_running``. Otherwise writes
     ``_ckpt/stop-request.json`` (or joins a pending one) and defers to
     :class:`GracefulStopTrigger` until the query acknowledges. On timeout (``stop_timeout``
     seconds) it kills the job through ``launch_handle`` (the launch operator's XCom: a
@@ -57,7 +60,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     shortens that check after a clean acknowledgement: the query wrote it once ``query.stop()``
     had returned, so only an unknown second writer is left to look for.
 
-    Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running),
+    Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running | no_heartbeat),
     last committed batch, interrupted batch or None, seconds waited, the ack.
 
     With ``journal`` (an upgrade journal's URI) a stop already done for this upgrade is not
@@ -147,12 +150,12 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         start = begin_stop(control, requested_by=f"airflow:{self.dag_id}.{self.task_id}", timeout_s=self.stop_timeout,
                            launched_job_running=launched, missed_beats=self.missed_beats)
         if start.request is None:
+            result = not_running_result(control, start.heartbeat, quiet_period=self.quiet_period,
+                                        poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
             if self.fail_if_not_running:
-                raise QueryNotRunning(found="no live heartbeat and no running launched job",
+                raise QueryNotRunning(found=f"no running launched job; {result.detail}",
                                       expected="a query running on this checkpoint", path=self.checkpoint_uri)
-            return not_running_result(control, start.heartbeat, quiet_period=self.quiet_period,
-                                      poll_interval=min(self.poll_interval, 0.5),
-                                      missed_beats=self.missed_beats).to_dict()
+            return result.to_dict()
         fault_point(f"{self.task_id}:requested")
         self.defer(
             trigger=GracefulStopTrigger(

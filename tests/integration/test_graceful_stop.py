@@ -26,6 +26,7 @@ from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.jobs.local import group_members
+from airflow_ckpt_provider.local.audit import broker_ranges
 from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
 from tests.integration.streams import batch_ids
@@ -43,6 +44,7 @@ class Job:
     sink: Path
     topic: str
     log: Path
+    producer: ContinuousProducer | None = None
 
     def handle(self) -> LaunchHandle:
         return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=str(self.checkpoint), app_name="stop-job",
@@ -82,7 +84,7 @@ def start_job(kafka, new_topic, tmp_path: Path) -> Iterator[Callable[[str], Job]
                  mode],
                 start_new_session=True, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
             )
-        job = Job(proc, base / "cp", base / "sink", topic, log)
+        job = Job(proc, base / "cp", base / "sink", topic, log, producer)
         started.append((job, producer))
         return job
 
@@ -180,3 +182,43 @@ def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: A
     assert (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits")) == before
     assert before[0][-1] == result.last_planned_batch and before[1][-1] == result.last_committed_batch
     assert result.interrupted_batch == (before[0][-1] if before[0][-1] != before[1][-1] else None)
+
+
+def test_a_job_without_graceful_stop_is_named_by_stop_and_inspect(kafka, start_job) -> None:  # noqa: ANN001
+    """A running job that never heartbeats: `ckpt inspect` and `ckpt stop` say "running without
+    GracefulStop" (not "no query runs", not "a second query?"); once its topic is idle, `ckpt stop`
+    says it cannot tell instead of claiming that nothing runs. Nothing is ever asked or stopped."""
+    job = start_job("ignore")
+    job.wait_for_batches(2, heartbeat=False)
+
+    code, out, err = run_cli("inspect", str(job.checkpoint))
+    assert code == 0, err
+    assert "running without GracefulStop" in out and "no heartbeat was ever written" in out, out
+
+    code, out, err = run_cli("stop", str(job.checkpoint), "--quiet-period", "20")
+    assert code == 2, (code, out, err)
+    assert "query running without GracefulStop" in err and "no heartbeat was ever written" in err, err
+    assert "second query" not in err and "no query runs" not in err and "--pid" in err
+    assert not (job.checkpoint / STOP_REQUEST).exists() and job.proc.poll() is None, "nothing asked, nothing stopped"
+
+    # the topic goes idle: wait until the job has committed everything the broker holds
+    assert job.producer is not None
+    job.producer.stop()
+    ends = {key: end for key, (_, end) in broker_ranges(kafka.bootstrap_servers, [job.topic]).items()}
+    deadline = time.monotonic() + 180
+    while True:
+        snap = CheckpointReader(str(job.checkpoint)).snapshot()
+        handed = CheckpointReader(str(job.checkpoint)).handover().kafka_offsets()
+        if snap.in_flight_batch is None and all(handed.get(t, p) == end for (t, p), end in ends.items()):
+            break
+        assert job.proc.poll() is None, job.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"the job did not catch up with {ends} within 180 s"
+        time.sleep(0.5)
+    last = snap.last_committed_batch
+
+    code, out, err = run_cli("stop", str(job.checkpoint), "--quiet-period", "3", "--json")
+    assert code == 5, (code, out, err)
+    assert "no query runs" not in err and "no heartbeat was ever written" in err, err
+    assert f"last commit: batch {last}, " in err and " ago" in err and "--pid" in err
+    assert StopResult.from_json(out).outcome.value == "no_heartbeat"
+    assert not (job.checkpoint / STOP_REQUEST).exists() and job.proc.poll() is None, "nothing asked, nothing stopped"

@@ -4,21 +4,24 @@ Every Kafka (partition, offset) the broker holds once producers stopped is looke
 sink that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the standby upgrade
 (``stream_upgrade``) and the cold one (``stream_upgrade_cold``). The negative control runs the
 same harness with a naive relaunch and must show loss or duplicates, proving the check can
-fail. Then what happens when it goes wrong: a v2 that crashes once released (rolled back), a v2
-that cannot start (refused before the stop), a stop that fails while the standby waits
-(the standby exits, v1 runs on untouched), and a rollback after v2 committed batches: restored,
-the sink's duplicates are exactly the offsets the report predicted; forward (stateless v1 on a
-fresh checkpoint from v2's handover), nothing lost and nothing twice.
+fail. A second run of the standby upgrade with the same conf does nothing and leaves the first
+report byte-identical. Then what happens when it goes wrong: a v2 that crashes once released
+(rolled back), a v2 that cannot start (refused before the stop), a stop that fails while the
+standby waits (the standby exits, v1 runs on untouched), and a rollback after v2 committed
+batches: restored, the sink's duplicates are exactly the offsets the report predicted; forward
+(stateless v1 on a fresh checkpoint from v2's handover), nothing lost and nothing twice.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.journal import JournalRecord
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.audit import read_sink_records
 from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
@@ -53,15 +56,17 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, d
     v1 = demo.start()
     run = demo.upgrade_with_dag(v1, dag_id=dag_id)
     assert run.state == "success", states(run)
-    audit = demo.finish(demo.new_cp)
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "upgraded"
+    if dag_id == "stream_upgrade":  # once is enough for CI time: the re-run path is the same in both modes
+        a_second_run_is_already_done(demo, v1, dag_id, Path(report["archive"]) / "report")
+    audit = demo.finish(demo.new_cp)  # v2 was not disturbed by the second run either
 
     assert audit.produced > 1000, "the producer must have run through the upgrade"
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples
     assert audit.unexpected == 0
 
-    report = read_dag_report(demo.archive_root)
-    assert report is not None and report["outcome"] == "upgraded"
     handover = CheckpointReader(str(demo.old_cp)).handover()
     assert report["handover"]["batch_id"] == handover.batch_id
     assert report["downtime_s"] is not None and report["downtime_s"] > 0
@@ -75,6 +80,42 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, d
     stored = Path(report["archive"]) / "report"
     assert (stored / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert "upgraded" in (stored / "upgrade-report.md").read_text()
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder``, by relative path."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Path) -> None:  # noqa: ANN001
+    """The same conf again after the upgrade: every step is skipped, the run reports "already done"
+    naming the first report, which stays byte-identical, and the journal's records are kept."""
+    before = digests(stored)
+    assert "upgrade-report.md" in before and "upgrade-report.json" in before
+    (journal_path,) = (demo.archive_root / "demo-events" / "_upgrades").glob("up-*.json")
+    journal_before = JournalRecord.from_json(journal_path.read_text())
+
+    again = demo.upgrade_with_dag(v1, dag_id=dag_id)
+    got = states(again)
+    assert again.state == "success", got
+    assert got["preflight"] == got["report"] == "success", got
+    ran = {name: state for name, state in got.items()
+           if name not in ("plan", "preflight", "approval_gate", "rollback_gate", "report")}
+    assert set(ran.values()) == {"skipped"}, f"nothing may run again: {ran}"
+
+    after = digests(stored)
+    assert {name: after.get(name) for name in before} == before, "the first report must stay byte-identical"
+    added = sorted(set(after) - set(before))
+    assert added and all(name.startswith("run-2/") for name in added), added
+    second = read_dag_report(demo.archive_root)
+    assert second is not None and second["outcome"] == "already done" and second["run_id"] == again.run_id
+    assert f"the upgrade's report: {stored}" in second["notes"], second["notes"]
+    journal_after = JournalRecord.from_json(journal_path.read_text())
+    assert (journal_after.steps, journal_after.outcome, journal_after.closed_at, journal_after.runs) == \
+           (journal_before.steps, journal_before.outcome, journal_before.closed_at, journal_before.runs)
+    assert journal_after.run_log[:len(journal_before.run_log)] == journal_before.run_log
+    assert {entry["run_id"] for entry in journal_after.run_log[len(journal_before.run_log):]} == {again.run_id}
 
 
 @pytest.mark.parametrize(("starting_offsets", "expect"), [("latest", "lost"), ("earliest", "duplicated")])
@@ -131,7 +172,7 @@ def test_a_version_that_cannot_start_is_refused_before_anything_stops(airflow_ho
 def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflow_home,  # noqa: ANN001
                                                                           demo: UpgradeDemo) -> None:
     """v1 runs without GracefulStop and no launch handle is given: its stop cannot complete
-    (CheckpointNotQuiet, nothing written to it). The standby already waits: it is asked to stop,
+    (RunningWithoutGracefulStop, nothing written to it). The standby already waits: it is asked to stop,
     exits without having written a checkpoint file, and v1 keeps running on its checkpoint."""
     v1 = demo.start(application=V1_WITHOUT_GRACEFUL_STOP)
     run = demo.upgrade_with_dag(v1, old_application=str(V1_WITHOUT_GRACEFUL_STOP), old_launch_handle="")
@@ -141,6 +182,9 @@ def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflo
     assert got["start_standby"] == "success" and got["graceful_stop"] == "failed", got
     assert got["rollback_stop_new"] == "success", got
     assert got["rollback_restore"] == got["rollback_restart_old"] == "skipped", got
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and any(note.startswith("graceful_stop failed: query running without GracefulStop")
+                                      for note in report["notes"]), report and report["notes"]
     control = ControlFiles(fsspec.filesystem("file"), str(demo.new_cp))
     driver, ack = control.driver(), control.ack()
     assert driver is not None and driver.state == "exited" and driver.exit_code == 0, driver

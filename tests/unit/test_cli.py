@@ -56,6 +56,24 @@ def test_inspect_json(ckpt: str) -> None:
     assert data["state_operators"] == [0]
 
 
+def test_inspect_names_a_query_running_without_graceful_stop(ckpt: str) -> None:
+    """Just committed, no heartbeat ever written: a query runs without GracefulStop."""
+    code, out, _ = run("inspect", ckpt)
+    assert code == 0
+    assert "query            running without GracefulStop: last commit: batch 2, " in out
+    assert "no heartbeat was ever written under _ckpt/" in out and "what to do" in out and "--pid" in out
+    status = json.loads(run("inspect", ckpt, "--json")[1])["query_status"]
+    assert status["status"] == "running without GracefulStop" and status["last_committed_batch"] == 2
+
+
+def test_inspect_without_a_heartbeat_or_a_recent_commit_says_it_cannot_tell(ckpt: str) -> None:
+    code, out, _ = run("inspect", ckpt, "--recent", "0")
+    assert code == 0 and "no query runs" not in out and "not running" not in out
+    assert "no heartbeat was ever written under _ckpt/, so whether a query runs without GracefulStop " \
+           "cannot be seen" in out and "last commit: batch 2, " in out
+    assert json.loads(run("inspect", ckpt, "--json", "--recent", "0")[1])["query_status"]["status"] == "no heartbeat"
+
+
 def test_inspect_json_no_in_flight(tmp_path: Path) -> None:
     write_checkpoint(str(tmp_path / "ck"), batches=range(2))
     assert json.loads(run("inspect", str(tmp_path / "ck"), "--json")[1])["in_flight_batch"] is None

@@ -20,10 +20,14 @@ from airflow_ckpt_provider.checkpoint.journal import (
     LOCK,
     ROLLBACK_PHASE,
     STARTED,
+    JournalRecord,
+    JournalStep,
+    Rerun,
     UpgradeIntent,
     UpgradeJournal,
     derive_upgrade_id,
     list_journals,
+    rerun_of,
 )
 
 INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2",
@@ -240,3 +244,72 @@ def test_ckpt_journal_shows_the_lock_and_releases_it(tmp_path: Path) -> None:
     assert json.loads(out.getvalue())["journals"][0]["upgrade_id"] == derive_upgrade_id(INTENT)
     assert "released the lock" in err.getvalue() and not os.path.exists(journal.lock_path)
     assert ckpt(["journal", root[1], "--name", "../x"], stdout=out, stderr=err) == 2
+
+
+# -- re-runs of a closed upgrade: decided once, recorded, never rewriting earlier records -------------
+
+
+def _closed(root: tuple[Any, str], outcome: str, *, steps: bool = True) -> UpgradeJournal:
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    if steps:
+        journal.begin("graceful_stop", run_id="run-1")
+        journal.finish("graceful_stop", {"outcome": "graceful"})
+    if outcome == "rolled back":
+        journal.begin("rollback_restart_old", run_id="run-1", phase=ROLLBACK_PHASE)
+        journal.finish("rollback_restart_old", {"pid": 7})
+    if outcome:
+        journal.close(outcome, run_id="run-1", report="/archive/orders/x/report")
+    return journal
+
+
+@pytest.mark.parametrize(("outcome", "steps", "rerun"), [
+    ("", True, Rerun.RESUME),  # interrupted mid-way: finish it
+    ("failed", True, Rerun.RESUME),  # a failure keeps the journal open
+    ("rolled back", True, Rerun.ROLLED_BACK),
+    ("upgraded", True, Rerun.UPGRADED),
+    ("rejected", False, Rerun.NEW),  # nothing was stopped: may be triggered again
+])
+def test_rerun_of_a_journal(root: tuple[Any, str], outcome: str, steps: bool, rerun: Rerun) -> None:
+    assert rerun_of(_closed(root, outcome, steps=steps).read()) is rerun
+
+
+def test_rerun_of_no_journal_or_an_unfinished_rollback() -> None:
+    assert rerun_of(None) is Rerun.NEW
+    record = JournalRecord(upgrade_id="up-1", intent=INTENT, created_at="t", phase=ROLLBACK_PHASE,
+                           steps={"rollback_restore": JournalStep(name="rollback_restore", state=STARTED)})
+    assert rerun_of(record) is Rerun.RESUME, "a rollback that did not finish may complete"
+
+
+def test_close_and_record_run_only_append_run_entries(root: tuple[Any, str]) -> None:
+    journal = _closed(root, "upgraded")
+    before = journal.read()
+    closing = before.closing_entry()
+    assert closing is not None and closing["run_id"] == "run-1" and closing["report"] == "/archive/orders/x/report"
+    after = journal.record_run("run-2", "already done", first_report="/archive/orders/x/report")
+    assert after.run_log[:-1] == before.run_log
+    assert after.run_log[-1]["run_id"] == "run-2" and after.run_log[-1]["what"] == "already done"
+    assert after.run_log[-1]["first_report"] == "/archive/orders/x/report" and after.run_log[-1]["at"]
+    assert (after.steps, after.outcome, after.closed_at, after.runs) == \
+           (before.steps, before.outcome, before.closed_at, before.runs), "earlier records unchanged"
+    assert JournalRecord.from_json(after.to_json()) == after
+
+
+def test_a_rejected_upgrade_triggered_again_keeps_its_run_log(root: tuple[Any, str]) -> None:
+    journal = _closed(root, "rejected", steps=False)
+    record = journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-2")
+    assert record.runs == ("run-2",) and record.outcome is None
+    assert [(e["run_id"], e["outcome"]) for e in record.run_log] == [("run-1", "rejected")]
+
+
+def test_ckpt_journal_lists_each_run_entry(tmp_path: Path) -> None:
+    import io
+
+    from airflow_ckpt_provider.cli import main as ckpt
+
+    root = (fsspec.filesystem("file"), str(tmp_path / "archive"))
+    _closed(root, "upgraded").record_run("run-2", "already done: nothing done")
+    out, err = io.StringIO(), io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders"], stdout=out, stderr=err) == 0
+    assert "    run run-1 at " in out.getvalue() and ": ended upgraded\n" in out.getvalue()
+    assert ": already done: nothing done\n" in out.getvalue()

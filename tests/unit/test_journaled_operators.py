@@ -6,6 +6,7 @@ processes that must be alive are real (``sleep`` in its own process group).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,12 +22,13 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
-from airflow_ckpt_provider.checkpoint.errors import StartMismatch
+from airflow_ckpt_provider.checkpoint.errors import StartMismatch, UpgradeRolledBack
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, HandoverVerifyOperator, StreamLaunchOperator
+from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import TI, FakeLauncher, local_handle
@@ -252,3 +254,95 @@ def test_a_fault_point_kills_the_process_and_says_so(tmp_path: Path, armed: bool
         assert "archive:copying" in record.read_text()
     else:
         assert done.returncode == 0 and done.stdout.strip() == "alive" and not record.exists()
+
+
+# -- re-runs of a closed upgrade: the preflight refuses a rolled-back one, a finished one is done ------
+
+
+def _preflight(tmp_path: Path) -> UpgradePreflightOperator:
+    write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    return UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+                                    new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
+                                    upgrade_id="up-7", new_application="v2.py", kafka_conn_id="no_such_connection")
+
+
+def _closed_journal(tmp_path: Path, outcome: str, report: str = "") -> UpgradeJournal:
+    intent = UpgradeIntent(stream_name="orders", old_checkpoint=str(tmp_path / "v1"),
+                           new_checkpoint=str(tmp_path / "v2"), new_application="v2.py",
+                           archive_root=str(tmp_path / "archive"))
+    journal = UpgradeJournal(fsspec.filesystem("file"),
+                             UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-7"))
+    journal.open(intent, "up-7", run_id="run-1")
+    for step in ("graceful_stop", "extract_handover", "archive"):
+        journal.begin(step, run_id="run-1")
+        journal.finish(step, {"location": str(tmp_path / "archive" / "orders" / "a1")} if step == "archive" else {})
+    if outcome == "rolled back":
+        journal.begin("rollback_restart_old", run_id="run-1", phase=ROLLBACK_PHASE)
+        journal.finish("rollback_restart_old", {})
+    journal.close(outcome, run_id="run-1", report=report)
+    return journal
+
+
+def test_the_preflight_refuses_a_rolled_back_upgrade_id_at_once(tmp_path: Path) -> None:
+    journal = _closed_journal(tmp_path, "rolled back")
+    before = journal.read()
+    with pytest.raises(UpgradeRolledBack) as refused:
+        _preflight(tmp_path).execute(context("run-2"))  # type: ignore[arg-type]
+    text = str(refused.value)
+    assert "upgrade up-7 rolled back at " + before.closed_at + " by run run-1" in text
+    assert journal.path in text and "set the `upgrade_id` param to a new value" in text
+    assert "leave it empty after changing the new checkpoint" in text
+    after = journal.read()
+    assert (after.steps, after.outcome, after.closed_at, after.runs, after.phase) == \
+           (before.steps, before.outcome, before.closed_at, before.runs, before.phase), "nothing replayed or rewritten"
+    assert after.run_log[:-1] == before.run_log and after.run_log[-1]["run_id"] == "run-2"
+    assert after.run_log[-1]["what"].startswith("refused by the preflight: upgrade rolled back at ")
+
+
+def test_a_finished_upgrade_is_already_done_and_its_report_is_kept(tmp_path: Path) -> None:
+    """The preflight says "already done", the steps are skipped, and the report of this run says it
+    did nothing, names the first report and is stored beside it, which stays byte-identical."""
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    report_op = UpgradeReportOperator(
+        task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+        new_checkpoint_uri=str(tmp_path / "v2"), step_task_ids=["preflight", "graceful_stop"],
+        upgrade_task_ids=["graceful_stop"], handover_task_id="extract_handover", archive_task_id="archive",
+        preflight_task_id="preflight", journal=UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-7"))
+    archive = tmp_path / "archive" / "orders" / "a1"
+    first_folder = report_op._store(UpgradeReport(stream="orders", outcome="upgraded", run_id="run-1"), str(archive))
+    first = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (archive / "report").rglob("*") if p.is_file()}
+    journal = _closed_journal(tmp_path, "upgraded", report=first_folder)
+    before = journal.read()
+
+    found = _preflight(tmp_path).execute(context("run-2"))  # type: ignore[arg-type]
+    assert found["already_done"] is True and found["first_report"] == str(archive / "report")
+    assert found["done_by_run"] == "run-1" and "already done" in found["summary_md"]
+    assert "`upgrade_id` param" in found["summary_md"]
+
+    result = report_op.execute(context("run-2", ReportTI({("preflight", "return_value"): found})))  # type: ignore[arg-type]
+    assert result["outcome"] == "already done" and result["run_id"] == "run-2"
+    assert any("this run did nothing" in note for note in result["notes"])
+    assert f"the upgrade's report: {archive / 'report'}" in result["notes"]
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in first} == first, "the first report is untouched"
+    second = (archive / "report" / "run-2" / "upgrade-report.md").read_text()
+    assert "already done" in second and "this run did nothing" in second and "run-2" in second
+    after = journal.read()
+    assert (after.steps, after.outcome, after.closed_at, after.runs) == \
+           (before.steps, before.outcome, before.closed_at, before.runs), "closed once, never again"
+    assert after.run_log[:len(before.run_log)] == before.run_log
+    assert [e["run_id"] for e in after.run_log[len(before.run_log):]] == ["run-2", "run-2"]
+    assert after.run_log[-1]["report"] == str(archive / "report" / "run-2")
+
+
+class ReportTI:
+    """The report's view of its DAG run: XComs by (task id, key); no Airflow task states."""
+
+    dag_id, run_id = "upgrade", "run-2"
+
+    def __init__(self, xcoms: dict[tuple[str, str], Any]) -> None:
+        self.xcoms = xcoms
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+        return self.xcoms.get((task_ids, key))

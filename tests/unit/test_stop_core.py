@@ -29,10 +29,13 @@ from airflow_ckpt_provider.checkpoint.stop import (
     BatchState,
     ControlFiles,
     InvalidStopResult,
+    LastCommit,
+    QueryStatus,
     StopOutcome,
     StopReason,
     StopResult,
     ack_answers,
+    classify_query,
     finish_stop,
     heartbeat_alive,
     new_request,
@@ -75,6 +78,60 @@ def put(control: ControlFiles, rel: str, text: str) -> None:
 
 
 # -- value objects and pure decisions -------------------------------------------------------------
+
+
+EPOCH = NOW.timestamp()
+
+
+@pytest.mark.parametrize(("heartbeat", "commit_age", "new_batches", "recent_s", "status"), [
+    (beat(), 1.0, False, 60.0, QueryStatus.RUNNING),  # a live heartbeat wins
+    (beat("standby"), None, False, None, QueryStatus.RUNNING),
+    (None, 0.5, True, None, QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP),  # batches appeared, no heartbeat
+    (None, 5.0, False, 60.0, QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP),  # a recent commit, no heartbeat
+    (None, 300.0, False, 60.0, QueryStatus.NO_HEARTBEAT),  # an idle topic: cannot tell
+    (None, 5.0, False, None, QueryStatus.NO_HEARTBEAT),  # nobody watched, no recency asked
+    (None, None, False, 60.0, QueryStatus.NO_HEARTBEAT),  # nothing committed at all
+    (beat("stopped", age=100), 300.0, False, 60.0, QueryStatus.STOPPED),
+    (beat("stopped", age=100), 5.0, False, 60.0, QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP),  # commits after it
+    (beat("stopped", age=5), 5.5, False, 60.0, QueryStatus.STOPPED),  # the heartbeating run's own last commit
+    (beat("running", age=30), 1.0, True, None, QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP),  # stale beat, new batches
+    (beat("running", age=30), 40.0, False, 60.0, QueryStatus.STOPPED),  # killed: its beats went stale
+])
+def test_classify_query(heartbeat: Heartbeat | None, commit_age: float | None, new_batches: bool,
+                        recent_s: float | None, status: QueryStatus) -> None:
+    last = None if commit_age is None else LastCommit(7, EPOCH - commit_age)
+    liveness = classify_query(heartbeat, last, now=EPOCH, new_batches=new_batches, recent_s=recent_s)
+    assert liveness.status is status
+    assert liveness.to_dict()["status"] == status.value and liveness.to_dict()["detail"] == liveness.describe()
+
+
+def test_liveness_words_name_the_missing_heartbeat_and_what_to_do() -> None:
+    running = classify_query(None, LastCommit(12, EPOCH - 3), now=EPOCH, recent_s=60)
+    assert running.describe() == ("running without GracefulStop: last commit: batch 12, 3 s ago; "
+                                  "no heartbeat was ever written under _ckpt/")
+    assert "GracefulStop" in running.action() and "--pid" in running.action() and "spark-side.md" in running.action()
+    idle = classify_query(None, LastCommit(12, EPOCH - 600), now=EPOCH, recent_s=60)
+    assert "no heartbeat was ever written" in idle.describe() and "cannot be seen" in idle.describe()
+    assert "last commit: batch 12, 10 min ago" in idle.describe() and "no query" not in idle.describe()
+    assert "If none runs, there is nothing to stop" in idle.action()
+    empty = classify_query(None, None, now=EPOCH)
+    assert "no batch committed yet" in empty.describe()
+    unknown_time = classify_query(None, LastCommit(4), now=EPOCH, recent_s=60)
+    assert unknown_time.status is QueryStatus.NO_HEARTBEAT and "last commit: batch 4;" not in unknown_time.describe()
+    stopped = classify_query(beat("stopped", age=100), LastCommit(3, EPOCH - 120), now=EPOCH, recent_s=60)
+    assert stopped.describe().startswith("not running: the heartbeat of run r1 is stopped") and stopped.action() == ""
+    later = classify_query(beat("stopped", age=100), LastCommit(3, EPOCH - 2), now=EPOCH, recent_s=60)
+    assert "its last heartbeat (run r1, stopped) dates from" in later.describe()
+
+
+def test_control_files_last_commit_reads_the_newest_commit_and_its_time(tmp_path: Path) -> None:
+    control = control_at(tmp_path)
+    last = control.last_commit()
+    assert last is not None and last.batch_id == 2
+    assert last.committed_at is not None and abs(last.committed_at - time.time()) < 600
+    assert control.liveness(recent_s=600).status is QueryStatus.RUNNING_WITHOUT_GRACEFUL_STOP
+    assert control.liveness().status is QueryStatus.NO_HEARTBEAT
+    assert control_at(tmp_path / "empty", batches=range(0)).last_commit() is None
 
 
 def test_stop_result_round_trip_and_validation() -> None:
@@ -390,10 +447,41 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 def test_cli_stop_nothing_running_exits_4(tmp_path: Path) -> None:
     control = control_at(tmp_path)
+    put(control, HEARTBEAT, beat("stopped", now=datetime.now(timezone.utc)).to_json())
     code, out, err = run_cli("stop", control.uri, "--quiet-period", "0.2", "--json")
     assert code == 4 and "nothing to stop" in err
-    assert StopResult.from_json(out).outcome is StopOutcome.NOT_RUNNING
+    result = StopResult.from_json(out)
+    assert result.outcome is StopOutcome.NOT_RUNNING and "heartbeat of run r1 is stopped" in (result.detail or "")
     assert control.request() is None
+
+
+def test_cli_stop_without_any_heartbeat_says_it_cannot_tell_and_exits_5(tmp_path: Path) -> None:
+    """An idle job without GracefulStop looks like no job: never claim that none runs."""
+    control = control_at(tmp_path)
+    code, out, err = run_cli("stop", control.uri, "--quiet-period", "0.2")
+    assert code == 5 and control.request() is None
+    assert "no query runs" not in err and "nothing to stop" not in err.split("\n")[0]
+    assert "no heartbeat was ever written" in err and "last commit: batch 2," in err and " s ago" in err
+    assert "GracefulStop" in err and "--pid" in err and "spark-side.md" in err
+    assert "no_heartbeat" in out and "last commit: batch 2" in out
+
+
+def test_cli_stop_of_a_query_without_graceful_stop_names_it_and_exits_2(tmp_path: Path) -> None:
+    """Batches appear while no heartbeat was ever written: not "a second query?", but the real cause."""
+    control = control_at(tmp_path)
+
+    def planner() -> None:
+        time.sleep(0.3)
+        put(control, "offsets/3", 'v1\n{}\n{"events":{"0":1}}')
+
+    thread = threading.Thread(target=planner)
+    thread.start()
+    code, out, err = run_cli("stop", control.uri, "--quiet-period", "5")
+    thread.join()
+    assert code == 2 and out == "" and control.request() is None
+    assert err.startswith("ckpt: error: query running without GracefulStop")
+    assert "offsets/3 appeared" in err and "no heartbeat was ever written" in err
+    assert "second query" not in err and "--pid" in err and "spark-side.md" in err
 
 
 def test_cli_stop_acknowledged_by_a_driver(tmp_path: Path) -> None:

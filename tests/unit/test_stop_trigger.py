@@ -18,7 +18,12 @@ import fsspec
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointNotQuiet, QueryNotRunning, StopTimeout
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotQuiet,
+    QueryNotRunning,
+    RunningWithoutGracefulStop,
+    StopTimeout,
+)
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles, StopResult
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -211,9 +216,23 @@ def test_operator_not_running_but_batches_appear_fails(control: ControlFiles) ->
 
     thread = threading.Thread(target=planner)
     thread.start()
-    with pytest.raises(CheckpointNotQuiet):
+    with pytest.raises(RunningWithoutGracefulStop) as error:
         operator(control, quiet_period=3).execute(context={})
     thread.join()
+    assert isinstance(error.value, CheckpointNotQuiet)
+    assert str(error.value).startswith("query running without GracefulStop")
+    assert "no heartbeat was ever written" in str(error.value) and "launch_handle" in str(error.value)
+    assert control.request() is None, "nothing asked, nothing stopped"
+
+
+def test_operator_without_any_heartbeat_does_not_claim_nothing_runs(control: ControlFiles) -> None:
+    """No heartbeat ever and nothing commits (an idle job without GracefulStop looks the same)."""
+    result = StopResult.from_json(operator(control).execute(context={}))
+    assert result.outcome.value == "no_heartbeat" and result.last_committed_batch == 2
+    assert result.detail is not None and "no heartbeat was ever written" in result.detail
+    assert "last commit: batch 2" in result.detail and control.request() is None
+    with pytest.raises(QueryNotRunning, match="no heartbeat was ever written"):
+        operator(control, fail_if_not_running=True).execute(context={})
 
 
 def event(reason: StopReason, request_id: str = "req-1", the_ack: StopAck | None = None) -> dict[str, Any]:
