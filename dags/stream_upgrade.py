@@ -238,6 +238,7 @@ def build_stream_upgrade_dag(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
+            fail_if_no_heartbeat=True,  # never start v2 beside an idle v1 that cannot be seen
             trigger_rule="none_failed_min_one_success" if start_standby is None else "all_success",
             journal=JOURNAL, **STOP_RETRY,
         )

@@ -369,6 +369,19 @@ class CheckpointNotQuiet(CheckpointError):
     )
 
 
+class QueryStateUnknown(CheckpointError):
+    """No heartbeat was ever written on the checkpoint and nothing commits: whether a query idles
+    there without GracefulStop cannot be seen, so an upgrade cannot go on safely."""
+
+    summary = "cannot tell whether the old query runs"
+    default_action = (
+        "Nothing was stopped. Give the old job's launch handle (the reference DAG's old_launch_handle "
+        "param: what `ckpt launch` or StreamLaunchOperator returned) so the stop can see and kill it, or "
+        "add GracefulStop to the job (docs: spark-side.md). A new version started now could run beside an "
+        "idle old one and both would write what arrives next."
+    )
+
+
 class RunningWithoutGracefulStop(CheckpointNotQuiet):
     """Batches commit on the checkpoint while no heartbeat beats for them: the query runs without
     :class:`~airflow_ckpt_provider.spark.graceful_stop.GracefulStop` and cannot be asked to stop."""

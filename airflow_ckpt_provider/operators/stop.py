@@ -9,12 +9,13 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning
+from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning, QueryStateUnknown
 from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import (
     DEFAULT_MISSED_BEATS,
     ControlFiles,
+    StopOutcome,
     StopReason,
     begin_stop,
     finish_stop,
@@ -49,7 +50,9 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     without GracefulStop (:class:`RunningWithoutGracefulStop`, saying what to do); a quiet
     checkpoint returns outcome ``not_running`` (its heartbeat ended) or ``no_heartbeat`` (none was
     ever written: whether a query idles there cannot be seen; ``detail`` gives the last commit's
-    batch and age), or raises :class:`QueryNotRunning` if ``fail_if_not_running``. Otherwise writes
+    batch and age), or raises :class:`QueryNotRunning` if ``fail_if_not_running`` — and
+    :class:`QueryStateUnknown` for ``no_heartbeat`` if ``fail_if_no_heartbeat`` (the reference DAG:
+    it does not start a new version beside an old one it cannot see). Otherwise writes
     ``_ckpt/stop-request.json`` (or joins a pending one) and defers to
     :class:`GracefulStopTrigger` until the query acknowledges. On timeout (``stop_timeout``
     seconds) it kills the job through ``launch_handle`` (the launch operator's XCom: a
@@ -82,6 +85,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         storage_conn_id: str | None = None,
         poll_interval: float = 2.0,
         fail_if_not_running: bool = False,
+        fail_if_no_heartbeat: bool = False,
         missed_beats: float = DEFAULT_MISSED_BEATS,
         journal: str | None = None,
         journal_conn_id: str | None = None,
@@ -106,6 +110,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         self.storage_conn_id = storage_conn_id
         self.poll_interval = float(poll_interval)
         self.fail_if_not_running = bool(fail_if_not_running)
+        self.fail_if_no_heartbeat = bool(fail_if_no_heartbeat)
         self.missed_beats = float(missed_beats)
 
     @cached_property
@@ -155,6 +160,10 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
             if self.fail_if_not_running:
                 raise QueryNotRunning(found=f"no running launched job; {result.detail}",
                                       expected="a query running on this checkpoint", path=self.checkpoint_uri)
+            if self.fail_if_no_heartbeat and result.outcome is StopOutcome.NO_HEARTBEAT:
+                raise QueryStateUnknown(found=result.detail or "no heartbeat ever written, nothing committing",
+                                        expected="a heartbeat under _ckpt/ (GracefulStop) or a launch handle of "
+                                                 "the old job", path=self.checkpoint_uri)
             return result.to_dict()
         fault_point(f"{self.task_id}:requested")
         self.defer(

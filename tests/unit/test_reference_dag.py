@@ -178,3 +178,10 @@ def test_new_launches_use_the_new_spark_and_the_rollback_the_old(dags: dict, dag
             assert isinstance(value, PlainXComArg) and value.operator.task_id == "plan", (task_id, what)
             key = f"{version}_spark_{what}" if what == "conf" else f"{version}_{what}"
             assert value.key == key, (task_id, what, value.key)
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold"])
+def test_the_upgrade_stop_refuses_an_old_version_it_cannot_see(dags: dict, dag_id: str) -> None:
+    dag = dags[dag_id]
+    assert dag.get_task("graceful_stop").fail_if_no_heartbeat is True
+    assert dag.get_task("rollback_stop_new").fail_if_no_heartbeat is False  # a rollback stops what it can

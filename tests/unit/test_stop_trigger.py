@@ -233,6 +233,12 @@ def test_operator_without_any_heartbeat_does_not_claim_nothing_runs(control: Con
     assert "last commit: batch 2" in result.detail and control.request() is None
     with pytest.raises(QueryNotRunning, match="no heartbeat was ever written"):
         operator(control, fail_if_not_running=True).execute(context={})
+    from airflow_ckpt_provider.checkpoint.errors import QueryStateUnknown
+
+    with pytest.raises(QueryStateUnknown) as unknown:  # the reference DAG's stop: never go on blind
+        operator(control, fail_if_no_heartbeat=True).execute(context={})
+    assert "last commit: batch 2" in unknown.value.found and "old_launch_handle" in str(unknown.value)
+    assert control.request() is None, "nothing asked, nothing stopped"
 
 
 def event(reason: StopReason, request_id: str = "req-1", the_ack: StopAck | None = None) -> dict[str, Any]:
