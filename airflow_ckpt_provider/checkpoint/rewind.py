@@ -289,3 +289,27 @@ def choose_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: Checkp
     else:
         start = resume_at
     return plan_start(choice, resume_at, start, broker)
+
+
+#: Spark's default ``spark.sql.streaming.minBatchesToRetain``.
+DEFAULT_BATCHES_TO_RETAIN = 100
+
+
+def rewind_margin(batch: int, last_planned: int, batches_to_retain: int = DEFAULT_BATCHES_TO_RETAIN) -> int | None:
+    """How many more batches the old query may plan before the start of ``batch`` (``offsets/<batch-1>``)
+    is purged: Spark keeps the offset log entries from ``current batch - minBatchesToRetain``
+    on. None for batch 0, whose start is in ``sources/`` and never purged."""
+    if batch <= 0:
+        return None
+    return max(0, batch - 1 + batches_to_retain - last_planned)
+
+
+def rewind_warning(batch: int, last_planned: int, batches_to_retain: int = DEFAULT_BATCHES_TO_RETAIN,
+                   *, within: int = 30) -> str:
+    """A line for the approver when the rewound batch's start is close to being purged ('' otherwise)."""
+    margin = rewind_margin(batch, last_planned, batches_to_retain)
+    if margin is None or margin > within:
+        return ""
+    return (f"**Batch {batch}'s start is purged after about {margin} more batches of the old version** "
+            f"(Spark keeps {batches_to_retain}): approve soon, or choose a later batch or at_time; a start "
+            "purged by the time of the stop is refused then and the upgrade rolls back.")

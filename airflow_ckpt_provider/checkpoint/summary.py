@@ -39,6 +39,7 @@ class UpgradePlan:
     spark_ui_url: str | None = None
     relaunch_mode: str = ""  # "standby" | "cold" | "" (not said: a preflight used on its own)
     start_plan: StartPlan | None = None  # a start other than where the old version stops
+    start_warning: str = ""  # e.g. a rewound batch close to Spark's purge horizon
 
 
 def _link(uri: str) -> str:
@@ -132,4 +133,6 @@ def approval_summary(plan: UpgradePlan) -> str:
                   "Counted against where the old version is now. The new version's start is fixed; the old "
                   "version keeps processing until its stop, so the records processed again grow by what it "
                   "reads until then (the report has the final count)."]
+        if plan.start_warning:
+            lines += ["", plan.start_warning]
     return "\n".join(lines)

@@ -30,7 +30,12 @@ from airflow_ckpt_provider.checkpoint.journal import (
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
-from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode
+from airflow_ckpt_provider.checkpoint.rewind import (
+    DEFAULT_BATCHES_TO_RETAIN,
+    StartChoice,
+    StartMode,
+    rewind_warning,
+)
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
@@ -187,12 +192,14 @@ class UpgradePreflightOperator(BaseOperator):
         handover, result, broker = reconciled_handover_view(
             reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
         )
-        start_plan = None
+        start_plan, start_warning = None, ""
         if choice.mode is not StartMode.RESUME:
             start_plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
                                        kafka_hook=self.kafka_hook, source=self.source, log=self.log)
             start_plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
                                        accept_data_loss=accept_loss)
+            if choice.batch is not None:
+                start_warning = self._rewind_warning(reader, choice.batch)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
@@ -207,7 +214,7 @@ class UpgradePreflightOperator(BaseOperator):
             archive_location=f"{self.archive_root.rstrip('/')}/{self.stream_name}/",
             handover=handover, reconciliation=result, broker=broker, old_query_running=running,
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
-            relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan,
+            relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan, start_warning=start_warning,
         ))
         summary += f"\n\n{rollback}"
         value: dict[str, Any] = {
@@ -260,6 +267,18 @@ class UpgradePreflightOperator(BaseOperator):
                        "it), or use rollback_mode 'restore'.", path=target) from None
         return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
                 "from the new version's handover; nothing is processed twice.")
+
+    def _rewind_warning(self, reader: CheckpointReader, batch: int) -> str:
+        """The approver's warning when the rewound batch's start is close to Spark's purge (logged too)."""
+        planned, _ = reader.retained_batches()
+        if not planned:
+            return ""
+        # once Spark has purged, what it keeps shows its minBatchesToRetain; before, the default
+        keep = planned[-1] - planned[0] if planned[0] > 0 else DEFAULT_BATCHES_TO_RETAIN
+        warning = rewind_warning(batch, planned[-1], keep)
+        if warning:
+            self.log.warning("%s", warning.replace("**", ""))
+        return warning
 
     def _spark_ui_url(self) -> str | None:
         """The old job's Spark UI, when its launch handle (``old_launch_handle``) knows it. A

@@ -83,3 +83,32 @@ def test_at_time_starts_at_the_first_record_at_or_after_the_time(kafka, spark, n
     code, out, _ = run_cli("offsets", str(cp), "--at-time", "2030-01-01T00:00:00Z",
                            "--bootstrap-servers", kafka.bootstrap_servers)
     assert code == 0 and KafkaOffsets.from_json(out) == KafkaOffsets({topic: {0: 20, 1: 20}}), "no record: log end"
+
+
+def test_the_preflight_shows_the_rewind_and_its_purge_horizon(kafka, spark, new_topic, tmp_path: Path,  # noqa: ANN001
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+
+    topic = new_topic(2)
+    produce_records(kafka.bootstrap_servers, topic, 200)
+    cp, sink = tmp_path / "cp", tmp_path / "sink"
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "4")
+    try:
+        drain(spark, kafka_reader(spark, kafka.bootstrap_servers, [topic], max_per_trigger=20), cp, sink)
+    finally:
+        spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
+    planned = batch_ids(cp / "offsets")
+    assert planned[0] > 0, "Spark purged the offset log down to its last entries"
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_REWIND",
+                       json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+    k = planned[0] + 1  # the oldest batch whose start is still there
+    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(cp),
+                                  new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
+                                  kafka_conn_id="ckpt_rewind", journal=False, accept_reprocessing="True",
+                                  start=json.dumps({"mode": "rewind_to_batch", "value": str(k)}))
+    value = op.execute(context={})  # type: ignore[arg-type]
+    assert value["start_plan"]["choice"] == {"mode": "rewind_to_batch", "value": str(k)}
+    assert "#### The new version does NOT resume" in value["summary_md"]
+    assert f"**Batch {k}'s start is purged after about" in value["summary_md"]

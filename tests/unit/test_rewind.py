@@ -24,6 +24,7 @@ from airflow_ckpt_provider.checkpoint.rewind import (
     offsets_at_time,
     plan_start,
 )
+from airflow_ckpt_provider.checkpoint.summary import approval_summary
 from tests.unit.conftest import kafka_offsets_at, write_checkpoint
 
 
@@ -147,3 +148,24 @@ def test_ckpt_offsets_rewind_prints_the_offsets_and_their_cost(location: str) ->
 
 def test_partition_start_never_reports_a_negative_count() -> None:
     assert (PartitionStart("t", 0, 5, 5).reprocessed, PartitionStart("t", 0, 5, 5).skipped) == (0, 0)
+
+
+def test_a_rewind_close_to_the_purge_horizon_is_flagged() -> None:
+    from airflow_ckpt_provider.checkpoint.rewind import rewind_margin, rewind_warning
+
+    assert rewind_margin(0, 500) is None  # batch 0 starts in sources/: never purged
+    assert rewind_margin(151, 249) == 150 + 100 - 249 == 1  # offsets/150 goes when batch 251 is planned
+    assert rewind_margin(40, 45) == 94 and rewind_warning(40, 45) == ""
+    warning = rewind_warning(151, 249)
+    assert "Batch 151's start is purged after about 1 more batches" in warning and "at_time" in warning
+    assert rewind_warning(30, 120, 100) != "" and rewind_margin(30, 200, 100) == 0
+
+
+def test_the_approver_sees_the_purge_warning() -> None:
+    from airflow_ckpt_provider.checkpoint.rewind import rewind_warning
+    from tests.unit.test_summary import plan as upgrade_plan
+
+    start = plan_start(StartChoice.parse("rewind_to_batch", "151"), offsets(p0=50), offsets(p0=30))
+    text = approval_summary(upgrade_plan({0: 50}, {0: (0, 60)}, start_plan=start,
+                                         start_warning=rewind_warning(151, 249)))
+    assert "**Batch 151's start is purged after about 1 more batches" in text
