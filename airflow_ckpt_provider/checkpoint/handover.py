@@ -49,6 +49,38 @@ def _describe(sources: tuple[SourceOffsets, ...]) -> str:
     return ", ".join(f"{s.label}={s.kind.value}" for s in sources) or "no sources"
 
 
+def find_source(sources: tuple[SourceOffsets, ...], source: int | str) -> SourceOffsets:
+    """The source with this index (int or digit string) or name; SourceNotKafka if absent."""
+    if isinstance(source, str) and source.isdigit():
+        source = int(source)
+    for entry in sources:
+        if (entry.index if isinstance(source, int) else entry.name) == source:
+            return entry
+    raise SourceNotKafka(found=f"no source {source!r} (sources: {_describe(sources)})",
+                         expected="an existing source index or name")
+
+
+def kafka_offsets_of(sources: tuple[SourceOffsets, ...], source: int | str | None = None) -> KafkaOffsets:
+    """Kafka offsets of ``source`` (index or name) among ``sources``; default: the only Kafka source.
+
+    Raises :class:`SourceNotKafka` if there is no Kafka source or the chosen one is not
+    Kafka, :class:`AmbiguousSource` if several are and none was chosen.
+    """
+    if source is not None:
+        entry = find_source(sources, source)
+        if entry.kafka is None:
+            raise SourceNotKafka(found=f"source {entry.label} of kind {entry.kind.value}",
+                                 expected="a Kafka source")
+        return entry.kafka
+    kafka = [s for s in sources if s.kafka is not None]
+    if not kafka:
+        raise SourceNotKafka(found=_describe(sources), expected="one Kafka source")
+    if len(kafka) > 1:
+        raise AmbiguousSource(found=f"Kafka sources {', '.join(s.label for s in kafka)}",
+                              expected="a source index")
+    return kafka[0].kafka  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class Handover:
     """Offsets of every source where the new query must start.
@@ -97,33 +129,12 @@ class Handover:
 
     def source(self, source: int | str) -> SourceOffsets:
         """The source with this index (int or digit string) or name; SourceNotKafka if absent."""
-        if isinstance(source, str) and source.isdigit():
-            source = int(source)
-        for entry in self.sources:
-            if (entry.index if isinstance(source, int) else entry.name) == source:
-                return entry
-        raise SourceNotKafka(found=f"no source {source!r} (sources: {_describe(self.sources)})",
-                             expected="an existing source index or name")
+        return find_source(self.sources, source)
 
     def kafka_offsets(self, source: int | str | None = None) -> KafkaOffsets:
-        """Kafka offsets of ``source`` (index or name); default: the only Kafka source.
-
-        Raises :class:`SourceNotKafka` if there is no Kafka source or the chosen one is not
-        Kafka, :class:`AmbiguousSource` if several are and none was chosen.
-        """
-        if source is not None:
-            entry = self.source(source)
-            if entry.kafka is None:
-                raise SourceNotKafka(found=f"source {entry.label} of kind {entry.kind.value}",
-                                     expected="a Kafka source")
-            return entry.kafka
-        kafka = [s for s in self.sources if s.kafka is not None]
-        if not kafka:
-            raise SourceNotKafka(found=_describe(self.sources), expected="one Kafka source")
-        if len(kafka) > 1:
-            raise AmbiguousSource(found=f"Kafka sources {', '.join(s.label for s in kafka)}",
-                                  expected="a source index")
-        return kafka[0].kafka  # type: ignore[return-value]
+        """Kafka offsets of ``source`` (index or name); default: the only Kafka source
+        (:func:`kafka_offsets_of`)."""
+        return kafka_offsets_of(self.sources, source)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -249,10 +249,10 @@ class CheckpointReader:
         """Handover from the last committed batch (else initial offsets); raises NoOffsets if none."""
         return handover_from_snapshot(self.snapshot(), taken_at=taken_at)
 
-    def retained_batches(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def retained_batches(self, root: _Dir | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(planned, committed): the batch ids whose ``offsets/`` and ``commits/`` entries are
         still retained (Spark purges all but the last ``minBatchesToRetain``), ascending."""
-        root = self._list(self.root)
+        root = root or self._list(self.root)
         found = []
         for name in ("offsets", "commits"):
             found.append(tuple(sorted(self._list(self._join(name), batch_dir=True).batches))
@@ -264,7 +264,8 @@ class CheckpointReader:
         batch ``batch_id - 1`` (``offsets/<id-1>``), or for batch 0 the initial offsets in
         ``sources/<i>/0``. Raises :class:`BatchNotRewindable` naming the retained range when the
         batch is not committed, not known or its start is no longer retained."""
-        planned, committed = self.retained_batches()
+        root = self._list(self.root)
+        planned, committed = self.retained_batches(root)
         last = committed[-1] if committed else None
         first = 0 if not planned or planned[0] == 0 else planned[0] + 1
         span = ("none: nothing was committed" if last is None else
@@ -276,7 +277,7 @@ class CheckpointReader:
             raise BatchNotRewindable(found=what, expected=f"a committed batch whose start is retained: {span}",
                                      path=self.uri)
         if batch_id == 0:
-            initial = self._initial_sources() if self._list(self.root).names.get("sources") == "directory" else ()
+            initial = self._initial_sources() if root.names.get("sources") == "directory" else ()
             if not initial:
                 raise BatchNotRewindable(found="no initial offsets under sources/ for batch 0",
                                          expected=f"a committed batch whose start is retained: {span}",
@@ -291,7 +292,7 @@ class CheckpointReader:
                            "Spark keeps spark.sql.streaming.minBatchesToRetain batches (100 by default).")
             sources = self.batch_sources(batch_id - 1)
         return Handover(
-            query_id=self.snapshot().query_id, checkpoint_uri=self.uri,
+            query_id=self._query_id(root), checkpoint_uri=self.uri,
             batch_id=None if batch_id == 0 else batch_id - 1, from_initial=batch_id == 0, sources=sources,
             in_flight_batch=None, taken_at=taken_at if taken_at is not None else utc_iso(timespec="microseconds"),
         )

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.checkpoint.errors import AmbiguousSource, InvalidHandover
+from airflow_ckpt_provider.checkpoint.errors import InvalidHandover, SourceNotKafka
+from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets, SourceOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 
@@ -52,14 +53,12 @@ class NewVersionProgress:
 
 
 def kafka_source(sources: Sequence[SourceOffsets], source: int | str | None = None) -> KafkaOffsets | None:
-    """The Kafka offsets of ``source`` (index or name; default: the only Kafka source) among
-    ``sources``; None when there is none. :class:`AmbiguousSource` for several without a choice."""
-    kafka = [s for s in sources if s.kafka is not None and (source is None or source in (s.index, s.name)
-                                                            or str(source) == str(s.index))]
-    if len(kafka) > 1:
-        raise AmbiguousSource(found=f"Kafka sources {', '.join(s.label for s in kafka)} in the new checkpoint",
-                              expected="one Kafka source, or a source index")
-    return kafka[0].kafka if kafka else None
+    """The Kafka offsets of ``source`` among ``sources`` as :func:`kafka_offsets_of` selects them;
+    None when there is none. :class:`AmbiguousSource` for several without a choice."""
+    try:
+        return kafka_offsets_of(tuple(sources), source)
+    except SourceNotKafka:
+        return None
 
 
 def new_version_progress(
