@@ -564,6 +564,71 @@ class UpgradeFailed(CheckpointError):
 # -- embedded local stack (airflow_ckpt_provider/local/) ----------------------------------------------
 
 
+class StateExportError(CheckpointError):
+    """The old query's state cannot be exported (or an export cannot be used) safely; nothing was changed."""
+
+    summary = "state export refused"
+
+
+class StateBatchNotCommitted(StateExportError):
+    summary = "state of an uncommitted batch"
+    default_action = ("Only a committed batch's state is handed over: omit the batch (the last committed one is "
+                      "used) or name one listed in commits/. Nothing was written.")
+
+
+class StateVersionPurged(StateExportError):
+    summary = "state version no longer retained"
+    default_action = ("Spark keeps the state of the last spark.sql.streaming.minBatchesToRetain batches (100 by "
+                      "default): export at a retained batch (the last committed one), or restore the checkpoint "
+                      "from an archive that still holds it. Nothing was written.")
+
+
+class StateFormatUnsupported(StateExportError):
+    summary = "state format not readable here"
+    default_action = ("Run the export with a Spark that reads this format, or upgrade without carrying the state "
+                      "(the new version then starts with EMPTY state). Nothing was written.")
+
+
+class StateMetadataMissing(StateExportError):
+    summary = "stateful operator metadata missing"
+    default_action = ("Spark 3.5+ writes state/<operator>/_metadata/metadata when a stateful query runs; restart the "
+                      "old version once on Spark 3.5 or later (it writes it with its next batch), or restore it "
+                      "from an archive. Nothing was written.")
+
+
+class StateStartUnsupported(StateExportError):
+    summary = "state cannot follow this start"
+    default_action = ("The exported state belongs to a batch boundary: start the new version where the old one "
+                      "stopped (handover_mode resume) or at a committed batch (rewind_to_batch), or carry no state "
+                      "(the DAG's carry_state param false: the new version starts with EMPTY state). Nothing was "
+                      "written.")
+
+
+class StateExportCorrupt(StateExportError):
+    summary = "state export does not verify"
+    default_action = ("Run the export again (it replaces an unverified export); if it keeps failing, check the "
+                      "storage under the export location. The new version was not started with this state.")
+
+
+class StateExportConflict(StateExportError):
+    summary = "state export location holds something else"
+    default_action = ("Each upgrade exports to its own location: remove what is there if it is yours, or choose "
+                      "another upgrade id or export location. Nothing was written.")
+
+
+class StateExportFailed(StateExportError):
+    """The Spark job that reads the state ended with an error; ``log_tail`` holds the end of its log."""
+
+    summary = "state export job failed"
+    default_action = "Read the driver log tail below, fix the cause and run the export again (it starts over)."
+
+    def __init__(self, *, found: str, expected: str, log_tail: str = "", action: str | None = None,
+                 path: str | None = None) -> None:
+        self.log_tail = log_tail
+        super().__init__(found=found, expected=expected, action=action, path=path,
+                         detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
+
+
 class LocalStackError(ProviderError, RuntimeError):
     """The local stack could not be set up or started."""
 

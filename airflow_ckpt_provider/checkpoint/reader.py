@@ -29,6 +29,8 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.logs import (
+    CommitLogEntry,
+    OffsetLogEntry,
     batch_number,
     crc_target,
     parse_batch_name,
@@ -300,12 +302,22 @@ class CheckpointReader:
     def batch_sources(self, batch: int) -> tuple[SourceOffsets, ...]:
         """The source offsets of ``offsets/<batch>`` (the exclusive end of that batch, committed or
         not); :class:`CheckpointNotFound` when the batch is not in the offset log."""
-        offsets = self._list(self._join("offsets"), batch_dir=True)
-        if batch not in offsets.batches:
-            raise CheckpointNotFound(found=f"no offsets/{batch}", expected=f"batch {batch} in the offset log",
+        return self.offset_entry(batch).sources
+
+    def offset_entry(self, batch: int) -> OffsetLogEntry:
+        """``offsets/<batch>`` parsed (sources, watermark, conf); :class:`CheckpointNotFound` when absent."""
+        return parse_offset_log(*self._batch_file("offsets", batch, "offset log"))
+
+    def commit_entry(self, batch: int) -> CommitLogEntry:
+        """``commits/<batch>`` parsed; :class:`CheckpointNotFound` when the batch is not committed."""
+        return parse_commit_log(*self._batch_file("commits", batch, "commit log"))
+
+    def _batch_file(self, folder: str, batch: int, what: str) -> tuple[bytes, str]:
+        listing = self._list(self._join(folder), batch_dir=True)
+        if batch not in listing.batches:
+            raise CheckpointNotFound(found=f"no {folder}/{batch}", expected=f"batch {batch} in the {what}",
                                      path=self.uri)
-        return parse_offset_log(self._read(offsets, offsets.batches[batch]),
-                                self._display(self._join("offsets", str(batch)))).sources
+        return self._read(listing, listing.batches[batch]), self._display(self._join(folder, str(batch)))
 
     # -- helpers ---------------------------------------------------------------------------------
 
