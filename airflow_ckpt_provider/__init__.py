@@ -40,6 +40,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_ckpt_provider.hooks.kafka",
                     "airflow_ckpt_provider.hooks.storage",
                     "airflow_ckpt_provider.hooks.launcher",
+                    "airflow_ckpt_provider.hooks.state_export",
                 ],
             }
         ],
@@ -50,6 +51,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_ckpt_provider.operators.preflight",
                     "airflow_ckpt_provider.operators.stop",
                     "airflow_ckpt_provider.operators.handover",
+                    "airflow_ckpt_provider.operators.state",
                     "airflow_ckpt_provider.operators.archive",
                     "airflow_ckpt_provider.operators.launch",
                     "airflow_ckpt_provider.operators.report",

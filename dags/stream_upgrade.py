@@ -3,12 +3,20 @@ version, with nothing lost and nothing duplicated, and prove it.
 
 Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> approval
 (HITL, can be switched off) -> start the new version as a standby (its session is ready, its
-query waits) -> graceful stop of the old version -> handover -> release the standby at the
-handover (relaunch) -> verify -> archive of the old checkpoint. The stream is down only from the
-stop to the standby's first batch. Both drivers run at once for the standby window.
+query waits) -> graceful stop of the old version -> handover -> state export -> release the
+standby at the handover (relaunch) -> verify -> archive of the old checkpoint. The stream is down
+only from the stop to the standby's first batch. Both drivers run at once for the standby window.
 
 Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without room for a second
-driver): preflight -> approval -> graceful stop -> handover -> archive -> relaunch -> verify.
+driver): preflight -> approval -> graceful stop -> handover -> state export -> archive ->
+relaunch -> verify.
+
+State (``carry_state``, default on): for a stateful old query, ``export_state`` writes its state
+as of the handover batch (Spark's state reader, Parquet and a verified ``state-manifest.json``,
+under ``<archive_root>/<stream>/_state/<upgrade id>``) and the new version gets that location as
+``spark.ckpt.initialStatePath`` (see docs "Starting from the old query's state"). For a stateless
+query the step exports nothing and says so. The old checkpoint is only read: a rollback is as
+without it.
 
 Rollback: when a step after a completed stop fails, stop the new version, work out from its
 checkpoint what it processed (``rollback_handover``: the offsets the old version will process a
@@ -56,6 +64,7 @@ from airflow_ckpt_provider.operators.launch import (
 )
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings, task_states
 
@@ -90,6 +99,9 @@ PARAMS: dict[str, Param] = {
     "accept_data_loss": Param(False, type="boolean",
                               description="start where records are skipped (a later start, or offsets Kafka no "
                                           "longer retains start at the earliest retained)"),
+    "carry_state": Param(True, type="boolean",
+                         description="export a stateful old query's state at the handover for the new version "
+                                     "(spark.ckpt.initialStatePath); off: the new version starts with empty state"),
     "rollback_mode": Param(RollbackMode.RESTORE.value, enum=[m.value for m in RollbackMode],
                            description="restore: a rollback restarts the old version on its old checkpoint (it "
                                        "processes again what the new version processed); forward (stateless "
@@ -105,8 +117,9 @@ ROLLBACK = ["rollback_stop_new", "rollback_handover", "rollback_restore", "rollb
             "rollback_restart_forward"]
 #: The upgrade's steps in the order they run, per relaunch mode.
 UPGRADE = {
-    RelaunchMode.STANDBY: ["start_standby", "graceful_stop", "extract_handover", "relaunch", "verify", "archive"],
-    RelaunchMode.COLD: ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"],
+    RelaunchMode.STANDBY: ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
+                           "archive"],
+    RelaunchMode.COLD: ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"],
 }
 STEPS = {mode: ["preflight", "approve", *steps, *ROLLBACK] for mode, steps in UPGRADE.items()}
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
@@ -127,6 +140,9 @@ START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_v
              accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
+#: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
+STATE_EXPORT = ("{{ params.archive_root.rstrip('/') }}/{{ params.stream_name }}/_state/"
+                "{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}")
 #: The fresh checkpoint of a forward rollback.
 ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
 
@@ -200,7 +216,8 @@ def build_stream_upgrade_dag(
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
-            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT, **START,
+            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
+            carry_state="{{ params.carry_state }}", **START,
         )
 
         @task.branch
@@ -247,6 +264,12 @@ def build_stream_upgrade_dag(
             kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL, **START,
         )
         # the handover step's result (HandoverResult) goes whole to the steps that need it
+        export_state = StateExportOperator(
+            task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}", export_uri=STATE_EXPORT,
+            handover=extract.output, carry_state="{{ params.carry_state }}",
+            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
+            **spark_of("new"), journal=JOURNAL,
+        )
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
@@ -258,7 +281,7 @@ def build_stream_upgrade_dag(
             task_id="relaunch", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            handover=extract.output, sink_path="{{ params.new_sink_path or '' }}",
+            handover=extract.output, initial_state=export_state.output, sink_path="{{ params.new_sink_path or '' }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
@@ -339,7 +362,7 @@ def build_stream_upgrade_dag(
         )
 
         tasks = {"start_standby": start_standby, "graceful_stop": graceful_stop, "extract_handover": extract,
-                 "archive": archive, "relaunch": relaunch, "verify": verify}
+                 "export_state": export_state, "archive": archive, "relaunch": relaunch, "verify": verify}
         ordered = [tasks[name] for name in upgrade]
         gate = approval_gate()
         chain(planned, preflight, gate, [approve, ordered[0]])

@@ -52,6 +52,8 @@ class UpgradeReport:
     start_plan: Mapping[str, Any] | None = None  # StartPlan.to_dict() of a start other than resume
     #: a rollback's RollbackHandover dict: how the old version restarted, what it processes twice
     rollback: Mapping[str, Any] | None = None
+    #: the state export step's StateExport dict: where the old query's state went, or why it did not
+    state_export: Mapping[str, Any] | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +121,13 @@ class UpgradeReport:
             ("startingOffsets", self.starting_offsets or "-"),
             ("downtime", "-" if self.downtime_s is None else f"{self.downtime_s:.1f} s"),
         ]
+        if self.state_export:
+            export = self.state_export
+            facts.append(("state carried", f"no: {export.get('skipped')}" if export.get("skipped") or not
+                          export.get("location") else
+                          f"after batch {export.get('batch_id')}: {export.get('stores', 0)} stores, "
+                          f"{export.get('rows', 0):,} rows, {export.get('bytes', 0):,} bytes in "
+                          f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"))
         if self.rollback:
             facts += [("rollback", f"{self.rollback.get('mode', '-')} on {self.rollback.get('checkpoint', '-')}"),
                       ("processed twice by the old version",

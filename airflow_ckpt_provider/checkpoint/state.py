@@ -12,7 +12,10 @@ before any Spark job runs, that the state after N can be read:
   from (the deltas or changelogs back to a snapshot; :class:`StateVersionPurged`);
 * the state is not RocksDB checkpoint format v2 (``stateUniqueIds`` in ``commits/N``, files
   ``<v>_<uuid>.changelog``), which Spark 4.0's reader cannot read (:class:`StateFormatUnsupported`);
-* each operator has its ``_metadata/metadata`` (:class:`StateMetadataMissing`).
+* an operator without ``_metadata/metadata`` (Spark 3.5 wrote none for some operators) is read
+  by its layout (``<partition>/`` holds the ``default`` store, ``<partition>/<store>/`` named
+  ones), except a transformWithState operator, whose variables only its metadata names
+  (:class:`StateMetadataMissing`).
 
 The export itself (a Spark job: :mod:`airflow_ckpt_provider.spark.state_export`) writes, under
 an export location E::
@@ -48,10 +51,13 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateExportCorrupt,
     StateFormatUnsupported,
     StateMetadataMissing,
+    StateStartUnsupported,
     StateVersionPurged,
 )
 from airflow_ckpt_provider.checkpoint.files import is_local, write_atomic
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.checkpoint.transfer import hash_file, human_bytes
 from airflow_ckpt_provider.clock import utc_now
 
@@ -61,6 +67,8 @@ STATE_MANIFEST = "state-manifest.json"
 STATE_DIR = "state"
 JOB_DIR = "_job"
 JOB_RESULT = f"{JOB_DIR}/result.json"
+#: where the reference DAG exports a stream's state: <archive root>/<stream>/_state/<upgrade id>
+EXPORTS_DIR = "_state"
 MANIFEST_FORMAT = 1
 CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CONF_CHECKPOINT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
@@ -90,6 +98,8 @@ class StateExportPlan:
     checkpoint_format_version: int = 1
     batch_watermark_ms: int = 0
     next_batch_watermark_ms: int = 0
+    #: (operator, store name) read by the layout on disk, for operators without metadata
+    inferred_stores: tuple[tuple[int, str], ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -104,7 +114,8 @@ class StateExportPlan:
         return {"checkpoint_uri": self.checkpoint_uri, "query_id": self.query_id, "batch_id": self.batch_id,
                 "operators": list(self.operators), "state_store_provider": self.state_store_provider,
                 "checkpoint_format_version": self.checkpoint_format_version,
-                "batch_watermark_ms": self.batch_watermark_ms, "next_batch_watermark_ms": self.next_batch_watermark_ms}
+                "batch_watermark_ms": self.batch_watermark_ms, "next_batch_watermark_ms": self.next_batch_watermark_ms,
+                "inferred_stores": [list(s) for s in self.inferred_stores]}
 
 
 def version_readable(versions: Mapping[int, frozenset[str]], version: int) -> bool:
@@ -164,17 +175,19 @@ def plan_state_export(reader: CheckpointReader, batch: int | None = None) -> Sta
             action=f"{FORMAT_V2_READER} or later reads format v2 (its statestore reader with batchId): run the "
                    "export on it (the DAG's new_spark param), or upgrade without carrying the state. Nothing was "
                    "written.", path=uri)
-    for operator in operators:
-        _check_operator(reader, operator, chosen)
+    inferred = tuple((operator, store) for operator in operators for store in _check_operator(reader, operator, chosen))
     return StateExportPlan(
         checkpoint_uri=uri, query_id=snapshot.query_id, batch_id=chosen, operators=operators,
+        inferred_stores=inferred,
         state_store_provider=provider, checkpoint_format_version=format_version,
         batch_watermark_ms=entry.batch_watermark_ms or 0, next_batch_watermark_ms=commit.next_batch_watermark_ms,
     )
 
 
-def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> None:
-    """One operator's metadata and the state version after ``batch`` in each of its store directories."""
+def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> tuple[str, ...]:
+    """Check the state version after ``batch`` in each store directory of ``operator``; returns
+    the store names to read when the operator has no metadata (Spark 3.5 wrote none for some
+    operators), inferred from the layout, else ()."""
     fs, root = reader.fs, posixpath.join(reader.root, STATE_DIR, str(operator))
     where = f"{reader.uri.rstrip('/')}/{STATE_DIR}/{operator}"
     files = [str(p) for p in fs.find(root)]
@@ -183,18 +196,16 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> None
         rel = posixpath.relpath(path, root)
         parent, name = posixpath.split(rel)
         by_dir.setdefault(parent, []).append(name)
-    if "metadata" not in by_dir.get("_metadata", []):
-        raise StateMetadataMissing(found=f"no _metadata/metadata for operator {operator}",
-                                   expected="the operator metadata Spark 3.5+ writes", path=where)
     needed = batch + 1
-    store_dirs = 0
+    stores: set[str] = set()
     for directory, names in sorted(by_dir.items()):
         if directory.startswith("_metadata") or "/_metadata" in directory or "SSTs" in directory.split("/"):
             continue
         versions, unique_ids = store_versions(names)
         if not versions:
             continue
-        store_dirs += 1
+        parts = directory.split("/")
+        stores.add(parts[1] if len(parts) > 1 else "default")  # <partition>[/<store name>]
         if unique_ids:
             raise StateFormatUnsupported(
                 found=f"state files with unique ids in {directory} (RocksDB checkpoint format v2)",
@@ -206,9 +217,91 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> None
                 found=f"store {directory}: versions {min(versions)}..{max(versions)} retained, version {needed} "
                       f"(the state after batch {batch}) cannot be rebuilt from them",
                 expected=f"state version {needed} and the files it is built from", path=where)
-    if store_dirs == 0:
+    if not stores:
         raise StateVersionPurged(found=f"no state files for operator {operator}",
                                  expected=f"state version {needed} (the state after batch {batch})", path=where)
+    if "metadata" in by_dir.get("_metadata", []) or any(d.startswith("_metadata/v2") for d in by_dir):
+        return ()
+    if any(d.startswith("_stateSchema") for d in by_dir):  # transformWithState: its variables are in the metadata
+        raise StateMetadataMissing(
+            found=f"a transformWithState operator {operator} without _metadata/ (its state variables are unknown)",
+            expected="the operator metadata Spark writes for transformWithState", path=where)
+    log.info("operator %s has no _metadata/metadata (written by Spark 3.5 or earlier): reading its store(s) %s "
+             "as laid out on disk", operator, ", ".join(sorted(stores)))
+    return tuple(sorted(stores))
+
+
+def export_location(archive_root: str, stream_name: str, upgrade_id: str) -> str:
+    """The export location of one upgrade next to the stream's archives (archive listings skip it)."""
+    return posixpath.join(archive_root.rstrip("/"), stream_name, EXPORTS_DIR, upgrade_id)
+
+
+def state_batch(result: HandoverResult) -> int | None:
+    """The batch whose state matches where the new version starts: the handover's batch for a
+    resume, K-1 for a rewind to committed batch K (None for K=0: the state before batch 0 is
+    empty). A time or explicit offsets fall between batches: :class:`StateStartUnsupported`."""
+    plan = result.start_plan
+    mode = plan.choice.mode if plan is not None else StartMode.RESUME
+    if mode is StartMode.RESUME:
+        return result.handover.batch_id
+    if mode is StartMode.REWIND_TO_BATCH:
+        assert plan is not None and plan.choice.batch is not None
+        return plan.choice.batch - 1 if plan.choice.batch > 0 else None
+    raise StateStartUnsupported(
+        found=f"the new version starts {'at a time' if mode is StartMode.AT_TIME else 'at explicit offsets'} "
+              f"({mode.value}), between batches",
+        expected="a start at a batch boundary (resume or rewind_to_batch), where the old state is exact",
+        path=result.handover.checkpoint_uri)
+
+
+@dataclass(frozen=True)
+class StateExport:
+    """The state-export step's result, the contract with the relaunch and the report.
+
+    ``location`` is the export root (the new version gets it as ``spark.ckpt.initialStatePath``),
+    empty when nothing was exported; then ``skipped`` says why (a stateless query, state not
+    carried, nothing committed, a start before batch 0). As XCom: :meth:`to_dict`."""
+
+    location: str = ""
+    batch_id: int | None = None
+    stores: int = 0
+    rows: int = 0
+    size: int = 0
+    seconds: float = 0.0
+    skipped: str = ""
+    operators: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, manifest: StateManifest, location: str, seconds: float) -> StateExport:
+        return cls(location=location, batch_id=manifest.batch_id, stores=len(manifest.stores), rows=manifest.rows,
+                   size=manifest.total_bytes, seconds=round(seconds, 3),
+                   operators=tuple(sorted({s.operator_id for s in manifest.stores})))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"location": self.location, "batch_id": self.batch_id, "stores": self.stores, "rows": self.rows,
+                "bytes": self.size, "seconds": self.seconds, "skipped": self.skipped,
+                "operators": list(self.operators)}
+
+    @classmethod
+    def from_json(cls, data: StateExport | str | bytes | Mapping[str, Any] | None) -> StateExport | None:
+        """This object, its dict or JSON; a bare location string; None/empty for no export."""
+        if data is None or isinstance(data, StateExport):
+            return data
+        raw: dict[str, Any]
+        if isinstance(data, (str, bytes)):
+            text = (data.decode() if isinstance(data, bytes) else data).strip()
+            if text in ("", "None", "null"):
+                return None
+            if not text.startswith("{"):
+                return cls(location=text)
+            raw = dict(json.loads(text))
+        else:
+            raw = dict(data)
+        batch = raw.get("batch_id")
+        return cls(location=str(raw.get("location") or ""), batch_id=int(batch) if batch is not None else None,
+                   stores=int(raw.get("stores") or 0), rows=int(raw.get("rows") or 0), size=int(raw.get("bytes") or 0),
+                   seconds=float(raw.get("seconds") or 0.0), skipped=str(raw.get("skipped") or ""),
+                   operators=tuple(int(o) for o in raw.get("operators") or ()))
 
 
 # -- the manifest --------------------------------------------------------------------------------
@@ -399,11 +492,17 @@ def prepare_export_location(fs: AbstractFileSystem, root: str, *, uri: str, chec
     return None
 
 
-def _parquet_rows(fs: AbstractFileSystem, path: str) -> int:
+def _parquet_rows(fs: AbstractFileSystem, path: str, uri: str) -> int:
+    """The row count in the footer of a Parquet file; :class:`StateExportCorrupt` when unreadable."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with fs.open(path, "rb") as handle:
-        return int(pq.ParquetFile(handle).metadata.num_rows)
+    try:
+        with fs.open(path, "rb") as handle:
+            return int(pq.ParquetFile(handle).metadata.num_rows)
+    except (pa.ArrowException, OSError) as exc:
+        raise StateExportCorrupt(found=f"{posixpath.basename(path)} unreadable as Parquet ({exc})",
+                                 expected="a complete Parquet file", path=uri) from None
 
 
 def _parquet_files(fs: AbstractFileSystem, directory: str) -> list[tuple[str, int]]:
@@ -420,7 +519,7 @@ def _read_store(fs: AbstractFileSystem, root: str, store: ExportedStore, uri: st
     files: list[ExportedFile] = []
     for path, _size in _parquet_files(fs, posixpath.join(root, store.path)):
         size, digest = hash_file(fs, path)
-        files.append(ExportedFile(posixpath.relpath(path, root), size, digest, _parquet_rows(fs, path)))
+        files.append(ExportedFile(posixpath.relpath(path, root), size, digest, _parquet_rows(fs, path, uri)))
     rows = sum(f.rows for f in files)
     if rows != store.rows:
         raise StateExportCorrupt(
@@ -478,11 +577,12 @@ def verify_state_export(fs: AbstractFileSystem, root: str, manifest: StateManife
             if rel not in present:
                 raise StateExportCorrupt(found=f"{rel} is missing", expected="every file of the manifest", path=uri)
             size, digest = hash_file(fs, posixpath.join(root, rel))
-            rows = _parquet_rows(fs, posixpath.join(root, rel))
-            if (size, digest, rows) != (want.bytes, want.sha256, want.rows):
-                raise StateExportCorrupt(
-                    found=f"{rel}: {size} bytes, sha256 {digest[:12]}…, {rows} rows",
-                    expected=f"{want.bytes} bytes, sha256 {want.sha256[:12]}…, {want.rows} rows", path=uri)
+            if (size, digest) != (want.bytes, want.sha256):
+                raise StateExportCorrupt(found=f"{rel}: {size} bytes, sha256 {digest[:12]}…",
+                                         expected=f"{want.bytes} bytes, sha256 {want.sha256[:12]}…", path=uri)
+            rows = _parquet_rows(fs, posixpath.join(root, rel), uri)
+            if rows != want.rows:
+                raise StateExportCorrupt(found=f"{rel}: {rows} rows", expected=f"{want.rows} rows", path=uri)
 
 
 def check_reusable(manifest: StateManifest, plan: StateExportPlan, *, uri: str) -> None:
@@ -496,6 +596,7 @@ def check_reusable(manifest: StateManifest, plan: StateExportPlan, *, uri: str) 
             path=uri)
 
 
-__all__ = ["HDFS_PROVIDER", "JOB_RESULT", "STATE_MANIFEST", "ExportedFile", "ExportedStore", "StateExportPlan",
+__all__ = ["HDFS_PROVIDER", "JOB_RESULT", "STATE_MANIFEST", "ExportedFile", "ExportedStore", "StateExport",
+           "StateExportPlan", "export_location", "state_batch",
            "StateManifest", "check_reusable", "finish_export", "plan_state_export", "prepare_export_location",
            "read_manifest", "store_versions", "verify_state_export", "version_readable"]

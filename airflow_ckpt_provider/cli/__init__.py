@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "airflow_ckpt_provider.cli.archive",
     "airflow_ckpt_provider.cli.stop",
     "airflow_ckpt_provider.cli.launch",
+    "airflow_ckpt_provider.cli.state",
     "airflow_ckpt_provider.cli.journal",
     "airflow_ckpt_provider.cli.dev_stack",
     "airflow_ckpt_provider.cli.run",

@@ -28,6 +28,7 @@ from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep,
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.checkpoint.state import StateExport
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_start
 from airflow_ckpt_provider.clock import utc_iso
@@ -37,6 +38,7 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.spark.control import (
+    CONF_INITIAL_STATE_PATH,
     CONF_STANDBY,
     CONF_STANDBY_TIMEOUT_S,
     DEFAULT_STANDBY_TIMEOUT_S,
@@ -104,7 +106,10 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
 
     ``handover`` is the handover step's result (``CheckpointHandoverOperator.output``, a dict or
     JSON): the job then starts at its ``starting_offsets`` with its handover, unless
-    ``starting_offsets`` / ``handover_json`` are given explicitly.
+    ``starting_offsets`` / ``handover_json`` are given explicitly. ``initial_state`` is the state
+    export step's result (``StateExportOperator.output``, or an export location): when it holds an
+    export, the job also gets ``spark.ckpt.initialStatePath`` (a standby: with its release), which
+    :mod:`airflow_ckpt_provider.spark.state` reads.
     The job gets ``spark.ckpt.checkpointLocation``, ``spark.ckpt.startingOffsets`` (and
     ``spark.ckpt.handoverJson`` when a handover is known) as Spark conf; see
     :mod:`airflow_ckpt_provider.spark.kafka`. The spark-submit comes from ``spark_conn_id`` or
@@ -136,7 +141,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
                                       "old_checkpoint_uri", "handover", "starting_offsets", "handover_json",
-                                      "sink_path",
+                                      "sink_path", "initial_state",
                                       "master", "deploy_mode", "master_ui_url", "log_dir",
                                       "spark_conn_id", "spark_binary", "spark_home", *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
@@ -157,6 +162,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         master: str | None = None,
         deploy_mode: str | None = None,
         sink_path: str | None = None,
+        initial_state: str | Mapping[str, Any] | None = None,
         allow_existing_checkpoint: bool = False,
         first_commit_timeout: float = 600.0,
         poll_interval: float = 5.0,
@@ -201,6 +207,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         self.master = master
         self.deploy_mode = deploy_mode
         self.sink_path = sink_path
+        self.initial_state = initial_state
         self.allow_existing_checkpoint = bool(allow_existing_checkpoint)
         self._resume_after: int | None = None  # last batch of an existing checkpoint (preflight)
         self.first_commit_timeout = float(first_commit_timeout)
@@ -260,6 +267,13 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             starting = result.offsets().to_json()
         return starting
 
+    def _initial_state_conf(self) -> dict[str, str]:
+        """``spark.ckpt.initialStatePath`` when ``initial_state`` holds an export, else nothing."""
+        export = StateExport.from_json(self.initial_state)
+        if export is None or not export.location:
+            return {}
+        return {CONF_INITIAL_STATE_PATH: export.location}
+
     def _check_target(self, allow_existing_checkpoint: bool) -> bool:
         """:func:`check_launch_target` on this launch's checkpoint, old checkpoint and sink."""
         storage = self.storage_hook
@@ -313,6 +327,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                 self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is "
                                  "latest)")
             handover_json = self._handover_text()
+            conf.update(self._initial_state_conf())
         min_batch = 0 if self._resume_after is None else self._resume_after + 1
         launch_id = uuid.uuid4().hex
         if journal is not None:  # the intent first: a re-run finds this launch by its id
@@ -496,7 +511,8 @@ class StandbyReleaseOperator(StreamLaunchOperator):
         assert beat is not None  # _waiting saw it
         release = StandbyRelease(release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
                                  starting_offsets=starting, handover_json=self._handover_text() or "",
-                                 requested_by=f"{self.dag_id}.{self.task_id}", standby_run_id=beat.run_id)
+                                 conf=self._initial_state_conf(), requested_by=f"{self.dag_id}.{self.task_id}",
+                                 standby_run_id=beat.run_id)
         if journal is not None:  # before the write: a re-run never releases twice
             journal.note(self.task_id, released=release.release_id, handle=standby.to_dict())
         control.write_record(STANDBY_RELEASE, release.to_json().encode())

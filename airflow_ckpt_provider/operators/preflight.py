@@ -16,6 +16,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidLaunchHandle,
     JournalCorrupt,
     SharedCheckpoint,
+    StateStartUnsupported,
     UpgradeRolledBack,
 )
 from airflow_ckpt_provider.checkpoint.journal import (
@@ -36,6 +37,7 @@ from airflow_ckpt_provider.checkpoint.rewind import (
     StartMode,
     rewind_warning,
 )
+from airflow_ckpt_provider.checkpoint.state import plan_state_export
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
@@ -85,6 +87,11 @@ class UpgradePreflightOperator(BaseOperator):
     ``rollback_checkpoint_uri`` from the new version's handover) is refused with
     :class:`ForwardRollbackRefused` when the old checkpoint has state (``state/`` with operators)
     or the rollback checkpoint is missing, is one of the two checkpoints or is not empty.
+    For a stateful old query with ``carry_state`` (default) the state is checked as the export
+    will read it (:func:`~airflow_ckpt_provider.checkpoint.state.plan_state_export`: RocksDB
+    checkpoint format v2, operator metadata missing; a start at a time or explicit offsets, which
+    falls between batches: :class:`StateStartUnsupported`), and the approver is told whether the
+    state is carried; ``carry_state=False`` says the new version starts with EMPTY state.
 
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
@@ -96,7 +103,7 @@ class UpgradePreflightOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
-        "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "rollback_mode",
+        "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "carry_state", "rollback_mode",
         "rollback_checkpoint_uri",
     )
     ui_color = "#eef7ee"
@@ -124,9 +131,11 @@ class UpgradePreflightOperator(BaseOperator):
         relaunch_mode: str = "",
         rollback_mode: str = RollbackMode.RESTORE.value,
         rollback_checkpoint_uri: str = "",
+        carry_state: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.carry_state = carry_state
         self.rollback_mode = rollback_mode
         self.rollback_checkpoint_uri = rollback_checkpoint_uri
         self.relaunch_mode = relaunch_mode
@@ -200,6 +209,7 @@ class UpgradePreflightOperator(BaseOperator):
                                        accept_data_loss=accept_loss)
             if choice.batch is not None:
                 start_warning = self._rewind_warning(reader, choice.batch)
+        state = self._state_line(reader, choice)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
@@ -216,7 +226,7 @@ class UpgradePreflightOperator(BaseOperator):
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
             relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan, start_warning=start_warning,
         ))
-        summary += f"\n\n{rollback}"
+        summary += f"\n\n{state}\n\n{rollback}"
         value: dict[str, Any] = {
             "summary_md": summary,
             "handover": handover.to_dict(),
@@ -231,6 +241,24 @@ class UpgradePreflightOperator(BaseOperator):
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
+
+    def _state_line(self, reader: CheckpointReader, choice: StartChoice) -> str:
+        """What happens to the old query's state, for the approver; refuses what the export would."""
+        plan = plan_state_export(reader)
+        if not plan.stateful:
+            return "**State:** the old query is stateless: there is no state to carry."
+        operators = ", ".join(map(str, plan.operators))
+        if not flag(self.carry_state, "carry_state"):
+            return (f"**State: NOT carried** (`carry_state` off): the new version starts with EMPTY state for "
+                    f"stateful operator(s) {operators}.")
+        if choice.mode in (StartMode.AT_TIME, StartMode.OFFSETS):
+            raise StateStartUnsupported(
+                found=f"a stateful old query (operators {operators}) and a start {choice.mode.value}, between batches",
+                expected="a start at a batch boundary (resume or rewind_to_batch), where the old state is exact",
+                path=self.old_checkpoint_uri)
+        return (f"**State:** operator(s) {operators} ({plan.state_store_provider.rsplit('.', 1)[-1]}): exported at "
+                f"the handover batch and verified, then given to the new version as `spark.ckpt.initialStatePath` "
+                f"(it must read it: docs \"Starting from the old query's state\").")
 
     def _check_rollback(self, storage: CheckpointStorageHook, old: tuple[Any, str], new: tuple[Any, str]) -> str:
         """Refuse a forward rollback that cannot be honoured (see the class docstring); say how a

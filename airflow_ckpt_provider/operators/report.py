@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +35,8 @@ class UpgradeReportOperator(BaseOperator):
     With ``rollback_handover_task_id`` (:class:`RollbackHandoverOperator`) a rollback's report
     states how the old version restarted and exactly which Kafka offsets, per partition, it
     processes a second time (``rollback`` in the dict, a section in the Markdown).
+    ``state_export_task_id``'s StateExport says whether the old query's state was carried (where,
+    which batch, how many rows) or why not (``state carried`` in the facts).
     The notes say where the graceful stop's time went (``stop_task_id``'s StopResult timeline:
     the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
 
@@ -67,6 +69,7 @@ class UpgradeReportOperator(BaseOperator):
         rollback_handover_task_id: str | None = None,
         preflight_task_id: str | None = None,
         stop_task_id: str | None = "graceful_stop",
+        state_export_task_id: str | None = "export_state",
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         journal: str | None = None,
@@ -89,6 +92,7 @@ class UpgradeReportOperator(BaseOperator):
         self.rollback_handover_task_id = rollback_handover_task_id
         self.preflight_task_id = preflight_task_id
         self.stop_task_id = stop_task_id
+        self.state_export_task_id = state_export_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
 
@@ -133,6 +137,7 @@ class UpgradeReportOperator(BaseOperator):
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
             start_plan=extract.get("start_plan"),
             rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
+            state_export=self._state_export(ti),
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -145,6 +150,10 @@ class UpgradeReportOperator(BaseOperator):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _state_export(self, ti: Any) -> dict[str, Any] | None:
+        value = ti.xcom_pull(task_ids=self.state_export_task_id) if self.state_export_task_id else None
+        return dict(value) if isinstance(value, Mapping) else None
 
     def _rollback(self, ti: Any, states: dict[str, str]) -> Any:  # noqa: ANN401 - an XCom value
         """The rollback step's result, when a restart of the old version was attempted (a standby

@@ -47,6 +47,8 @@ STANDBY_RELEASE = f"{CONTROL_DIR}/standby-release.json"
 CONF_CHECKPOINT_LOCATION = "spark.ckpt.checkpointLocation"
 CONF_STARTING_OFFSETS = "spark.ckpt.startingOffsets"
 CONF_HANDOVER_JSON = "spark.ckpt.handoverJson"
+#: the old query's exported state (a state-manifest.json folder), when the upgrade carries it
+CONF_INITIAL_STATE_PATH = "spark.ckpt.initialStatePath"
 #: ``true``: the driver is a standby; it waits for its release before starting its query.
 CONF_STANDBY = "spark.ckpt.standby"
 #: Seconds a standby waits for its release before it exits (default :data:`DEFAULT_STANDBY_TIMEOUT_S`).

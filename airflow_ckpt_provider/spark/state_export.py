@@ -76,13 +76,20 @@ def _state_variables(properties: str | None) -> list[str]:
     return [str(v.get("stateName")) for v in variables or [] if isinstance(v, dict) and v.get("stateName")]
 
 
-def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, list_only: bool = False) -> dict[str, Any]:
+def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, list_only: bool = False,
+                 extra_stores: list[tuple[int, str]] | None = None) -> dict[str, Any]:
     """Read every store's state after ``batch_id`` and (unless ``list_only``) write it under
-    ``target``; returns the result (see the module doc). Spark's own errors propagate."""
-    from pyspark.sql import Observation
+    ``target``; returns the result (see the module doc). ``extra_stores`` adds (operator, store name)
+    pairs of operators ``state-metadata`` does not list (no operator metadata: Spark 3.5). Spark's
+    own errors propagate."""
+    from pyspark.sql import Observation, Row
     from pyspark.sql import functions as F
 
     metadata = spark.read.format("state-metadata").load(checkpoint).collect()
+    listed = {int(r.operatorId) for r in metadata}
+    metadata += [Row(operatorId=op, operatorName="(no operator metadata)", stateStoreName=name, numPartitions=0,
+                     minBatchId=None, maxBatchId=None, operatorProperties=None)
+                 for op, name in extra_stores or [] if op not in listed]
     stores: list[dict[str, Any]] = []
     seen: set[tuple[int, str]] = set()
     for row in sorted(metadata, key=lambda r: (r.operatorId, r.stateStoreName)):
@@ -139,13 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", required=True, help="export root; the Parquet goes to <target>/state/...")
     parser.add_argument("--result", default="", help=f"where the result JSON goes (default <target>/{RESULT})")
     parser.add_argument("--list", action="store_true", help="count rows only, write no Parquet")
+    parser.add_argument("--store", action="append", default=[], metavar="OPERATOR:NAME",
+                        help="a store of an operator without metadata (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("ckpt-state-export").getOrCreate()
     try:
-        result = export_state(spark, args.checkpoint, args.batch, args.target, list_only=args.list)
+        stores = [(int(op), name) for op, _, name in (s.partition(":") for s in args.store)]
+        result = export_state(spark, args.checkpoint, args.batch, args.target, list_only=args.list,
+                              extra_stores=stores)
         write_result(spark, args.result or f"{args.target.rstrip('/')}/{RESULT}", result)
     finally:
         spark.stop()

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.checkpoint.journal import list_journals
+from airflow_ckpt_provider.checkpoint.state import read_manifest
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.local.upgrade_demo import STREAM, V1, V2, UpgradeDemo
@@ -42,6 +43,7 @@ UPGRADE_FAULTS = [
     "start_standby:launched",   # v2 started as a standby, the worker dies before waiting for it
     "graceful_stop:requested",  # stop requested, the worker dies while waiting for the ack
     "extract_handover:done",    # handover taken, not yet recorded
+    "export_state:exporting",   # the state export job started, the worker dies while it writes
     "relaunch:released",        # the standby released, the worker dies before waiting for its commit
     "verify:done",              # verified, not yet recorded
     "archive:copying",          # a few files copied, no manifest
@@ -180,6 +182,12 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
     assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
     assert journal.steps["start_standby"].attempts == 2 and journal.steps["relaunch"].attempts == 2
     assert journal.steps["archive"].attempts == 2
+    # the export killed while its job wrote: the re-run stopped that job and exported again, verified
+    assert journal.steps["export_state"].attempts == 2
+    export = journal.steps["export_state"].result
+    assert export["location"] and export["rows"] > 0, export
+    manifest = read_manifest(__import__("fsspec").filesystem("file"), export["location"])
+    assert manifest is not None and manifest.rows == export["rows"]
     # the secret of the connection the runs used is nowhere: run logs (every task's log), Airflow's
     # log folder, the archive (manifest, journal, report), the checkpoints, the XCom table
     assert SECRET.encode() in (tmp_path / "request-0.json").read_bytes()  # it was really used

@@ -48,8 +48,9 @@ def spark_files(checkpoint: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(("dag_id", "first_steps"), [
-    ("stream_upgrade", ["start_standby", "graceful_stop", "extract_handover", "relaunch", "verify", "archive"]),
-    ("stream_upgrade_cold", ["graceful_stop", "extract_handover", "archive", "relaunch", "verify"]),
+    ("stream_upgrade", ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
+                        "archive"]),
+    ("stream_upgrade_cold", ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"]),
 ])
 def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, dag_id: str,  # noqa: ANN001
                                               first_steps: list[str]) -> None:
@@ -77,6 +78,10 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, d
     down = report["downtime_by_step"]
     assert abs(sum(down.values()) - report["downtime_s"]) < 0.01 and down.get("graceful_stop", 0) > 0, down
     assert any(note.startswith("graceful_stop: driver saw the request") for note in report["notes"]), report["notes"]
+    # v1 deduplicates (a stateful query): its state after the handover batch was exported, verified
+    export = report["state_export"]
+    assert export["batch_id"] == handover.batch_id and export["rows"] > 0 and not export["skipped"], export
+    assert (Path(export["location"]) / "state-manifest.json").exists()
     stored = Path(report["archive"]) / "report"
     assert (stored / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert "upgraded" in (stored / "upgrade-report.md").read_text()

@@ -174,9 +174,11 @@ def write_checkpoint(
             continue
         label = names[i] if names else str(i)
         put(f"sources/{label}/0", b"\x00v1\n" + raw.encode())
-    for op in state_operators:
+    for op in state_operators:  # as the HDFS-backed store writes them: a delta per version, each batch
+        _pipe(fs, f"{root}/state/{op}/_metadata/metadata", b'v1\n{"operatorInfo":{"operatorId":%d}}' % op)
         for part in (0, 1):
-            _pipe(fs, f"{root}/state/{op}/{part}/1.delta", b"\x00\x01")
+            for version in range(1, max(done, default=0) + 2):
+                _pipe(fs, f"{root}/state/{op}/{part}/{version}.delta", b"\x00\x01")
     return Built(fs=fs, root=root, uri=target, query_id=query_id if metadata else None,
                  planned=planned, committed=done, lines=lines, names=list(names) if names else None,
                  initial=first)

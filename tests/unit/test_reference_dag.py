@@ -32,9 +32,9 @@ def test_manual_and_asset_triggered_variants(dags: dict) -> None:
 
 @pytest.mark.parametrize(("dag_id", "chain"), [
     ("stream_upgrade", ["preflight", "approval_gate", "approve", "start_standby", "graceful_stop", "extract_handover",
-                        "relaunch", "verify", "archive"]),
-    ("stream_upgrade_cold", ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover", "archive",
-                             "relaunch", "verify"]),
+                        "export_state", "relaunch", "verify", "archive"]),
+    ("stream_upgrade_cold", ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover",
+                             "export_state", "archive", "relaunch", "verify"]),
 ])
 def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[str]) -> None:
     dag = dags[dag_id]
@@ -185,3 +185,16 @@ def test_the_upgrade_stop_refuses_an_old_version_it_cannot_see(dags: dict, dag_i
     dag = dags[dag_id]
     assert dag.get_task("graceful_stop").fail_if_no_heartbeat is True
     assert dag.get_task("rollback_stop_new").fail_if_no_heartbeat is False  # a rollback stops what it can
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold"])
+def test_state_export_feeds_the_relaunch(dags: dict, dag_id: str) -> None:
+    """The relaunch takes the export's result (spark.ckpt.initialStatePath); the export reads the
+    old checkpoint with the new version's Spark, and carry_state reaches it."""
+    dag = dags[dag_id]
+    export, relaunch = dag.get_task("export_state"), dag.get_task("relaunch")
+    assert "export_state" in relaunch.upstream_task_ids
+    assert "export_state" in str(relaunch.initial_state)
+    assert export.carry_state == "{{ params.carry_state }}"
+    assert dag.params["carry_state"] is True
+    assert "extract_handover" in str(export.handover)

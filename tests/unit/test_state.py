@@ -1,0 +1,156 @@
+"""The state export's pure decisions: which versions rebuild, which batch a start needs, the
+value objects' JSON, and the export location's refusals (on an in-memory filesystem)."""
+
+from __future__ import annotations
+
+import json
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint.errors import StateExportConflict, StateExportCorrupt, StateStartUnsupported
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceOffsets
+from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan
+from airflow_ckpt_provider.checkpoint.state import (
+    STATE_MANIFEST,
+    ExportedFile,
+    ExportedStore,
+    StateExport,
+    StateManifest,
+    export_location,
+    prepare_export_location,
+    state_batch,
+    store_versions,
+    version_readable,
+)
+
+
+@pytest.mark.parametrize(("names", "version", "readable"), [
+    (["1.delta", "2.delta", "3.delta"], 3, True),
+    (["2.delta", "3.delta"], 3, False),                      # version 1 purged, no snapshot
+    (["2.snapshot", "3.delta", "4.delta"], 4, True),         # a snapshot is a whole version
+    (["2.snapshot", "4.delta"], 4, False),                   # 3 missing between
+    (["5.zip", "6.changelog", "7.changelog"], 7, True),      # RocksDB: zip + changelogs
+    (["6.changelog", "7.changelog"], 7, False),
+    (["1.changelog"], 2, False),                             # the version itself is missing
+    ([], 0, True),                                           # version 0 is the empty state
+])
+def test_version_readable(names: list[str], version: int, readable: bool) -> None:
+    versions, unique = store_versions([*names, ".1.delta.crc", "_metadata", "SSTs"])
+    assert not unique
+    assert version_readable(versions, version) is readable
+
+
+def test_unique_ids_mark_checkpoint_format_v2() -> None:
+    versions, unique = store_versions(["3_9f1b2c3d-aaaa-bbbb-cccc-0123456789ab.changelog", "3.zip"])
+    assert unique and 3 in versions
+
+
+def _result(choice: StartChoice | None = None, batch: int | None = 7) -> HandoverResult:
+    sources = (SourceOffsets.parse(0, '{"t":{"0":5}}'),)
+    handover = Handover(query_id="q", checkpoint_uri="/ckpt", batch_id=batch, from_initial=batch is None,
+                        sources=sources, in_flight_batch=None, taken_at="2026-01-01T00:00:00+00:00")
+    if choice is None:
+        return HandoverResult(handover)
+    plan = StartPlan(choice=choice, starting_offsets=KafkaOffsets.from_json('{"t":{"0":2}}'), partitions=())
+    return HandoverResult(handover, plan.starting_offsets, None, plan)
+
+
+def test_state_batch_follows_the_start() -> None:
+    assert state_batch(_result()) == 7
+    assert state_batch(_result(StartChoice(StartMode.REWIND_TO_BATCH, batch=4))) == 3
+    assert state_batch(_result(StartChoice(StartMode.REWIND_TO_BATCH, batch=0))) is None
+    with pytest.raises(StateStartUnsupported, match="explicit offsets"):
+        state_batch(_result(StartChoice(StartMode.OFFSETS, offsets=KafkaOffsets.from_json('{"t":{"0":2}}'))))
+
+
+def test_state_export_json_round_trip() -> None:
+    export = StateExport(location="s3a://b/x", batch_id=3, stores=2, rows=10, size=99, seconds=1.5, operators=(0, 1))
+    assert StateExport.from_json(json.dumps(export.to_dict())) == export
+    assert StateExport.from_json(export.to_dict()) == export
+    assert StateExport.from_json("/plain/location") == StateExport(location="/plain/location")
+    assert StateExport.from_json("") is None and StateExport.from_json("None") is None
+
+
+def _manifest() -> StateManifest:
+    store = ExportedStore(operator_id=0, operator_name="stateStoreSave", store_name="default", state_variable=None,
+                          path="state/0/default", num_partitions=2, key_schema={"type": "struct", "fields": []},
+                          value_schema={"type": "struct", "fields": [{"name": "sum"}, {"name": "sum"}]},
+                          void_fields=(), rows=3, files=(ExportedFile("state/0/default/p.parquet", 10, "ab", 3),),
+                          renamed_fields={"value.sum_1": "value.sum"})
+    return StateManifest(checkpoint_uri="/ckpt", query_id="q", batch_id=7, upgrade_id="u", state_store_provider="p",
+                         checkpoint_format_version=1, batch_watermark_ms=5, next_batch_watermark_ms=6,
+                         spark_version="4.0.0", created_at="t", stores=(store,), handover={"batch_id": 7})
+
+
+def test_manifest_round_trip_and_refusal() -> None:
+    manifest = _manifest()
+    assert StateManifest.from_json(manifest.to_json()) == manifest
+    assert manifest.store(0, "default") is manifest.stores[0] and manifest.store(1, "default") is None
+    assert manifest.rows == 3 and manifest.total_bytes == 10
+    with pytest.raises(StateExportCorrupt, match="does not parse"):
+        StateManifest.from_json('{"format": 2}', where="/x/state-manifest.json")
+    with pytest.raises(StateExportCorrupt, match="KeyError"):
+        StateManifest.from_json('{"format": 1}')
+
+
+def test_export_location_refusals_and_cleanup() -> None:
+    fs = fsspec.filesystem("memory")
+    fs.mkdir("/ckpt/state")
+    with pytest.raises(StateExportConflict, match="overlaps"):
+        prepare_export_location(fs, "/ckpt/export", uri="memory:///ckpt/export", checkpoint_fs=fs,
+                                checkpoint_root="/ckpt")
+    fs.pipe_file("/exp/a/state/0/default/part-0.parquet", b"half")
+    fs.pipe_file("/exp/a/_job/result.json", b"{}")
+    assert prepare_export_location(fs, "/exp/a", uri="memory:///exp/a", checkpoint_fs=fs,
+                                   checkpoint_root="/ckpt") is None
+    assert not fs.exists("/exp/a/state") and not fs.exists("/exp/a/_job"), "the unfinished export is removed"
+    fs.pipe_file("/exp/b/mine.txt", b"x")
+    with pytest.raises(StateExportConflict, match="mine.txt"):
+        prepare_export_location(fs, "/exp/b", uri="memory:///exp/b", checkpoint_fs=fs, checkpoint_root="/ckpt")
+    assert fs.cat_file("/exp/b/mine.txt") == b"x"
+    fs.pipe_file(f"/exp/c/{STATE_MANIFEST}", _manifest().to_json().encode())
+    assert prepare_export_location(fs, "/exp/c", uri="memory:///exp/c", checkpoint_fs=fs,
+                                   checkpoint_root="/ckpt") == _manifest()
+    assert export_location("s3://b/archives/", "orders", "u-1") == "s3://b/archives/orders/_state/u-1"
+
+
+def _checkpoint(fs, layout: list[str]) -> str:  # noqa: ANN001
+    """A checkpoint's logs (batch 1 committed) and state files on an in-memory filesystem."""
+    root = "/cp"
+    fs.pipe_file(f"{root}/metadata", b'{"id":"6f1c2d3e-0000-4000-8000-000000000001"}')
+    for batch in (0, 1):
+        fs.pipe_file(f"{root}/offsets/{batch}", b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n'
+                     b'{"t":{"0":' + str(batch * 10).encode() + b'}}')
+        fs.pipe_file(f"{root}/commits/{batch}", b'v1\n{"nextBatchWatermarkMs":0}')
+    for rel in layout:
+        fs.pipe_file(f"{root}/state/0/{rel}", b"x")
+    return root
+
+
+@pytest.mark.parametrize(("layout", "inferred"), [
+    (["_metadata/metadata", "0/1.delta", "0/2.delta"], []),
+    (["0/1.delta", "0/2.delta", "1/1.delta", "1/2.delta"], [(0, "default")]),
+    (["0/left-a/1.changelog", "0/left-a/2.changelog", "0/right-b/2.zip"], [(0, "left-a"), (0, "right-b")]),
+])
+def test_stores_of_operators_without_metadata_come_from_the_layout(layout: list[str], inferred: list) -> None:
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+
+    fs = fsspec.filesystem("memory")
+    fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
+    plan = plan_state_export(CheckpointReader(_checkpoint(fs, layout), fs=fs))
+    assert plan.batch_id == 1 and list(plan.inferred_stores) == inferred
+
+
+def test_transform_with_state_without_metadata_is_refused() -> None:
+    from airflow_ckpt_provider.checkpoint.errors import StateMetadataMissing
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+
+    fs = fsspec.filesystem("memory")
+    fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
+    root = _checkpoint(fs, ["0/1.changelog", "0/2.changelog", "_stateSchema/default/0_abc"])
+    with pytest.raises(StateMetadataMissing, match="transformWithState"):
+        plan_state_export(CheckpointReader(root, fs=fs))
