@@ -6,9 +6,11 @@ Each record's value names its sequence number, so a sink can be audited per Kafk
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +42,17 @@ def produce_records(bootstrap_servers: str, topic: str, count: int, *, start: in
 class ContinuousProducer:
     """Produces keyed records to a topic from a background thread until stopped.
 
-    ``rate`` is records per second (approximate). ``stop()`` flushes and returns how many
+    ``rate`` is records per second (approximate). ``record(i)`` gives the i-th record's (key,
+    value) bytes (default ``key-<i>`` / ``value-<i>``). ``stop()`` flushes and returns how many
     records the broker acknowledged, which is the number the sink must hold.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, *, rate: float = 200.0) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str, *, rate: float = 200.0,
+                 record: Callable[[int], tuple[bytes, bytes]] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.rate = rate
+        self.record = record or (lambda i: (f"key-{i}".encode(), f"value-{i}".encode()))
         self.acked = 0
         self.failed = 0
         self._stop = threading.Event()
@@ -72,9 +77,8 @@ class ContinuousProducer:
         started = time.monotonic()
         try:
             while not self._stop.is_set():
-                producer.send(
-                    self.topic, key=f"key-{sent}".encode(), value=f"value-{sent}".encode()
-                ).add_callback(self._on_ack).add_errback(self._on_error)
+                key, value = self.record(sent)
+                producer.send(self.topic, key=key, value=value).add_callback(self._on_ack).add_errback(self._on_error)
                 sent += 1
                 ahead = sent / self.rate - (time.monotonic() - started)
                 if ahead > 0:
@@ -89,3 +93,14 @@ class ContinuousProducer:
         if self.failed:
             log.warning("%d records to %s were not acknowledged", self.failed, self.topic)
         return self.acked
+
+
+#: customers of the purchase records
+CUSTOMERS = 50
+
+
+def purchase(i: int) -> tuple[bytes, bytes]:
+    """The i-th purchase record: key ``customer-<c>``, value ``{"customer": c, "amount": a}`` with
+    c = i mod :data:`CUSTOMERS` and an amount from 1 to 97 that varies with i."""
+    customer = i % CUSTOMERS
+    return f"customer-{customer}".encode(), json.dumps({"customer": customer, "amount": i * 7 % 97 + 1}).encode()

@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,11 @@ class UpgradeDemo:
 
     def __init__(self, work: Path, *, partitions: int = 3, rate: float = 100.0, trigger: str = "1 second",
                  kafka: LocalKafka | None = None, old_spark: SparkInstall | None = None,
-                 new_spark: SparkInstall | None = None) -> None:
+                 new_spark: SparkInstall | None = None, v1: Path = V1, v2: Path = V2,
+                 record: Callable[[int], tuple[bytes, bytes]] | None = None, topic: str = TOPIC,
+                 stream: str = STREAM) -> None:
         self.work = work.resolve()
+        self.v1, self.v2, self.record, self.stream = v1, v2, record, stream
         self.old_spark, self.new_spark = old_spark, new_spark
         self.partitions = partitions
         self.rate = rate
@@ -79,14 +82,14 @@ class UpgradeDemo:
         self.logs = self.work / "logs"
         self._own_kafka = kafka is None
         self.kafka = kafka or LocalKafka(self.work / "kafka")
-        self.topic = TOPIC if kafka is None else f"{TOPIC}-{os.urandom(4).hex()}"
+        self.topic = topic if kafka is None else f"{topic}-{os.urandom(4).hex()}"
         self.producer: ContinuousProducer | None = None
         self.produced_acked = 0
         self.handles: list[LaunchHandle] = []
 
     # -- set-up -----------------------------------------------------------------------------------
 
-    def start(self, *, min_batches: int = 2, timeout: float = 240.0, application: Path = V1) -> LaunchHandle:
+    def start(self, *, min_batches: int = 2, timeout: float = 240.0, application: Path | None = None) -> LaunchHandle:
         """Kafka, topic, producer, then version 1 (``application``) until it committed
         ``min_batches`` batches."""
         if self.work.exists() and self._own_kafka:
@@ -94,8 +97,9 @@ class UpgradeDemo:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.kafka.start()
         self.kafka.create_topic(self.topic, self.partitions)
-        self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate).start()
-        handle = self.launch(application, self.old_cp, starting_offsets="earliest", spark=self.old_spark)
+        self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate,
+                                           record=self.record).start()
+        handle = self.launch(application or self.v1, self.old_cp, starting_offsets="earliest", spark=self.old_spark)
         self.wait_for_batch(self.old_cp, min_batches - 1, timeout, handle)  # batch ids start at 0
         log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)
         return handle
@@ -154,12 +158,15 @@ class UpgradeDemo:
 
     def dag_conf(self, v1: LaunchHandle, **overrides: Any) -> dict[str, Any]:
         conf = {
-            "stream_name": STREAM, "old_checkpoint": str(self.old_cp), "new_checkpoint": str(self.new_cp),
+            "stream_name": self.stream, "old_checkpoint": str(self.old_cp), "new_checkpoint": str(self.new_cp),
             "archive_root": str(self.archive_root), "kafka_conn_id": "kafka_default",
             "spark_master": "local[2]", "spark_deploy_mode": "client", "spark_conf": self.spark_conf(),
-            "old_application": str(V1), "old_application_args": self.job_args(),
-            "new_application": str(V2), "new_application_args": self.job_args(),
+            "old_application": str(self.v1), "old_application_args": self.job_args(),
+            "new_application": str(self.v2), "new_application_args": self.job_args(),
             "old_launch_handle": v1.to_json(), "require_approval": True,
+            # v2 deduplicates on other columns than v1: v1's state is not v2's, and exporting it would
+            # only lengthen the downtime (the stateful demo stream carries its state)
+            "carry_state": False,
         }
         for name, spark in (("old_spark", self.old_spark), ("new_spark", self.new_spark)):
             if spark is not None:
@@ -195,7 +202,7 @@ class UpgradeDemo:
         code = ckpt(["stop", str(self.old_cp), "--timeout", "120", "--pid", str(v1.pid)])
         if code != 0:
             raise RuntimeError(f"ckpt stop exited {code}")
-        return self.launch(V2, self.new_cp, starting_offsets=starting_offsets, spark=self.new_spark)
+        return self.launch(self.v2, self.new_cp, starting_offsets=starting_offsets, spark=self.new_spark)
 
     # -- the proof -------------------------------------------------------------------------------
 

@@ -166,7 +166,7 @@ def no_job_left_behind() -> Any:
 
 def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: UpgradeDemo, tmp_path: Path) -> None:  # noqa: ANN001
     v1 = demo.start()
-    conf = demo.dag_conf(v1)
+    conf = demo.dag_conf(v1, carry_state=True)  # the export runs, and is killed once
     killed, final = kill_chain(demo, conf, tmp_path, UPGRADE_FAULTS, V2)
 
     assert final.returncode == 0, final.tail()

@@ -74,7 +74,7 @@ def test_rewind_to_batch_reprocesses_batches_k_to_n_exactly(airflow_home, demo: 
     # three batches back from now (the refusals without consent are tests/integration/test_bad_inputs.py's)
     k = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch - 2  # type: ignore[operator]
     run = demo.upgrade_with_dag(v1, handover_mode="rewind_to_batch", handover_value=str(k),
-                                accept_reprocessing=True)
+                                accept_reprocessing=True, carry_state=True)
     assert run.state == "success", states(run)
     report = read_dag_report(demo.archive_root)
     assert report is not None and report["outcome"] == "upgraded"

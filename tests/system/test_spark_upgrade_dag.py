@@ -8,6 +8,7 @@ The versions get their Spark from the DAG's ``old_spark`` / ``new_spark`` params
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import fsspec
@@ -61,7 +62,8 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     demo = spark35_demo
     v1 = demo.start(timeout=600)
     assert driver_log_spark(v1.log_path) == demo.old_spark.version  # type: ignore[union-attr]
-    run = demo.upgrade_with_dag(v1)
+    # the export runs on the new Spark: Spark 3.5 wrote no operator metadata, its layout names the store
+    run = demo.upgrade_with_dag(v1, carry_state=True)
     assert run.state == "success", states(run)
     running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
     audit = demo.finish(demo.new_cp)
@@ -78,6 +80,11 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     assert report["handover"]["batch_id"] == handover.batch_id
     archived = Path(report["archive"])
     assert CheckpointReader(str(archived / DATA_DIR)).handover().batch_id == handover.batch_id, archived
+    # its state (no operator metadata from 3.5) was exported by Spark 4.0 at the handover batch
+    export = report["state_export"]
+    assert export["batch_id"] == handover.batch_id and export["rows"] > 0, export
+    manifest = json.loads((Path(export["location"]) / "state-manifest.json").read_text())
+    assert manifest["spark_version"].startswith("4.") and manifest["stores"][0]["store_name"] == "default"
 
 
 def test_rollback_restarts_v1_on_spark35(airflow_home, spark35_demo: UpgradeDemo) -> None:  # noqa: ANN001

@@ -55,7 +55,7 @@ def spark_files(checkpoint: Path) -> list[str]:
 def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo, dag_id: str,  # noqa: ANN001
                                               first_steps: list[str]) -> None:
     v1 = demo.start()
-    run = demo.upgrade_with_dag(v1, dag_id=dag_id)
+    run = demo.upgrade_with_dag(v1, dag_id=dag_id, carry_state=True)  # the export runs (v2 does not read it)
     assert run.state == "success", states(run)
     report = read_dag_report(demo.archive_root)
     assert report is not None and report["outcome"] == "upgraded"
@@ -101,7 +101,7 @@ def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Pat
     (journal_path,) = (demo.archive_root / "demo-events" / "_upgrades").glob("up-*.json")
     journal_before = JournalRecord.from_json(journal_path.read_text())
 
-    again = demo.upgrade_with_dag(v1, dag_id=dag_id)
+    again = demo.upgrade_with_dag(v1, dag_id=dag_id, carry_state=True)
     got = states(again)
     assert again.state == "success", got
     assert got["preflight"] == got["report"] == "success", got
