@@ -5,8 +5,17 @@ of the demo job reads it into a Parquet sink. The reference DAG (``dags/stream_u
 ``dag.test()`` on SQLite, approval answered automatically) stops v1 between batches, hands its
 offsets over, archives its checkpoint, starts v2 on a new checkpoint and verifies the start.
 The producer keeps going, then stops; v2 catches up; every Kafka (partition, offset) in the
-sink is counted. Prints the upgrade report and writes ``demo-report.json``.
-Everything lives under ``.work/demo/`` (recreated on each run).
+sink is counted.
+
+Then the stateful stream: purchases keyed by customer into a running ``sum(amount)`` and
+``count`` per customer (``dags/jobs/purchases_v1.py``, HDFS-backed state store). The same DAG
+upgrades it to ``purchases_v2.py`` — a changed aggregation, which needs a new checkpoint — with
+the old state exported at the handover batch and seeded into v2, the producer running
+throughout. After it, every customer's total and count in v2's output is compared with the sums
+over all purchases in the topic, read from Kafka itself. The negative control runs the same
+upgrade with ``carry_state`` off: the same check must fail. Prints the upgrade report and writes
+``demo-report.json`` (with a ``stateful`` section: ``customers``, ``mismatched``,
+``control_mismatched``). Everything lives under ``.work/demo/`` (recreated on each run).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
 
@@ -50,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             v1 = demo.start()
             run = demo.upgrade_with_dag(v1)
             sink_audit = demo.finish(demo.new_cp)
+        stateful = stateful_demo(work / "stateful", rate=args.rate)
     except LocalStackError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 2
@@ -59,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         downtime_s=report.get("downtime_s"), dag_state=str(run.state),
         steps={s["name"]: s["seconds"] for s in report.get("steps", []) if s["state"] != "not run"},
         extra={"handover_batch": (report.get("handover") or {}).get("batch_id"),
-               "archive": report.get("archive"), "total_s": round(time.monotonic() - started, 1)},
+               "archive": report.get("archive"), "total_s": round(time.monotonic() - started, 1),
+               "stateful": stateful},
     )
     args.report.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
     md = sorted((demo.archive_root / "demo-events").glob("*/report/upgrade-report.md"))
@@ -70,10 +82,59 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("produced", "in_sink", "lost", "duplicated", "unexpected"):
         print(f"- {key}: {getattr(sink_audit, key)}")
     print(f"- DAG run: {run.state}; outcome: {result.outcome}; downtime: {result.downtime_s} s")
+    print()
+    print("## The stateful stream (running totals per customer)")
+    print()
+    print(f"- state exported at batch {stateful['export'].get('batch_id')}: {stateful['export'].get('rows')} rows, "
+          f"{stateful['export'].get('seconds')} s; downtime {stateful['downtime_s']} s")
+    print(f"- purchases in Kafka: {stateful['purchases']}; customers: {stateful['customers']}")
+    print(f"- customers whose total differs from Kafka's, after the upgrade: {stateful['mismatched']}")
+    print(f"- the same upgrade without the state (carry_state off): {stateful['control_mismatched']} differ")
     print(f"- written: {args.report}")
-    ok = sink_audit.ok and result.outcome == "upgraded"
-    print("\nOK: every record reached the sink exactly once" if ok else "\nFAILED: see above")
+    stateful_ok = (stateful["customers"] > 0 and stateful["mismatched"] == 0 and stateful["control_mismatched"] > 0
+                   and stateful["outcome"] == "upgraded")
+    ok = sink_audit.ok and result.outcome == "upgraded" and stateful_ok
+    print("\nOK: every record reached the sink exactly once, and every customer's total is exact"
+          if ok else "\nFAILED: see above")
     return 0 if ok else 1
+
+
+def stateful_demo(work: Path, *, rate: float) -> dict[str, Any]:
+    """The stateful stream's upgrade with its state, then the same upgrade without it (the
+    negative control), on one broker; returns the ``stateful`` section of the demo report."""
+    import shutil
+
+    from airflow_ckpt_provider.local.kafka import LocalKafka
+    from airflow_ckpt_provider.local.records import purchase
+    from airflow_ckpt_provider.local.state_audit import compare_totals, kafka_totals, sink_totals
+    from airflow_ckpt_provider.local.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
+
+    shutil.rmtree(work, ignore_errors=True)
+    kafka = LocalKafka(work / "kafka")
+    kafka.start()
+    results: dict[str, Any] = {}
+    try:
+        for name, carry in (("purchases", True), ("purchases-control", False)):
+            with UpgradeDemo(work / name, kafka=kafka, rate=rate, v1=DAGS / "jobs" / "purchases_v1.py",
+                             v2=DAGS / "jobs" / "purchases_v2.py", record=purchase, topic=name, stream=name) as demo:
+                v1 = demo.start(min_batches=3)
+                run = demo.upgrade_with_dag(v1, carry_state=carry)
+                demo.drain(demo.new_cp)
+                truth = kafka_totals(kafka.bootstrap_servers, demo.topic)
+                check = compare_totals(truth, sink_totals(demo.sink, "v2"))
+                report = read_dag_report(demo.archive_root, name) or {}
+                results[name] = {"run": str(run.state), "outcome": report.get("outcome", "no report"),
+                                 "check": check, "purchases": sum(n for _, n in truth.values()),
+                                 "export": report.get("state_export") or {}, "downtime_s": report.get("downtime_s")}
+                log.info("%s: customers %d, mismatched %d", name, check.customers, check.mismatched)
+    finally:
+        kafka.stop()
+    upgraded, control = results["purchases"], results["purchases-control"]
+    return {"customers": upgraded["check"].customers, "mismatched": upgraded["check"].mismatched,
+            "control_mismatched": control["check"].mismatched, "purchases": upgraded["purchases"],
+            "outcome": upgraded["outcome"], "downtime_s": upgraded["downtime_s"], "export": upgraded["export"],
+            "examples": upgraded["check"].to_dict()["examples"],
+            "control_examples": control["check"].to_dict()["examples"]}
 
 
 if __name__ == "__main__":

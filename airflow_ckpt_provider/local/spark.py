@@ -227,7 +227,8 @@ def local_spark_session(
     master: str = LOCAL_MASTER,
     extra: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """Get or create the SparkSession described by :func:`local_spark_conf`.
+    """Get or create the SparkSession described by :func:`local_spark_conf`, its Python workers
+    (pandas UDFs, transformWithStateInPandas) on this interpreter.
 
     Driver settings (memory, jars) only apply when this call starts the JVM; a session that
     already exists in this process is returned as it is.
@@ -235,7 +236,9 @@ def local_spark_session(
     jvm.require_java()
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
+    # an in-process SparkContext takes its workers' Python from the environment, not the conf
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.config("spark.pyspark.python", sys.executable)
     for key, value in local_spark_conf(app_name, master=master, extra=extra).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -64,15 +64,20 @@ def kafka_totals(bootstrap_servers: str, topic: str, *, timeout_s: float = 120.0
         consumer.close()
 
 
-def sink_totals(sink: Path | str) -> Totals:
-    """Each customer's (total, n) from its row of the highest batch in the Parquet ``sink``."""
+def sink_totals(sink: Path | str, version: str) -> Totals:
+    """Each customer's (total, n) from its row of the highest batch of ``version`` in the
+    Parquet ``sink``."""
     import pyarrow.dataset as ds
 
     if not Path(sink).exists():
         return {}
-    rows = ds.dataset(str(sink), format="parquet").to_table(columns=["customer", "total", "n", "batch_id"]).to_pydict()
+    table = ds.dataset(str(sink), format="parquet").to_table(columns=["customer", "total", "n", "batch_id", "version"])
+    rows = table.to_pydict()
     latest: dict[int, tuple[int, int, int]] = {}
-    for customer, total, n, batch in zip(rows["customer"], rows["total"], rows["n"], rows["batch_id"], strict=True):
+    for customer, total, n, batch, wrote in zip(rows["customer"], rows["total"], rows["n"], rows["batch_id"],
+                                                rows["version"], strict=True):
+        if wrote != version:
+            continue
         if customer not in latest or batch >= latest[customer][0]:
             latest[int(customer)] = (int(batch), int(total), int(n))
     return {c: (t, n) for c, (_, t, n) in latest.items()}

@@ -211,6 +211,13 @@ class UpgradeDemo:
         """Produce a while longer, stop the producer, wait until ``checkpoint``'s query read
         everything, stop it (killed after ``stop_timeout`` if it cannot acknowledge), and audit
         the sink."""
+        ranges = self.drain(checkpoint, produce_after_s=produce_after_s, timeout=timeout, stop_timeout=stop_timeout)
+        return audit(read_sink_records(self.sink), ranges)
+
+    def drain(self, checkpoint: Path, *, produce_after_s: float = 8.0, timeout: float = 300.0,
+              stop_timeout: float = 60.0) -> dict[tuple[str, int], tuple[int, int]]:
+        """Produce a while longer, stop the producer, wait until ``checkpoint``'s query read
+        everything and stop it; returns the topic's (earliest, log end) per partition."""
         from airflow_ckpt_provider.cli import main as ckpt
 
         time.sleep(produce_after_s)
@@ -234,7 +241,7 @@ class UpgradeDemo:
         running = [h for h in self.handles if h.pid and _alive(h.pid) and Path(h.checkpoint_uri) == checkpoint]
         ckpt(["stop", str(checkpoint), "--timeout", f"{stop_timeout:g}",
               *(["--pid", str(running[-1].pid)] if running else [])])
-        return audit(read_sink_records(self.sink), ranges)
+        return ranges
 
     def close(self) -> None:
         from airflow_ckpt_provider.jobs.local import kill_group

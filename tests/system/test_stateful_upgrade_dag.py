@@ -1,0 +1,74 @@
+"""A stateful upgrade through the reference DAG: every customer's running total is exact after it.
+
+Version 1 keeps ``sum(amount)`` and ``count`` per customer (streaming aggregation, HDFS-backed
+store) while a producer keeps sending purchases. The DAG (standby) stops it, hands over its
+offsets, exports its state at the handover batch, and releases version 2 — a changed
+aggregation that seeds itself from the export. The producer goes on through the upgrade. After
+it, for EVERY customer, v2's total and count equal the sums over all purchases in the topic,
+computed from Kafka itself. The negative control — v2 started from the same handover without the
+export — fails the same check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.local.records import CUSTOMERS, purchase
+from airflow_ckpt_provider.local.state_audit import compare_totals, kafka_totals, sink_totals
+from airflow_ckpt_provider.local.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
+from tests.system.conftest import stop_jobs_under
+
+pytestmark = pytest.mark.system
+
+PURCHASES_V1, PURCHASES_V2 = DAGS / "jobs" / "purchases_v1.py", DAGS / "jobs" / "purchases_v2.py"
+STREAM = "purchases"
+
+
+def purchases_demo(kafka, work: Path) -> UpgradeDemo:  # noqa: ANN001
+    return UpgradeDemo(work, kafka=kafka, rate=60.0, v1=PURCHASES_V1, v2=PURCHASES_V2, record=purchase,
+                       topic="purchases", stream=STREAM)
+
+
+def test_stateful_upgrade_carries_every_customers_total(airflow_home, kafka, tmp_path: Path) -> None:  # noqa: ANN001
+    demo = purchases_demo(kafka, tmp_path / "upgrade")
+    try:
+        v1 = demo.start(min_batches=3)
+        run = demo.upgrade_with_dag(v1, carry_state=True)
+        assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
+        report = read_dag_report(demo.archive_root, STREAM)
+        assert report is not None and report["outcome"] == "upgraded"
+        export = report["state_export"]
+        handover = CheckpointReader(str(demo.old_cp)).handover()
+        assert export["batch_id"] == handover.batch_id and export["rows"] == CUSTOMERS, export
+        demo.drain(demo.new_cp)
+        truth = kafka_totals(kafka.bootstrap_servers, demo.topic)
+        result = compare_totals(truth, sink_totals(demo.sink, "v2"))
+    finally:
+        demo.close()
+        stop_jobs_under(demo.work)
+    produced = sum(n for _, n in truth.values())
+    print(f"stateful upgrade: {produced} purchases, customers {result.customers}, mismatched {result.mismatched}")
+    assert produced > 600 and demo.produced_acked == produced, "the producer ran through the upgrade"
+    assert result.customers == CUSTOMERS and result.ok, result.examples
+
+    # the negative control: v1 again, then v2 from the same kind of handover WITHOUT the export
+    control = purchases_demo(kafka, tmp_path / "control")
+    try:
+        v1 = control.start(min_batches=3)
+        from airflow_ckpt_provider.cli import main as ckpt
+
+        assert ckpt(["stop", str(control.old_cp), "--timeout", "120", "--pid", str(v1.pid)]) == 0
+        offsets = CheckpointReader(str(control.old_cp)).handover().kafka_offsets().to_json()
+        control.launch(control.v2, control.new_cp, starting_offsets=offsets)
+        control.wait_for_batch(control.new_cp, 1, timeout=300)
+        control.drain(control.new_cp)
+        truth = kafka_totals(kafka.bootstrap_servers, control.topic)
+        naive = compare_totals(truth, sink_totals(control.sink, "v2"))
+    finally:
+        control.close()
+        stop_jobs_under(control.work)
+    print(f"control (no export): customers {naive.customers}, mismatched {naive.mismatched}")
+    assert naive.mismatched > 0, "the same check must fail when the state is not carried"
