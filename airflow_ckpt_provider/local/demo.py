@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     print("## The stateful stream (running totals per customer)")
     print()
     print(f"- state exported at batch {stateful['export'].get('batch_id')}: {stateful['export'].get('rows')} rows, "
-          f"{stateful['export'].get('seconds')} s; downtime {stateful['downtime_s']} s")
+          f"{stateful['export'].get('seconds', 0):.1f} s; downtime {stateful['downtime_s'] or 0:.1f} s")
     print(f"- purchases in Kafka: {stateful['purchases']}; customers: {stateful['customers']}")
     print(f"- customers whose total differs from Kafka's, after the upgrade: {stateful['mismatched']}")
     print(f"- the same upgrade without the state (carry_state off): {stateful['control_mismatched']} differ")
