@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-state-export")
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g")
              .config("spark.sql.shuffle.partitions", str(args.partitions)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     fs = fsspec.filesystem("file")

@@ -116,8 +116,11 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
                 rows = frame.count()
             else:
                 observation = Observation(f"ckpt_rows_{operator}_{len(seen)}")
-                frame.observe(observation, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(
-                    f"{target.rstrip('/')}/{path}")
+                # one file per state partition would be hundreds of small files (200 by default):
+                # as many as the cores write in parallel instead (no shuffle)
+                counted = frame.coalesce(max(1, spark.sparkContext.defaultParallelism)).observe(
+                    observation, F.count(F.lit(1)).alias("rows"))
+                counted.write.mode("overwrite").parquet(f"{target.rstrip('/')}/{path}")
                 rows = int(observation.get["rows"])
             log.info("operator %s (%s) store %s: %s rows %s in %.1f s", operator, row.operatorName, name,
                      f"{rows:,}", "counted" if list_only else "exported", time.monotonic() - started)
