@@ -121,8 +121,32 @@ class CorruptCheckpointFile(CheckpointError):
 
 
 class UnsupportedLogVersion(CorruptCheckpointFile):
+    """A log file whose version line is well formed but newer than this provider reads; Spark's
+    own reader refuses it the same way ("UnsupportedLogVersion: maximum supported log version is
+    v<maximum>, but encountered v<version>"). ``version`` is the version found, ``maximum`` the
+    newest one supported (every version from v1 up to it is)."""
+
     summary = "unsupported log version"
-    default_action = "Upgrade airflow-ckpt-provider to a release that knows this Spark log version."
+    default_action = (
+        "Nothing was changed. The file was written by a newer Spark than this provider knows: upgrade "
+        "airflow-ckpt-provider to a release that reads it, or take the handover by hand with that "
+        "Spark's own reader."
+    )
+
+    def __init__(
+        self,
+        *,
+        found: str,
+        expected: str,
+        version: int,
+        maximum: int,
+        path: str | None = None,
+        line: int | None = None,
+        action: str | None = None,
+    ) -> None:
+        self.version = version
+        self.maximum = maximum
+        super().__init__(found=found, expected=expected, path=path, line=line, action=action)
 
 
 class InvalidOffsets(CheckpointError, ValueError):

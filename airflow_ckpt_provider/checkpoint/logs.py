@@ -3,14 +3,20 @@ functions over bytes (plus the path for messages); :func:`list_batch_ids` reads 
 filesystem: it lists a batch log folder (``offsets/``, ``commits/``) by the name rule of
 :mod:`airflow_ckpt_provider.batch_names`.
 
-Formats (checked against checkpoints written by Spark 4.2):
+Formats (checked against checkpoints written by Spark 4.2, and against Spark's readers for what
+Spark 2.1 onward wrote and still resumes from):
 
-* ``offsets/N``: ``v1`` or ``v2``; then OffsetSeqMetadata JSON (may be empty in v1); then one line
-  per source: offset JSON or ``-`` (v1, in source order) or ``name:json`` (v2, any order).
-* ``commits/N``: ``v1``..``v3``; then ``{"nextBatchWatermarkMs":..}`` (v2 adds ``stateUniqueIds``,
-  v3 ``sinkMetadataMap``); Spark treats a missing JSON line as ``{}``.
-* ``metadata``: ``{"id":"<uuid>"}``.
-* ``sources/<i>/0`` (Kafka initial offsets): optional 0x00 byte, ``v1\\n``, then offset JSON.
+* Version lines: ``v`` + a Java int above 0, as ``MetadataVersionUtil.validateVersion`` reads them;
+  lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (``getLines``).
+* ``offsets/N``: ``v1`` or ``v2``; then OffsetSeqMetadata JSON (may be empty in v1; no ``conf``
+  from Spark 2.1); then one line per source: offset JSON or ``-`` (v1, in source order) or
+  ``name:json`` (v2, any order).
+* ``commits/N``: ``v1``..``v3`` (version line trimmed); then ``{"nextBatchWatermarkMs":..}`` (v2
+  adds ``stateUniqueIds``, v3 ``sinkMetadataMap``); Spark treats a missing JSON line as ``{}``.
+  Spark 2.1 wrote no commit log.
+* ``metadata``: the JSON document ``{"id":"<uuid>"}``, in any layout (json4s reads it whole).
+* ``sources/<i>/0`` (Kafka initial offsets): a 0x00 byte, ``v1\\n``, then offset JSON; Spark 2.1.0
+  wrote the JSON's length as one byte, then the JSON. Other sources: ``v1`` + their own lines.
 * ``.<name>.crc``: Hadoop ChecksumFileSystem: ``b"crc\\0"``, big-endian int32 bytesPerChecksum,
   then one big-endian CRC32 per chunk of the data file.
 
@@ -20,6 +26,7 @@ path and the 1-based line number when the content is not what Spark writes.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import uuid
@@ -34,7 +41,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidOffsets,
     UnsupportedLogVersion,
 )
-from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, parse_json
+from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, classify, parse_json
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -45,7 +52,12 @@ MAX_INITIAL_OFFSETS_VERSION = 1
 CRC_MAGIC = b"crc\x00"
 DEFAULT_BYTES_PER_CHECKSUM = 512
 
-_VERSION = re.compile(r"v([0-9]+)\Z")
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
+# Java's Integer.parseInt: an optional sign, then decimal digits (Unicode digits too), within int32
+_JAVA_INT = re.compile(r"[+-]?\d+")
+_INT_MAX = 2**31 - 1
+_JSON_SPACE = " \t\r\n"
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,8 @@ class OffsetLogEntry:
     batch_watermark_ms: int | None = None
     batch_timestamp_ms: int | None = None
     conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: written by Spark 2.1: its OffsetSeqMetadata has both times and no ``conf`` (recorded since 2.2)
+    spark_2_1: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,29 +183,53 @@ def _decode(data: bytes | str, path: str) -> str:
 
 
 def _lines(text: str) -> list[str]:
-    """Split like Scala's getLines: on \\n or \\r\\n; a trailing newline adds no line."""
+    """Split like Spark's readers (Scala ``getLines``, Java ``BufferedReader.readLine``): a line
+    ends at ``\\n``, ``\\r\\n`` or a lone ``\\r``; a trailing line break adds no line."""
     if not text:
         return []
-    lines = text.split("\n")
+    lines = _LINE_BREAK.split(text)
     if lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
+def _java_trim(text: str) -> str:
+    """Java's ``String.trim``: drop every character up to U+0020 at both ends."""
+    return text.strip("".join(map(chr, range(0x21))))
+
+
+def log_version(line: str, path: str, maximum: int, what: str, *, number: int = 1) -> int:
+    """The version of a log's version line, read as Spark's ``MetadataVersionUtil.validateVersion``
+    reads it: ``v`` then a Java int above 0 (``v1``, also ``v01``).
+
+    Raises :class:`CorruptCheckpointFile` for a malformed line (Spark: "Log file was malformed")
+    and :class:`UnsupportedLogVersion` naming the version found and the versions supported when it
+    is above ``maximum`` (Spark: "UnsupportedLogVersion: maximum supported log version is ...").
+    """
+    match = _JAVA_INT.fullmatch(line[1:]) if line[:1] == "v" else None
+    version = int(line[1:]) if match else 0
+    if not match or not 0 < version <= _INT_MAX:
+        raise CorruptCheckpointFile(
+            path=path, line=number, found=f"version line {line[:20]!r}",
+            expected=f"{_supported(maximum)} (the {what} version line Spark writes)",
+        )
+    if version > maximum:
+        raise UnsupportedLogVersion(
+            path=path, line=number, version=version, maximum=maximum,
+            found=f"{what} version v{version}",
+            expected=f"{_supported(maximum)}, the {what} versions this provider reads",
+        )
+    return version
+
+
+def _supported(maximum: int) -> str:
+    return "'v1'" if maximum == 1 else f"'v1'..'v{maximum}'"
 
 
 def _version(lines: list[str], path: str, maximum: int, what: str) -> int:
     if not lines:
         raise CorruptCheckpointFile(path=path, line=1, found="an empty file", expected=f"a {what}")
-    match = _VERSION.match(lines[0])
-    if not match or int(match.group(1)) == 0:
-        raise CorruptCheckpointFile(
-            path=path, line=1, found=f"version line {lines[0][:20]!r}", expected="'v1'..'v9'"
-        )
-    version = int(match.group(1))
-    if version > maximum:
-        raise UnsupportedLogVersion(
-            path=path, line=1, found=f"{what} version v{version}", expected=f"v1..v{maximum}"
-        )
-    return version
+    return log_version(lines[0], path, maximum, what)
 
 
 def _json_line(line: str, path: str, number: int, expected: str) -> Any:
@@ -230,7 +268,7 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
         raise CorruptCheckpointFile(
             path=path, line=2, found="no metadata line", expected="OffsetSeqMetadata JSON or ''"
         )
-    meta_line = lines[1].strip()
+    meta_line = _java_trim(lines[1])
     meta: Any = {}
     if meta_line or version >= 2:
         meta = _json_line(meta_line, path, 2, "OffsetSeqMetadata JSON")
@@ -268,12 +306,15 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
         batch_watermark_ms=_int_field(meta, "batchWatermarkMs", path, 2),
         batch_timestamp_ms=_int_field(meta, "batchTimestampMs", path, 2),
         conf=dict(conf),
+        spark_2_1=version == 1 and "conf" not in meta and {"batchWatermarkMs", "batchTimestampMs"} <= set(meta),
     )
 
 
 def parse_commit_log(data: bytes | str, path: str) -> CommitLogEntry:
     """Parse ``commits/N`` (v1..v3); a missing JSON line means ``{}`` as in Spark."""
     lines = _lines(_decode(data, path))
+    if lines:  # CommitLog trims its version line (the offset log does not)
+        lines[0] = _java_trim(lines[0])
     version = _version(lines, path, MAX_COMMIT_LOG_VERSION, "commit log")
     body = _json_line(lines[1], path, 2, "commit metadata JSON") if len(lines) > 1 else {}
     if not isinstance(body, dict):
@@ -292,12 +333,33 @@ def parse_commit_log(data: bytes | str, path: str) -> CommitLogEntry:
     )
 
 
+def _json_document(text: str, path: str, expected: str) -> Any:
+    """One JSON value filling ``text`` (whitespace and line breaks around and inside allowed, as
+    json4s reads it); :class:`CorruptCheckpointFile` with the line of the first problem."""
+    body = text.lstrip(_JSON_SPACE)
+    try:
+        end = _DECODER.raw_decode(body)[1]
+        value = parse_json(body[:end])  # strict: no duplicate keys, no NaN
+    except ValueError as exc:
+        position = len(text) - len(body) + getattr(exc, "pos", 0)
+        raise CorruptCheckpointFile(path=path, line=text[:position].count("\n") + 1,
+                                    found=f"invalid JSON ({exc})", expected=expected) from None
+    rest = body[end:]
+    if rest.strip(_JSON_SPACE):
+        position = len(text) - len(rest.lstrip(_JSON_SPACE))
+        raise CorruptCheckpointFile(path=path, line=text[:position].count("\n") + 1,
+                                    found=f"more after the JSON value: {rest.strip()[:30]!r}", expected=expected)
+    return value
+
+
 def parse_metadata(data: bytes | str, path: str) -> str:
-    """Return the query id from the checkpoint's ``metadata`` file (``{"id":"<uuid>"}``)."""
-    lines = _lines(_decode(data, path))
-    if not lines:
+    """Return the query id from the checkpoint's ``metadata`` file: the JSON object
+    ``{"id":"<uuid>"}``. Spark writes it on one line; like Spark's ``StreamMetadata.read`` (json4s)
+    any JSON layout is read (several lines, indentation) and other fields are ignored."""
+    text = _decode(data, path)
+    if not text.strip(_JSON_SPACE):
         raise CorruptCheckpointFile(path=path, line=1, found="an empty file", expected='{"id":"<uuid>"}')
-    body = _json_line(lines[0], path, 1, '{"id":"<uuid>"}')
+    body = _json_document(text, path, '{"id":"<uuid>"}')
     query_id = body.get("id") if isinstance(body, dict) else None
     try:
         uuid.UUID(str(query_id))
@@ -309,35 +371,85 @@ def parse_metadata(data: bytes | str, path: str) -> str:
 
 
 def parse_initial_offsets(data: bytes | str, path: str) -> str:
-    """Return the offset text of ``sources/<i>/0``.
+    """Return the offset text of ``sources/<i>/0``, told apart by its first byte.
 
-    Tolerates the leading 0x00 byte of the Kafka source (or its absence), a missing version line
-    (Spark 2.1 format, accepted by Spark too) and a trailing newline. Without the 0x00 byte, a
-    multi-line log (the file source keeps one there) is returned as it is and will not classify as
-    Kafka. With it, the Kafka source wrote exactly one offset line: anything more raises
-    :class:`CorruptCheckpointFile` instead of passing for another kind of source.
+    * ``0x00``: the Kafka source (Spark 2.1.1+ ``KafkaSourceInitialOffsetWriter``): then ``v1``, a
+      line break and the offsets as one line of JSON (a trailing line break is tolerated). After
+      the byte, Spark also reads the Spark 2.1.0 layout (JSON without a version line).
+    * any other byte followed by ``{``: Spark 2.1.0's Kafka source, which wrote the JSON's length
+      as one byte, then the JSON. Spark 2.1.1+ skips that byte the same way.
+    * ``v`` + version line: a source's own versioned log (rate: ``v1`` + a number; file source:
+      ``v1`` + one JSON line per file), returned as it is after the version line.
+
+    Raises :class:`UnsupportedLogVersion` for a version newer than v1 and
+    :class:`CorruptCheckpointFile` for what Spark's Kafka source would not read (or reads
+    differently), e.g. Kafka offsets without the leading byte, or a second line.
     """
-    marked = isinstance(data, bytes) and data[:1] == b"\x00"
-    if marked:
-        data = data[1:]
-    text = _decode(data, path)
-    if not text.startswith("v"):
-        body = text.rstrip("\r\n")
-        if marked and "\n" in body:
-            first = body.split("\n", 1)[0]
-            raise CorruptCheckpointFile(
-                path=path, line=1, found=f"first line {first[:20]!r} and more lines",
-                expected="'v1' then one line of Kafka initial offsets",
-            )
-        return body
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if not raw:
+        raise CorruptCheckpointFile(path=path, line=1, found="an empty file",
+                                    expected="initial source offsets")
+    lead, rest = raw[:1], raw[1:]
+    if lead == b"\x00":
+        return _kafka_initial(_decode(rest, path), path)
+    if rest[:1] == b"{":  # Spark 2.1.0: a length byte (any value, '{' and 'v' too), then the JSON
+        return _kafka_initial(_decode(rest, path), path)
+    text = _decode(raw, path)
+    if lead != b"v":
+        _refuse_unmarked_kafka(text, path)
+        return text.rstrip("\r\n")
     lines = _lines(text)
     _version(lines, path, MAX_INITIAL_OFFSETS_VERSION, "initial offsets")
-    if marked and len(lines) != 2:
+    body = "\n".join(lines[1:])
+    if len(lines) == 2:
+        _refuse_unmarked_kafka(body, path, version_line=True)
+    return body
+
+
+def _kafka_initial(text: str, path: str) -> str:
+    """The Kafka initial offsets after their first byte, as ``KafkaSourceInitialOffsetWriter``
+    reads them: ``v<N>`` and a line break then JSON, or JSON alone (Spark 2.1.0)."""
+    if text[:1] != "v":
+        body = text.rstrip("\r\n")
+        several = _LINE_BREAK.search(body) is not None
+        if not body.startswith("{") or several:
+            first = _lines(body)[0] if body else ""
+            raise CorruptCheckpointFile(
+                path=path, line=1, found=f"first line {first[:20]!r}" + (" and more lines" if several else ""),
+                expected="'v1' then one line of Kafka initial offsets (or, Spark 2.1.0, one line of JSON)",
+            )
+        return body
+    newline = text.find("\n")
+    if newline <= 0:
+        raise CorruptCheckpointFile(path=path, line=1, found=f"only a version line {text[:20]!r}",
+                                    expected="'v1' then one line of Kafka initial offsets")
+    # Spark takes everything before the first \n as the version line: a \r stays part of it
+    log_version(text[:newline], path, MAX_INITIAL_OFFSETS_VERSION, "Kafka initial offsets")
+    lines = _lines(text[newline + 1 :])
+    if len(lines) != 1:
         raise CorruptCheckpointFile(
-            path=path, line=min(len(lines) + 1, 3), found=f"{len(lines)} line(s) after the 0x00 byte",
-            expected="a version line and one offset line (Kafka initial offsets)",
+            path=path, line=2 if not lines else 3, found=f"{len(lines)} line(s) after the version line",
+            expected="one line of Kafka initial offsets (Spark writes them on one line)",
         )
-    return "\n".join(lines[1:])
+    return lines[0]
+
+
+def _refuse_unmarked_kafka(body: str, path: str, *, version_line: bool = False) -> None:
+    """Kafka offsets in a file that does not start with the byte Spark's Kafka source writes first
+    would be misread by Spark (it skips the first byte); refuse them instead of guessing."""
+    try:
+        kind, _ = classify(body)
+    except InvalidOffsets:
+        return
+    if kind is SourceKind.KAFKA:
+        first = "'v'" if version_line else repr(body[:1])
+        raise CorruptCheckpointFile(
+            path=path, line=1,
+            found=f"Kafka initial offsets whose first byte is {first}, not the 0x00 byte Spark's Kafka source writes",
+            expected="0x00, 'v1', a line break, then the offsets (or Spark 2.1.0's length byte, then the offsets)",
+            action="Spark skips the first byte and would fail to read the rest. Restore the file from a backup or "
+            "write the byte back (it is 0x00); nothing was changed.",
+        )
 
 
 def parse_initial_source(

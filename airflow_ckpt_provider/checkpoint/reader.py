@@ -69,6 +69,9 @@ class CheckpointSnapshot:
     offsets_version: int | None = None
     batch_watermark_ms: int | None = None
     batch_timestamp_ms: int | None = None
+    #: written by Spark 2.1, which kept no commit log: the batch before the last planned one
+    #: counts as committed and the last planned one as in flight, as Spark's own restart does
+    spark_2_1: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,16 @@ class CheckpointReader:
         commits = self._list(self._join("commits"), batch_dir=True) if has["commits"] else None
         planned = max(offsets.batches, default=None) if offsets else None
         committed = max(commits.batches, default=None) if commits else None
+        spark_2_1 = committed is None and offsets is not None and self._spark_2_1_log(offsets)
+        if spark_2_1:
+            assert planned is not None
+            committed = planned - 1
+        if spark_2_1 and offsets is not None and committed not in offsets.batches:
+            raise CommitWithoutOffsets(
+                found=f"a Spark 2.1 checkpoint (no commit log) without offsets/{committed}",
+                expected=f"offsets/{committed}: Spark 2.1 counts the batch before the last planned one as committed",
+                path=self.uri,
+            )
         if committed is not None and (offsets is None or committed not in offsets.batches):
             raise CommitWithoutOffsets(
                 found=f"commits/{committed} without offsets/{committed}",
@@ -221,9 +234,10 @@ class CheckpointReader:
         sources: tuple[SourceOffsets, ...] = ()
         conf: Mapping[str, str] = {}
         entry = commit = None
-        if committed is not None and offsets is not None and commits is not None:
-            commit = parse_commit_log(self._read(commits, commits.batches[committed]),
-                                      self._display(self._join("commits", str(committed))))
+        if committed is not None and offsets is not None:
+            if commits is not None and committed in commits.batches:
+                commit = parse_commit_log(self._read(commits, commits.batches[committed]),
+                                          self._display(self._join("commits", str(committed))))
             entry = parse_offset_log(self._read(offsets, offsets.batches[committed]),
                                      self._display(self._join("offsets", str(committed))))
             sources, conf = entry.sources, entry.conf
@@ -245,6 +259,7 @@ class CheckpointReader:
             offsets_version=entry.version if entry else None,
             batch_watermark_ms=entry.batch_watermark_ms if entry else None,
             batch_timestamp_ms=entry.batch_timestamp_ms if entry else None,
+            spark_2_1=spark_2_1,
         )
 
     def handover(self, *, taken_at: str | None = None) -> Handover:
@@ -255,11 +270,28 @@ class CheckpointReader:
         """(planned, committed): the batch ids whose ``offsets/`` and ``commits/`` entries are
         still retained (Spark purges all but the last ``minBatchesToRetain``), ascending."""
         root = root or self._list(self.root)
-        found = []
-        for name in ("offsets", "commits"):
-            found.append(tuple(sorted(self._list(self._join(name), batch_dir=True).batches))
-                         if root.names.get(name) == "directory" else ())
-        return found[0], found[1]
+        listings = {name: self._list(self._join(name), batch_dir=True) if root.names.get(name) == "directory" else None
+                    for name in ("offsets", "commits")}
+        offsets, commits = listings["offsets"], listings["commits"]
+        planned = tuple(sorted(offsets.batches)) if offsets else ()
+        committed = tuple(sorted(commits.batches)) if commits else ()
+        if not committed and offsets is not None and self._spark_2_1_log(offsets):
+            committed = planned[:-1]  # Spark 2.1: all but the last planned batch (see snapshot)
+        return planned, committed
+
+    def _spark_2_1_log(self, offsets: _Dir) -> bool:
+        """Whether an offset log without any commit is Spark 2.1's (it kept no commit log): its last
+        entry has no SQL conf, which Spark records since 2.2. Reads that one file; False when it is
+        batch 0 (nothing counts as committed either way)."""
+        newest = max(offsets.batches, default=0)
+        if newest == 0:
+            return False
+        entry = parse_offset_log(self._read(offsets, offsets.batches[newest]),
+                                 self._display(self._join("offsets", str(newest))))
+        if entry.spark_2_1:
+            log.info("checkpoint %s was written by Spark 2.1 (no commit log): batch %d counts as committed "
+                     "and batch %d as in flight, as Spark's own restart treats them", self.uri, newest - 1, newest)
+        return entry.spark_2_1
 
     def batch_start(self, batch_id: int, *, taken_at: str | None = None) -> Handover:
         """Where committed batch ``batch_id`` started, as a :class:`Handover`: the end offsets of

@@ -25,6 +25,8 @@ SAMPLES: dict[str, Any] = {
     "partitions": (("t", 1),),
     "details": (("t", 1, 5, 10),),
     "status": 503,
+    "version": 3,
+    "maximum": 2,
 }
 
 ERROR_CLASSES = sorted(

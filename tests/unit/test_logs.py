@@ -182,7 +182,8 @@ def test_parse_metadata() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b'\x00v1\n{"t":{"0":5}}', b'v1\n{"t":{"0":5}}', b'\x00v1\n{"t":{"0":5}}\n', b'{"t":{"0":5}}'],
+    # 0x00 + version line (Spark 2.1.1+), a trailing newline, Spark 2.1.0's length byte + JSON
+    [b'\x00v1\n{"t":{"0":5}}', b'\x00v1\n{"t":{"0":5}}\n', b'\x0d{"t":{"0":5}}', b'\x00{"t":{"0":5}}'],
 )
 def test_parse_kafka_initial_offsets_variants(data: bytes) -> None:
     assert parse_initial_offsets(data, "sources/0/0") == '{"t":{"0":5}}'
