@@ -10,13 +10,15 @@ SPARK35_VENV ?= .venv-spark35
 SPARK35 := $(SPARK35_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm spark35 browser airflow-home lint test unit integration system demo docs docs-sync bench clean
+.PHONY: help venv jvm spark35 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
+	@echo "make hdfs    resolve the single-node HDFS jars (Hadoop 3.4.1) the HDFS tests start"
+	@echo "make test-hdfs run only the tests on a real HDFS (they are also part of make integration)"
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
@@ -45,6 +47,11 @@ $(SPARK35): $(INSTALLED) airflow_ckpt_provider/local/maven/spark35-kafka/pom.xml
 
 spark35: $(SPARK35)
 
+# a single-node HDFS (NameNode + DataNode, Hadoop 3.4.1 from Maven) for the HDFS tests; a no-op once
+# resolved (the POM's hash is stamped)
+hdfs: venv
+	$(PY) -m airflow_ckpt_provider.local.jvm fetch hdfs
+
 # The browser tests (tests/system/test_approval_browser.py) drive the system's Chromium with
 # Playwright (the `dev` extra); Playwright's own browser download is not used. CKPT_CHROMIUM
 # names another binary.
@@ -64,14 +71,18 @@ lint: venv
 	$(BIN)/ruff check airflow_ckpt_provider dags bench tests docs/hooks.py
 	$(BIN)/mypy
 
-test: lint jvm spark35 browser
+test: lint jvm spark35 hdfs browser
 	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: jvm spark35
+integration: jvm spark35 hdfs
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# the HDFS tier alone (about a minute: HDFS starts in ~10 s); make integration runs it too
+test-hdfs: jvm hdfs
+	$(PY) -m pytest -m hdfs tests/integration $(PYTEST_ARGS)
 
 system: jvm spark35 browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)

@@ -697,6 +697,12 @@ class BrokerStartFailed(LocalStackError):
     summary = "Kafka broker did not come up"
 
 
+class HdfsStartFailed(LocalStackError):
+    """The local HDFS NameNode or DataNode exited, or WebHDFS did not take a write in time."""
+
+    summary = "HDFS did not come up"
+
+
 class StandaloneStartFailed(LocalStackError):
     """The Spark standalone master or worker exited or did not register in time."""
 

@@ -7,7 +7,7 @@ the POM's hash makes a second fetch a no-op. The JVM folder is ``$CKPT_JVM_DIR``
 
 Command line: ``python -m airflow_ckpt_provider.local.jvm fetch [--force] [COMPONENT ...]``. Without
 components it fetches :data:`COMPONENTS`; the optional ones (:data:`OPTIONAL_COMPONENTS`: the
-connector of the second, older Spark the tests run) only when named.
+connector of the second, older Spark the tests run, the HDFS servers) only when named.
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
 #: Kafka connector of Spark 3.5 (Scala 2.12), for the pyspark 3.5 virtualenv (local/spark.py).
 SPARK35_KAFKA = "spark35-kafka"
+#: A single-node HDFS (NameNode, DataNode) for the HDFS tier (local/hdfs.py, ``make test-hdfs``).
+HDFS = "hdfs"
 #: What ``make jvm`` (a fetch without components) resolves.
 COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA)
-#: Fetched only when named (``make spark35``): not every user needs a second Spark.
-OPTIONAL_COMPONENTS = (SPARK35_KAFKA,)
+#: Fetched only when named (``make spark35``, ``make test-hdfs``): not every user needs them.
+OPTIONAL_COMPONENTS = (SPARK35_KAFKA, HDFS)
 _STAMP = ".resolved"
 
 
