@@ -40,6 +40,7 @@ def test_hook_opens_hdfs_through_webhdfs_without_contacting_it() -> None:
     fs, path = CheckpointStorageHook(webhdfs_port=50070, user="etl").filesystem("hdfs://127.0.0.1:8020/ck/q1")
     assert isinstance(fs, WebHDFS) and path == "/ck/q1"
     assert fs.url == "http://127.0.0.1:50070/webhdfs/v1" and fs.pars.get("user.name") == "etl"
+    assert fs.session.get_adapter(fs.url)._pool_maxsize >= 16  # the archive's parallel copies
 
 
 def test_local_hdfs_configuration_names_every_address_on_loopback(tmp_path) -> None:  # noqa: ANN001
