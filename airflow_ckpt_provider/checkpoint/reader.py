@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
@@ -28,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
     OffsetLogEntry,
@@ -100,7 +100,7 @@ class CheckpointReader:
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if fs is None:
-            fs, root = fsspec.core.url_to_fs(path_or_url, **dict(storage_options or {}))
+            fs, root = open_location(path_or_url, **dict(storage_options or {}))
         else:
             root = fs._strip_protocol(path_or_url)
         self.uri = path_or_url

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-import fsspec
-
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
+from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
@@ -82,8 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _archive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    src_fs, src = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
-    dst_fs, root = fsspec.core.url_to_fs(args.to, **storage_options(args.to_option))
+    src_fs, src = open_location(args.path, **storage_options(args.storage_option))
+    dst_fs, root = open_location(args.to, **storage_options(args.to_option))
     name = args.name or posixpath.basename(src.rstrip("/"))
     upgrade_id = args.upgrade_id or sanitize_upgrade_id(
         "cli-" + utc_now().strftime("%Y%m%dT%H%M%SZ"))
@@ -98,7 +97,7 @@ def _archive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
+    fs, path = open_location(args.path, **storage_options(args.storage_option))
     with _progress(err):
         manifest = verify_archive(fs, path)
     if args.json:
@@ -110,8 +109,8 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _restore(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, path = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
-    target_fs, target = fsspec.core.url_to_fs(args.to, **storage_options(args.to_option))
+    fs, path = open_location(args.path, **storage_options(args.storage_option))
+    target_fs, target = open_location(args.to, **storage_options(args.to_option))
     with _progress(err):
         restore_archive(fs, path, target_fs, target)
     out.write(args.to + "\n")
@@ -119,7 +118,7 @@ def _restore(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _archives(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    fs, root = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
+    fs, root = open_location(args.path, **storage_options(args.storage_option))
     infos = CheckpointArchive(fs, root, archive_uri=args.path).list(args.name)
     if args.json:
         out.write(json.dumps([i.to_dict() for i in infos], indent=2) + "\n")

@@ -6,9 +6,8 @@ import argparse
 import json
 from typing import TextIO
 
-import fsspec
-
 from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals
+from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
 
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     stream = check_name(args.name)
-    fs, root = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
+    fs, root = open_location(args.path, **storage_options(args.storage_option))
     folder = UpgradeJournal.folder(root, stream)
     lock_path = f"{folder}/{LOCK}"
     try:

@@ -12,9 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import fsspec
-
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
@@ -120,7 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     options = storage_options(args.storage_option)
     snap = CheckpointReader(args.path, storage_options=options).snapshot()
-    fs, path = fsspec.core.url_to_fs(args.path, **options)
+    fs, path = open_location(args.path, **options)
     liveness = ControlFiles(fs, path, uri=args.path).liveness(recent_s=args.recent)
     if args.json:
         out.write(json.dumps({**_inspect_json(snap), "query_status": liveness.to_dict()}, indent=2,

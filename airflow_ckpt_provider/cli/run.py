@@ -100,8 +100,7 @@ def _launch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _launch_and_wait(args: argparse.Namespace, err: TextIO) -> str:
     """Launch, wait; the handle JSON once committed, else the typed error (see the module doc)."""
-    from fsspec.core import url_to_fs
-
+    from airflow_ckpt_provider.checkpoint.locations import open_location
     from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
     from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, committed_batches
 
@@ -109,7 +108,7 @@ def _launch_and_wait(args: argparse.Namespace, err: TextIO) -> str:
     name = args.name or Path(args.application).stem
     checkpoint = _checkpoint_uri(args.checkpoint)
     conf = launch_conf(args.master, args.conf, name)
-    fs, root = url_to_fs(checkpoint)
+    fs, root = open_location(checkpoint)
     before = committed_batches(fs, root)
     hook = SparkLauncherHook(master=args.master, deploy_mode="client", log_dir=args.log_dir,
                              spark_binary=args.spark_binary)

@@ -16,9 +16,8 @@ import json
 import socket
 from typing import TextIO
 
-import fsspec
-
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.stop import (
     NO_HEARTBEAT_ACTION,
     ControlFiles,
@@ -89,7 +88,7 @@ def _print(result: StopResult, out: TextIO, as_json: bool) -> None:
 def _stop(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from airflow_ckpt_provider.jobs import job_for, observe
 
-    fs, path = fsspec.core.url_to_fs(args.path, **storage_options(args.storage_option))
+    fs, path = open_location(args.path, **storage_options(args.storage_option))
     control = ControlFiles(fs, path, uri=args.path)
     handle = None
     if args.pid is not None:  # a process group on this machine, as this shell sees it

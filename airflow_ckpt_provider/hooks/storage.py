@@ -11,56 +11,26 @@ connection (extra as storage options, plus host, port and login as user).
 (fsspec ``webhdfs``, no Hadoop client needed): the NameNode host comes from the URI unless the
 connection names one, the HTTP port from the connection's port, else the storage option
 ``webhdfs_port``, else Hadoop's default 9870; the user from the connection's login, the option
-``user``, ``HADOOP_USER_NAME`` or the process's user. So one location name serves both Spark and
-the provider.
+``user``, ``HADOOP_USER_NAME`` or the process's user (:mod:`~airflow_ckpt_provider.checkpoint.locations`).
+So one location name serves both Spark and the provider.
 """
 
 from __future__ import annotations
 
-import getpass
-import os
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import fsspec
 from airflow.sdk import BaseHook
 
+from airflow_ckpt_provider.checkpoint.locations import (
+    hadoop_user,
+    hdfs_over_webhdfs,
+    open_location,
+    webhdfs_filesystem,
+)
+
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
-
-#: Hadoop 3's default NameNode HTTP port (``dfs.namenode.http-address``), where WebHDFS answers.
-WEBHDFS_DEFAULT_PORT = 9870
-
-
-def hdfs_over_webhdfs(uri: str, options: dict[str, Any], default_user: str | None = None) -> tuple[str, dict[str, Any]]:
-    """(path, fsspec ``webhdfs`` options) for an ``hdfs://host[:rpc port]/path`` URI; pure.
-
-    ``options`` may hold ``host`` (overrides the URI's), ``port`` or ``webhdfs_port`` (the
-    NameNode HTTP port; default :data:`WEBHDFS_DEFAULT_PORT`), ``user`` (else ``default_user``)
-    and any other ``webhdfs`` option. Raises ``ValueError`` for a URI without a host.
-    """
-    parts = urlsplit(uri)
-    opts = dict(options)
-    host = opts.pop("host", None) or parts.hostname
-    if not host:
-        raise ValueError(f"{uri!r} names no NameNode host; write hdfs://<namenode>:<port>/path")
-    http_port = opts.pop("webhdfs_port", None) or opts.pop("port", None) or WEBHDFS_DEFAULT_PORT
-    if not opts.get("user") and default_user:
-        opts["user"] = default_user
-    return parts.path or "/", {**opts, "host": host, "port": int(http_port)}
-
-
-def webhdfs_filesystem(options: dict[str, Any]) -> AbstractFileSystem:
-    """fsspec's ``webhdfs`` client with room for the archive's parallel copies: requests keeps 10
-    connections per host by default, the archive copies with up to 16 threads."""
-    from requests.adapters import HTTPAdapter
-
-    fs = fsspec.filesystem("webhdfs", **options)
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
-    for prefix in ("http://", "https://"):
-        fs.session.mount(prefix, adapter)
-    return fs
-
 
 class CheckpointStorageHook(BaseHook):
     """Resolves a checkpoint URI to ``(filesystem, path)``; holds no client of its own."""
@@ -77,9 +47,7 @@ class CheckpointStorageHook(BaseHook):
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
         """The filesystem holding ``uri`` and the path inside it (``hdfs://``: over WebHDFS)."""
         if fsspec.utils.get_protocol(uri) == "hdfs":
-            # as Hadoop's own clients: HADOOP_USER_NAME, else the user this process runs as
-            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-            path, options = hdfs_over_webhdfs(uri, self._connection_options(), default_user=user)
+            path, options = hdfs_over_webhdfs(uri, self._connection_options(), default_user=hadoop_user())
             self.log.debug("opening %s through WebHDFS at %s:%s", uri, options["host"], options["port"])
             return webhdfs_filesystem(options), path
         if self.storage_conn_id:
@@ -91,8 +59,7 @@ class CheckpointStorageHook(BaseHook):
             except ValueError:  # Airflow registers no filesystem for this scheme (hdfs, webhdfs, ...)
                 fs = self._fsspec_from_connection(protocol)
             return fs, fs._strip_protocol(uri)
-        fs, path = fsspec.core.url_to_fs(uri, **self.storage_options)
-        return fs, path
+        return open_location(uri, **self.storage_options)
 
     def _fsspec_from_connection(self, protocol: str) -> AbstractFileSystem:
         """fsspec filesystem for ``protocol`` built from the connection: its extra as storage

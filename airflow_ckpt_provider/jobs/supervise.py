@@ -39,13 +39,12 @@ log = logging.getLogger("airflow_ckpt_provider.supervise")
 
 
 def _control(checkpoint: str) -> Any:  # noqa: ANN401 - ControlFiles, imported late
-    import fsspec
-
+    from airflow_ckpt_provider.checkpoint.locations import open_location
     from airflow_ckpt_provider.checkpoint.stop import ControlFiles
     from airflow_ckpt_provider.jobs.base import STORAGE_OPTIONS_ENV
 
     options = json.loads(os.environ.get(STORAGE_OPTIONS_ENV) or "{}")
-    fs, path = fsspec.core.url_to_fs(checkpoint, **options)
+    fs, path = open_location(checkpoint, **options)
     return ControlFiles(fs, path, uri=checkpoint)
 
 

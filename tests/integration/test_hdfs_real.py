@@ -10,6 +10,7 @@ records that start in ``sources/0/0``, which the provider reads back over WebHDF
 
 from __future__ import annotations
 
+import io
 import json
 import posixpath
 import uuid
@@ -26,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import recorded_start
+from airflow_ckpt_provider.cli import main as cli_main
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.local.records import produce_records
 from tests.integration.streams import kafka_reader
@@ -166,6 +168,15 @@ def test_new_version_on_hdfs_starts_at_the_handover(hdfs, hdfs_spark, kafka, new
     fs, _ = storage.filesystem(old_uri)
     handover = CheckpointReader(old_uri, fs=fs).handover()
     assert handover.kafka_offsets().total() == 150
+
+    # on-call, from a shell: the same hdfs:// name with the HTTP port as a storage option
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["inspect", old_uri, "-o", f"webhdfs_port={hdfs.http_port}", "-o", f"user={hdfs.user}",
+                     "--json"], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    inspected = json.loads(out.getvalue())
+    assert inspected["last_committed_batch"] == handover.batch_id and inspected["uri"] == old_uri
+    assert KafkaOffsets.from_json(json.dumps(inspected["sources"][0]["offsets"])) == handover.kafka_offsets()
 
     # the new version on a NEW checkpoint with explicit startingOffsets: it reads only what came after
     produce_records(kafka.bootstrap_servers, topic, 90, start=150)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from fsspec.implementations.webhdfs import WebHDFS
 
-from airflow_ckpt_provider.hooks.storage import WEBHDFS_DEFAULT_PORT, CheckpointStorageHook, hdfs_over_webhdfs
+from airflow_ckpt_provider.checkpoint.locations import WEBHDFS_DEFAULT_PORT, hdfs_over_webhdfs, open_location
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.local.hdfs import LocalHdfs, site_xml
 
 
@@ -41,6 +43,17 @@ def test_hook_opens_hdfs_through_webhdfs_without_contacting_it() -> None:
     assert isinstance(fs, WebHDFS) and path == "/ck/q1"
     assert fs.url == "http://127.0.0.1:50070/webhdfs/v1" and fs.pars.get("user.name") == "etl"
     assert fs.session.get_adapter(fs.url)._pool_maxsize >= 16  # the archive's parallel copies
+
+
+def test_every_reader_takes_the_same_hdfs_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HADOOP_USER_NAME", "spark")
+    fs, path = open_location("hdfs://nn1:8020/ck/q1")  # the CLI and the core open it this way
+    assert isinstance(fs, WebHDFS) and path == "/ck/q1"
+    assert fs.url == f"http://nn1:{WEBHDFS_DEFAULT_PORT}/webhdfs/v1" and fs.pars.get("user.name") == "spark"
+    reader = CheckpointReader("hdfs://nn1:8020/ck/q1", storage_options={"webhdfs_port": 50070})
+    assert isinstance(reader.fs, WebHDFS) and reader.root == "/ck/q1" and reader.fs.url.startswith("http://nn1:50070/")
+    local, where = open_location("/tmp/ck")
+    assert where == "/tmp/ck" and "file" in local.protocol
 
 
 def test_local_hdfs_configuration_names_every_address_on_loopback(tmp_path) -> None:  # noqa: ANN001
