@@ -124,7 +124,7 @@ class UnsupportedLogVersion(CorruptCheckpointFile):
     """A log file whose version line is well formed but newer than this provider reads; Spark's
     own reader refuses it the same way ("UnsupportedLogVersion: maximum supported log version is
     v<maximum>, but encountered v<version>"). ``version`` is the version found, ``maximum`` the
-    newest one supported (every version from v1 up to it is)."""
+    newest one supported (every version from v1 up to it is); the parsers always set both."""
 
     summary = "unsupported log version"
     default_action = (
@@ -138,8 +138,8 @@ class UnsupportedLogVersion(CorruptCheckpointFile):
         *,
         found: str,
         expected: str,
-        version: int,
-        maximum: int,
+        version: int | None = None,
+        maximum: int | None = None,
         path: str | None = None,
         line: int | None = None,
         action: str | None = None,

@@ -51,6 +51,7 @@ def _inspect_json(snap: CheckpointSnapshot) -> dict[str, Any]:
         "sources": [_source_dict(s) for s in snap.sources],
         "initial_sources": [_source_dict(s) for s in snap.initial_sources],
         "state_operators": list(snap.state_operators),
+        "spark_2_1": snap.spark_2_1,
         "conf": redact_conf(snap.conf),  # output is pasted into tickets: no secrets
     }
 
@@ -75,7 +76,9 @@ def _inspect_text(snap: CheckpointSnapshot, liveness: QueryLiveness, out: TextIO
         ("last planned", batch(snap.last_planned_batch)),
         ("in flight", batch(snap.in_flight_batch)
          + (" (its offsets are NOT used)" if snap.in_flight_batch is not None else "")),
-        ("log versions", f"offsets v{snap.offsets_version or '-'}, commits v{snap.commit_version or '-'}"),
+        ("log versions", f"offsets v{snap.offsets_version or '-'}, " + (
+            "no commit log (Spark 2.1: the batch before the last planned one counts as committed)"
+            if snap.spark_2_1 else f"commits v{snap.commit_version or '-'}")),
         ("state operators", ", ".join(map(str, snap.state_operators)) or "none (stateless)"),
         ("query", liveness.describe()),
     ]

@@ -21,6 +21,7 @@ code the bytes come from. The readers they must agree with:
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 
@@ -42,6 +43,7 @@ from airflow_ckpt_provider.checkpoint.logs import (
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.verify import recorded_start
+from airflow_ckpt_provider.cli import main as cli_main
 from tests.unit.conftest import QUERY_ID
 
 KAFKA = {"events": {"0": 5, "1": 7}}
@@ -240,6 +242,17 @@ def test_spark_2_1_checkpoint_hands_over_where_spark_resumes(location: str) -> N
     assert (handover.query_id, handover.batch_id, handover.from_initial) == (QUERY_ID, 1, False)
     assert handover.kafka_offsets() == KafkaOffsets({"events": {0: 20, 1: 40}})  # offsets/1
     assert CheckpointReader(location).retained_batches() == ((0, 1, 2), (0, 1))
+
+
+def test_inspect_says_how_a_spark_2_1_checkpoint_is_read(location: str) -> None:
+    write_spark_2_1(location, 3)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["inspect", location, "--json"], stdout=out, stderr=err) == 0, err.getvalue()
+    data = json.loads(out.getvalue())
+    assert (data["spark_2_1"], data["last_committed_batch"], data["in_flight_batch"]) == (True, 1, 2)
+    out = io.StringIO()
+    assert cli_main(["inspect", location], stdout=out, stderr=err) == 0, err.getvalue()
+    assert "no commit log (Spark 2.1" in out.getvalue()
 
 
 def test_spark_2_1_checkpoint_with_one_planned_batch_starts_at_its_initial_offsets(location: str) -> None:
