@@ -38,6 +38,8 @@ WEBAPPS = ("hdfs", "datanode", "secondary", "journal", "static")
 #: Java 17 closes java.lang to reflection that Hadoop's HTTP server (WebHDFS) still uses.
 JAVA_OPENS = ("--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.nio=ALL-UNNAMED",
               "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED")
+#: A small footprint for two test servers on a shared machine: one GC thread, the quick JIT only.
+JVM_FOOTPRINT = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m")
 NAMENODE = "org.apache.hadoop.hdfs.server.namenode.NameNode"
 DATANODE = "org.apache.hadoop.hdfs.server.datanode.DataNode"
 
@@ -198,7 +200,7 @@ class LocalHdfs:
         for app in WEBAPPS:
             (self.work_dir / "resources" / "webapps" / app).mkdir(parents=True, exist_ok=True)
         classpath = os.pathsep.join([str(self.conf_dir), str(self.work_dir / "resources"), *map(str, jars)])
-        base = [java, f"-Xmx{self.heap}", "-Xms64m", *JAVA_OPENS, f"-Dhadoop.log.dir={self.work_dir}",
+        base = [java, f"-Xmx{self.heap}", "-Xms64m", *JVM_FOOTPRINT, *JAVA_OPENS, f"-Dhadoop.log.dir={self.work_dir}",
                 f"-Dlog4j.configuration=file:{self.conf_dir / 'log4j.properties'}", "-cp", classpath]
         env = {**os.environ, "HADOOP_USER_NAME": self.user}
         env.pop("HADOOP_CONF_DIR", None)

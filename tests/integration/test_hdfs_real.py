@@ -22,6 +22,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
+from airflow_ckpt_provider.checkpoint.errors import CheckpointNotFound, NotACheckpoint, UnreadableCheckpoint
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
@@ -177,6 +178,16 @@ def test_new_version_on_hdfs_starts_at_the_handover(hdfs, hdfs_spark, kafka, new
     inspected = json.loads(out.getvalue())
     assert inspected["last_committed_batch"] == handover.batch_id and inspected["uri"] == old_uri
     assert KafkaOffsets.from_json(json.dumps(inspected["sources"][0]["offsets"])) == handover.kafka_offsets()
+
+    # wrong names get the reader's typed errors, from the real NameNode
+    options = {"webhdfs_port": hdfs.http_port, "user": hdfs.user}
+    with pytest.raises(CheckpointNotFound):
+        CheckpointReader(f"{old_uri}-missing", storage_options=options).snapshot()
+    with pytest.raises(NotACheckpoint):
+        CheckpointReader(f"{hdfs.url}/streams", storage_options=options).snapshot()
+    with pytest.raises(UnreadableCheckpoint) as refused:  # the RPC port where the HTTP port belongs
+        CheckpointReader(old_uri, storage_options={"webhdfs_port": hdfs.rpc_port}).snapshot()
+    assert old_uri in str(refused.value)
 
     # the new version on a NEW checkpoint with explicit startingOffsets: it reads only what came after
     produce_records(kafka.bootstrap_servers, topic, 90, start=150)
