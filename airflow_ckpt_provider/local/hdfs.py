@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from airflow_ckpt_provider.checkpoint.errors import HdfsStartFailed
+from airflow_ckpt_provider.checkpoint.locations import webhdfs_filesystem
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.kafka import LOOPBACK, ensure_port_free, free_port
 
@@ -121,17 +122,10 @@ class LocalHdfs:
     def running(self) -> bool:
         return bool(self._processes) and all(p.poll() is None for p in self._processes.values())
 
-    def spark_conf(self) -> dict[str, str]:
-        """Spark settings for writing to this HDFS from a local Spark (pyspark's Hadoop client)."""
-        return {"spark.hadoop.fs.defaultFS": self.url, "spark.hadoop.dfs.replication": "1",
-                "spark.hadoop.dfs.client.use.datanode.hostname": "false"}
-
     def filesystem(self) -> AbstractFileSystem:
-        """fsspec's WebHDFS client on this HDFS (a new instance, no listing cache kept)."""
-        import fsspec
-
-        return fsspec.filesystem("webhdfs", host=LOOPBACK, port=self.http_port, user=self.user,
-                                 skip_instance_cache=True, use_listings_cache=False)
+        """fsspec's WebHDFS client on this HDFS, as the provider builds it (a new instance)."""
+        return webhdfs_filesystem({"host": LOOPBACK, "port": self.http_port, "user": self.user,
+                                   "skip_instance_cache": True})
 
     def core_site(self) -> dict[str, str]:
         return {"fs.defaultFS": self.url, "hadoop.tmp.dir": str(self.work_dir / "tmp"),
