@@ -13,6 +13,7 @@ from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.handover import flag
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -52,11 +53,12 @@ class CompatibilityCheckOperator(BaseOperator):
     :param spark_binary: spark-submit binary, when not ``<spark_home>/bin/spark-submit``
     :param storage_conn_id: Airflow connection for the checkpoint's and the trial location's storage
     :param trial_timeout: seconds a trial may run before it is killed (then it proves nothing)
+    :param enabled: False (or a template rendering "False"): run nothing, return ``{"skipped": ...}``
     """
 
     template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
                                       "live_locations", "trial_root", "master", "deploy_mode", "spark_conn_id",
-                                      "spark_home", "spark_binary", "storage_conn_id")
+                                      "spark_home", "spark_binary", "storage_conn_id", "enabled")
     ui_color = "#f4f0e0"
 
     def __init__(
@@ -78,6 +80,7 @@ class CompatibilityCheckOperator(BaseOperator):
         spark_binary: str | None = None,
         storage_conn_id: str | None = None,
         trial_timeout: float = 600.0,
+        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -99,6 +102,7 @@ class CompatibilityCheckOperator(BaseOperator):
         self.spark_binary = spark_binary
         self.storage_conn_id = storage_conn_id
         self.trial_timeout = float(trial_timeout)
+        self.enabled = enabled
 
     @cached_property
     def launcher_hook(self) -> SparkLauncherHook:
@@ -111,6 +115,9 @@ class CompatibilityCheckOperator(BaseOperator):
         return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if not flag(self.enabled, "enabled"):
+            self.log.info("compatibility check switched off: no trial runs")
+            return {"skipped": "switched off", "summary_md": ""}
         args = self.application_args
         conf = self.conf if isinstance(self.conf, Mapping) else {}
         live = self.live_locations if isinstance(self.live_locations, Mapping) else {}

@@ -135,8 +135,9 @@ def old_checkpoint(variant: str, cache: dict[str, tuple[Path, str]], kafka: Any,
                              application_args=[variant, kafka.bootstrap_servers, topic, str(sink)],
                              starting_offsets="earliest", name=f"compat-old-{variant}")
     handles.append(handle)
-    wait_for(lambda: consumed(checkpoint) >= RECORDS, f"old version {variant} consumes {RECORDS} records",
-             launcher, handle)
+    # a running version records its plan's stateful operators after its first batch
+    wait_for(lambda: consumed(checkpoint) >= RECORDS and (checkpoint / "_ckpt" / "stateful-operators.json").exists(),
+             f"old version {variant} consumes {RECORDS} records", launcher, handle)
     launcher.kill(handle)
     # records the old version has not read yet: a trial or a restart has a batch to run
     produce_records(kafka.bootstrap_servers, topic, 20, start=RECORDS)
