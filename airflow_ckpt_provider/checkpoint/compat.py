@@ -196,6 +196,13 @@ class CompatibilityVerdict:
         return not (self.in_place_ok is False and self.rule is Rule.UNKNOWN)
 
     @property
+    def error_line(self) -> str:
+        """The one line of the driver's error that says what went wrong (Spark's message, else the
+        last line naming an exception)."""
+        line = _first_line(spark_error(self.driver_error)[1] or self.driver_error)
+        return line if len(line) <= 300 else line[:297] + "..."
+
+    @property
     def needs_new_checkpoint(self) -> bool | None:
         return None if self.in_place_ok is None else not self.in_place_ok
 
@@ -203,7 +210,7 @@ class CompatibilityVerdict:
         """One line for logs, the approval and the report."""
         if not self.new_version_starts:
             return (f"the new version does not start: {self.error_class or 'driver failed'}"
-                    + (f": {_first_line(self.driver_error)}" if self.driver_error else ""))
+                    + (f": {self.error_line}" if self.driver_error else ""))
         if self.in_place_ok:
             head = "in place OK: no new checkpoint needed (a plain restart on the old checkpoint works)"
         elif self.in_place_ok is None:
@@ -223,7 +230,7 @@ class CompatibilityVerdict:
         if self.rule is not None and (self.old or self.new):
             lines += [f"old: {self.old}", f"new: {self.new}"]
         if self.error_class and self.in_place_ok is False:
-            lines.append(f"Spark: [{self.error_class}] {_first_line(self.driver_error)}".rstrip())
+            lines.append(f"Spark: [{self.error_class}] {self.error_line}".rstrip())
         return lines
 
     def to_dict(self) -> dict[str, Any]:

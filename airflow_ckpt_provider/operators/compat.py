@@ -130,7 +130,7 @@ class CompatibilityCheckOperator(BaseOperator):
         for line in verdict.describe():
             self.log.info("compatibility: %s", line)
         if self.fail_if_does_not_start and not verdict.new_version_starts:
-            first = verdict.driver_error.strip().splitlines()[0] if verdict.driver_error.strip() else ""
+            first = verdict.error_line
             raise NewVersionDoesNotStart(
                 found=f"{self.new_application} fails in its trial: {verdict.error_class or 'driver failed'} {first}"
                 .rstrip(),

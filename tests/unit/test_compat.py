@@ -168,3 +168,67 @@ checkpoint = file:/x, runId = 1, opId = 1, ver = 0]"""
     assert parse_stateful_operators(plan) == [
         {"operator_id": 0, "name": "StateStoreSave", "detail": "k"},
         {"operator_id": 1, "name": "StreamingSymmetricHashJoin", "detail": "LeftOuter"}]
+
+
+def fake_check(monkeypatch: pytest.MonkeyPatch, verdict: CompatibilityVerdict, where: str) -> list[dict]:
+    """Replace check_upgrade (the hook boundary: trials on real Spark) in ``where``; returns its calls."""
+    import importlib
+
+    calls: list[dict] = []
+
+    def check(**kwargs: object) -> CompatibilityVerdict:
+        calls.append(kwargs)
+        return verdict
+
+    monkeypatch.setattr(importlib.import_module(where), "check_upgrade", check)
+    return calls
+
+
+CRASH = classify(failed(TrialKind.IN_PLACE, "Traceback (most recent call last):\nRuntimeError: deliberate crash"),
+                 failed(TrialKind.MIGRATED, "Traceback (most recent call last):\nRuntimeError: deliberate crash"))
+SCHEMA = classify(failed(TrialKind.IN_PLACE, KEY), ok(TrialKind.MIGRATED))
+
+
+@pytest.mark.parametrize(("verdict", "code", "says"), [
+    (SCHEMA, 0, "needs a new checkpoint: a stateful operator's state key schema changed"),
+    (CRASH, 6, "the new version does not start"),
+])
+def test_cli_check_upgrade(monkeypatch: pytest.MonkeyPatch, verdict: CompatibilityVerdict, code: int,
+                           says: str) -> None:
+    import io
+    import json
+
+    from airflow_ckpt_provider.cli import main
+
+    hook = "airflow_ckpt_provider.hooks.compat"
+    calls = fake_check(monkeypatch, verdict, hook)
+    out = io.StringIO()
+    assert main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--live", "/data/out",
+                 "--batches", "3", "--", "--sink", "/data/out"], stdout=out, stderr=io.StringIO()) == code
+    assert out.getvalue().startswith(says)
+    (call,) = calls
+    assert call["application_args"] == ["--sink", "/data/out"] and call["batches"] == 3
+    assert call["live_locations"] == {"live location 1": "/data/out"} and call["old_checkpoint"] == "/data/ckpt"
+    out = io.StringIO()
+    main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--json"], stdout=out,
+         stderr=io.StringIO())
+    assert CompatibilityVerdict.from_json(json.loads(out.getvalue())) == verdict
+
+
+def test_operator_refuses_a_version_that_does_not_start_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+    from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator
+
+    calls = fake_check(monkeypatch, CRASH, "airflow_ckpt_provider.operators.compat")
+    op = CompatibilityCheckOperator(task_id="c", old_checkpoint_uri="/ckpt", new_application="v2.py",
+                                    conf={"spark.x": 1}, live_locations={"sink": "/out", "new checkpoint": ""})
+    with pytest.raises(NewVersionDoesNotStart, match="deliberate crash"):
+        op.execute({})
+    assert calls[0]["live_locations"] == {"sink": "/out"} and calls[0]["conf"] == {"spark.x": "1"}
+    fake_check(monkeypatch, SCHEMA, "airflow_ckpt_provider.operators.compat")
+    result = op.execute({})
+    assert result["rule"] == "state_key_schema" and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in result["summary_md"]
+    off = CompatibilityCheckOperator(task_id="d", old_checkpoint_uri="/ckpt", new_application="v2.py",
+                                     enabled="False")
+    assert off.execute({})["skipped"] == "switched off"
