@@ -91,6 +91,9 @@ _EVOLUTION = re.compile(r"new value_schema=(.*?) and old value_schema=(.*?)(?:\s
 _OPS = re.compile(r"Stateful operators in the metadata: \[(.*?)\]; Stateful operators in current batch: \[(.*?)\]",
                   re.S)
 _OP_ITEM = re.compile(r"OperatorId:\s*(\d+)\s*->\s*OperatorName:\s*([A-Za-z0-9_]+)")
+#: lines of Spark's, the JVM's and spark-submit's own logging (not the job's words)
+_SPARK_LOG_LINE = re.compile(r"^\s*(\d{2,4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}|WARNING: |Using Spark's|To adjust logging|"
+                             r"at |\.\.\. \d+ more|Setting default log level)")
 #: lines of a driver log that carry a Spark error worth showing
 _ERROR_LINE = re.compile(r"(StreamingQueryException|AnalysisException|SparkException|IllegalStateException|"
                          r"AssertionError|IllegalArgumentException|Error:|Traceback|\[[A-Z_]{6,}\])")
@@ -300,6 +303,8 @@ def spark_error(text: str) -> tuple[str, str]:
     chosen = next((m for m in classes if m.group(1) != "STREAM_FAILED"), classes[0] if classes else None)
     if chosen is None:
         lines = [line.strip() for line in text.splitlines() if _ERROR_LINE.search(line)]
+        if not lines:  # a driver that exits with a message of its own: its last line outside Spark's logging
+            lines = [line.strip() for line in text.splitlines() if line.strip() and not _SPARK_LOG_LINE.match(line)]
         return "", lines[-1] if lines else ""
     rest = text[chosen.end():]
     message = " ".join(line.strip() for line in rest.splitlines()[:8] if line.strip())

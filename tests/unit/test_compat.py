@@ -75,7 +75,11 @@ def test_operators_added_or_removed(before: str, after: str, rule: Rule, operato
 def test_the_wrapper_is_not_the_error() -> None:
     assert spark_error(KEY)[0] == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
     assert spark_error(WRAP + "java.lang.RuntimeException: boom")[0] == "STREAM_FAILED"
-    assert spark_error("all fine") == ("", "")
+    assert spark_error("") == ("", "")
+    exit_message = ("WARNING: Using incubator modules: jdk.incubator.vector\nUsing Spark's default log4j profile: x\n"
+                    "deliberate crash on start: orders.currency is not set\n"
+                    "26/11/25 05:24:01 INFO ShutdownHookManager: Shutdown hook called\n")
+    assert spark_error(exit_message) == ("", "deliberate crash on start: orders.currency is not set")
 
 
 def ok(kind: TrialKind, operators: tuple[StatefulOperator, ...] | None = None) -> TrialResult:
