@@ -42,7 +42,7 @@ class CompatibilityCheckOperator(BaseOperator):
     :param application_args: the new version's arguments
     :param conf: Spark conf of the trials (the new version's)
     :param live_locations: what -> URI of other live locations (new checkpoint, sinks) to keep apart
-    :param trial_root: where the trials run (default: a local temporary folder)
+    :param trial_root: where the trials run (default: a local temp folder; for cluster launches one the driver reaches)
     :param batches: batches each trial runs
     :param migrated: also try the new version on an empty checkpoint at the handover
     :param fail_if_does_not_start: fail the task when the new version does not start
