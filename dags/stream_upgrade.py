@@ -1,15 +1,17 @@
 """Reference DAG: move a Spark Structured Streaming job reading Kafka to a new checkpoint and a new
 version, with nothing lost and nothing duplicated, and prove it.
 
-Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> approval
-(HITL, can be switched off) -> start the new version as a standby (its session is ready, its
+Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> compatibility
+check (the new version tried on copies of the old checkpoint, in place and migrated; a new
+version that does not start is refused here, before anything stops; ``check_compatibility``
+param) -> approval (HITL, can be switched off) -> start the new version as a standby (its session is ready, its
 query waits) -> graceful stop of the old version -> handover -> state export -> release the
 standby at the handover (relaunch) -> verify -> archive of the old checkpoint. The stream is down
 only from the stop to the standby's first batch. Both drivers run at once for the standby window.
 
 Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without room for a second
-driver): preflight -> approval -> graceful stop -> handover -> state export -> archive ->
-relaunch -> verify.
+driver): preflight -> compatibility check -> approval -> graceful stop -> handover -> state export
+-> archive -> relaunch -> verify.
 
 State (``carry_state``, default on): for a stateful old query, ``export_state`` writes its state
 as of the handover batch (Spark's state reader, Parquet and a verified ``state-manifest.json``,
@@ -56,6 +58,7 @@ from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, rollback_plan
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import (
     HandoverVerifyOperator,
@@ -88,6 +91,10 @@ PARAMS: dict[str, Param] = {
     "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
+    "check_compatibility": Param(True, type="boolean",
+                                 description="before the approval, try the new version on copies of the old "
+                                             "checkpoint (in place and migrated): the verdict goes in the approval "
+                                             "and the report; a new version that does not start is refused"),
     "handover_mode": Param("resume", enum=["resume", "rewind_to_batch", "at_time", "offsets"],
                            description="where the new version starts: where the old one stops (resume), the start "
                                        "of a committed batch, the first record at a time, or explicit offsets"),
@@ -121,7 +128,7 @@ UPGRADE = {
                            "archive"],
     RelaunchMode.COLD: ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"],
 }
-STEPS = {mode: ["preflight", "approve", *steps, *ROLLBACK] for mode, steps in UPGRADE.items()}
+STEPS = {mode: ["preflight", "compatibility_check", "approve", *steps, *ROLLBACK] for mode, steps in UPGRADE.items()}
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
@@ -138,6 +145,9 @@ NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_han
 #: Where the new version starts (a StartChoice as JSON) and the consent it needs, for preflight and handover.
 START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
              accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
+#: The compatibility check runs unless switched off, or the run resumes or repeats an upgrade under way or done.
+CHECK_ENABLED = ("{% set found = ti.xcom_pull(task_ids='preflight') or {} %}"
+                 "{{ params.check_compatibility and not found.get('resuming') and not found.get('already_done') }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 #: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
@@ -233,7 +243,8 @@ def build_stream_upgrade_dag(
         approve = ApprovalOperator(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
-            body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}",
+            body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}\n\n"
+                 "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
 
@@ -243,6 +254,14 @@ def build_stream_upgrade_dag(
                     "deploy_mode": planned[f"{version}_deploy_mode"], "spark_conn_id": planned[f"{version}_conn_id"],
                     "spark_home": planned[f"{version}_spark_home"], "spark_binary": planned[f"{version}_spark_submit"]}
 
+        # before the approval: the new version tried on copies; "does not start" fails here, before any stop
+        compatibility_check = CompatibilityCheckOperator(
+            task_id="compatibility_check", old_checkpoint_uri="{{ params.old_checkpoint }}",
+            new_application="{{ params.new_application }}", application_args=planned["new_application_args"],
+            live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
+                            "archive root": "{{ params.archive_root }}"},
+            enabled=CHECK_ENABLED, **spark_of("new"),
+        )
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], **spark_of("new"),
@@ -357,7 +376,7 @@ def build_stream_upgrade_dag(
             archive_task_id="archive", approval_task_id="approve",
             rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
             rollback_handover_task_id="rollback_handover",
-            preflight_task_id="preflight",
+            preflight_task_id="preflight", compatibility_task_id="compatibility_check",
             trigger_rule="all_done", journal=JOURNAL,
         )
 
@@ -365,7 +384,7 @@ def build_stream_upgrade_dag(
                  "export_state": export_state, "archive": archive, "relaunch": relaunch, "verify": verify}
         ordered = [tasks[name] for name in upgrade]
         gate = approval_gate()
-        chain(planned, preflight, gate, [approve, ordered[0]])
+        chain(planned, preflight, compatibility_check, gate, [approve, ordered[0]])
         chain(approve, *ordered)
         gate_rollback = rollback_gate()
         ordered >> gate_rollback

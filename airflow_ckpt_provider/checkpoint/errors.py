@@ -769,3 +769,42 @@ class UnknownJobKind(CheckpointError, ValueError):
     summary = "unknown job kind"
     default_action = ("Install and import the package that registers this job kind "
                       "(register_job_kind or the 'airflow_ckpt_provider.job_kinds' entry point).")
+
+
+class CompatibilityError(CheckpointError):
+    """A compatibility check (trial runs of the new version on copies) could not give a verdict."""
+
+    summary = "compatibility check failed"
+
+
+class TrialRefused(CompatibilityError):
+    """The new version cannot be tried safely: it does not follow the trial contract, or the
+    trial location overlaps a location the live job uses. Nothing was started or written."""
+
+    summary = "trial refused"
+    default_action = (
+        "Make the job follow the trial contract (airflow_ckpt_provider.spark: sink_location() for every "
+        "output and GracefulStop to run the query; see docs 'Spark side'), or choose a trial location "
+        "outside the old and new checkpoints and sinks. Nothing was started."
+    )
+
+
+class NewVersionDoesNotStart(CompatibilityError):
+    """A trial of the new version failed: the upgrade is refused before anything stops."""
+
+    summary = "the new version does not start"
+    default_action = (
+        "The old version was not touched and keeps running. Fix the new version (the driver's error "
+        "and log tail are above) and check again."
+    )
+
+    def __init__(self, *, found: str, expected: str, log_tail: str = "", action: str | None = None,
+                 path: str | None = None) -> None:
+        self.log_tail = log_tail
+        super().__init__(found=found, expected=expected, action=action, path=path,
+                         detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
+
+
+class InvalidVerdict(CompatibilityError, ValueError):
+    summary = "invalid compatibility verdict"
+    default_action = "Pass the JSON a compatibility check returned (CompatibilityVerdict.to_json)."

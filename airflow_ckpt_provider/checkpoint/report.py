@@ -54,6 +54,8 @@ class UpgradeReport:
     rollback: Mapping[str, Any] | None = None
     #: the state export step's StateExport dict: where the old query's state went, or why it did not
     state_export: Mapping[str, Any] | None = None
+    #: the compatibility check's verdict (CompatibilityVerdict dict without its trials and log tail)
+    compatibility: Mapping[str, Any] | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,6 +130,8 @@ class UpgradeReport:
                           f"after batch {export.get('batch_id')}: {export.get('stores', 0)} stores, "
                           f"{export.get('rows', 0):,} rows, {export.get('bytes', 0):,} bytes in "
                           f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"))
+        if self.compatibility:
+            facts.append(("compatibility check", str(self.compatibility.get("headline") or "-")))
         if self.rollback:
             facts += [("rollback", f"{self.rollback.get('mode', '-')} on {self.rollback.get('checkpoint', '-')}"),
                       ("processed twice by the old version",
@@ -151,6 +155,10 @@ class UpgradeReport:
             lines += ["", f"## Input rows per batch, {title} (last {len(shown)})", "",
                       "| batch | input rows |", "| ---: | ---: |"]
             lines += [f"| {b.batch_id} | {'-' if b.input_rows is None else b.input_rows} |" for b in shown]
+        if self.compatibility and (self.compatibility.get("old") or self.compatibility.get("error_class")):
+            lines += ["", "## Compatibility check (trial runs on copies)", ""]
+            lines += [f"- {k}: {self.compatibility[k]}" for k in ("rule", "operator", "old", "new", "error_class")
+                      if self.compatibility.get(k)]
         if self.start_plan:
             lines += ["", "## Where the new version started", "", *StartPlan.from_dict(self.start_plan).markdown()]
         if png_name:

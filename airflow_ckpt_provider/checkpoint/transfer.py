@@ -78,6 +78,8 @@ from airflow_ckpt_provider.checkpoint.files import (
 )
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
 
+log = logging.getLogger(__name__)
+
 CHUNK = 1024 * 1024
 WRITEBACK_MIN = 64 * 1024
 
@@ -650,3 +652,26 @@ def _raise_first(problems: list[tuple[str, str, str]], where: str) -> None:
     path, found, expected = problems[0]
     more = f" (and {len(problems) - 1} more files)" if len(problems) > 1 else ""
     raise ArchiveCorrupt(file=path, found=found + more, expected=expected, path=where)
+
+
+def copy_tree(src_fs: AbstractFileSystem, src: str, dst_fs: AbstractFileSystem, dst: str, *,
+              skip: Callable[[str], bool] = lambda rel: False,
+              workers: int | None = None) -> dict[str, tuple[int, str]]:
+    """Copy every file under ``src`` to ``dst`` (relative paths kept) except those ``skip(rel)``
+    names; files that vanish while the copy runs (a running query's temporary files, purged
+    batches) are left out. Returns {relative path: (size, sha256)} of what was copied. The source
+    is only read. For a snapshot of a running query's checkpoint (a trial copy), not an archive:
+    archives use :func:`copy_verified` and a manifest."""
+    files, empty = list_tree(src_fs, src)
+    chosen = sorted(rel for rel in files if not skip(rel))
+    make_dirs(dst_fs, dst, chosen, [d for d in empty if not skip(d)])
+    copied: dict[str, tuple[int, str]] = {}
+
+    def one(rel: str) -> None:
+        try:
+            copied[rel] = copy_file(src_fs, posixpath.join(src, rel), dst_fs, posixpath.join(dst, rel))
+        except FileNotFoundError:
+            log.debug("%s vanished while copying: left out", rel)
+
+    run_parallel(chosen, one, workers or default_workers(src_fs, dst_fs))
+    return copied

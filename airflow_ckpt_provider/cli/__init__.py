@@ -8,7 +8,8 @@ line on stderr, no traceback), a local stack problem (Java or the ``make jvm`` j
 usage error — for ``ckpt stop`` also a query running without GracefulStop and no ``--pid`` to kill
 it; 3 Kafka unreachable or failing; 4 ``ckpt stop`` found no running query (its heartbeat stopped
 or went stale), or ``ckpt dev-stack status`` no running broker; 5 ``ckpt stop`` found no heartbeat
-ever written and nothing committing, so it cannot tell whether a query runs (nothing stopped).
+ever written and nothing committing, so it cannot tell whether a query runs (nothing stopped); 6
+``ckpt check-upgrade`` found that the new version does not start.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "airflow_ckpt_provider.cli.stop",
     "airflow_ckpt_provider.cli.launch",
     "airflow_ckpt_provider.cli.state",
+    "airflow_ckpt_provider.cli.compat",
     "airflow_ckpt_provider.cli.journal",
     "airflow_ckpt_provider.cli.dev_stack",
     "airflow_ckpt_provider.cli.run",

@@ -14,6 +14,8 @@ EXIT_NOT_RUNNING = 4  # ``ckpt stop``: no query runs on that checkpoint (its hea
 #: ``ckpt stop``: no heartbeat was ever written and nothing committed during the quiet check, so
 #: whether a query runs without GracefulStop cannot be seen (nothing was stopped)
 EXIT_NO_HEARTBEAT = 5
+#: ``ckpt check-upgrade``: the new version does not start (its trial failed)
+EXIT_DOES_NOT_START = 6
 
 
 def storage_options(pairs: Sequence[str]) -> dict[str, Any]:

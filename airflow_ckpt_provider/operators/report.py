@@ -37,6 +37,8 @@ class UpgradeReportOperator(BaseOperator):
     processes a second time (``rollback`` in the dict, a section in the Markdown).
     ``state_export_task_id``'s StateExport says whether the old query's state was carried (where,
     which batch, how many rows) or why not (``state carried`` in the facts).
+    ``compatibility_task_id``'s verdict (:class:`CompatibilityCheckOperator`) is the
+    ``compatibility check`` fact, with the rule, the operator and both sides in its own section.
     The notes say where the graceful stop's time went (``stop_task_id``'s StopResult timeline:
     the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
 
@@ -70,6 +72,7 @@ class UpgradeReportOperator(BaseOperator):
         preflight_task_id: str | None = None,
         stop_task_id: str | None = "graceful_stop",
         state_export_task_id: str | None = "export_state",
+        compatibility_task_id: str | None = None,
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         journal: str | None = None,
@@ -93,6 +96,7 @@ class UpgradeReportOperator(BaseOperator):
         self.preflight_task_id = preflight_task_id
         self.stop_task_id = stop_task_id
         self.state_export_task_id = state_export_task_id
+        self.compatibility_task_id = compatibility_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
 
@@ -137,7 +141,7 @@ class UpgradeReportOperator(BaseOperator):
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
             start_plan=extract.get("start_plan"),
             rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
-            state_export=self._state_export(ti),
+            state_export=self._state_export(ti), compatibility=self._compatibility(ti),
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -154,6 +158,13 @@ class UpgradeReportOperator(BaseOperator):
     def _state_export(self, ti: Any) -> dict[str, Any] | None:
         value = ti.xcom_pull(task_ids=self.state_export_task_id) if self.state_export_task_id else None
         return dict(value) if isinstance(value, Mapping) else None
+
+    def _compatibility(self, ti: Any) -> dict[str, Any] | None:
+        """The compatibility check's verdict, without its trials and log tail (they are in its task log)."""
+        value = ti.xcom_pull(task_ids=self.compatibility_task_id) if self.compatibility_task_id else None
+        if not isinstance(value, Mapping) or value.get("skipped"):
+            return None
+        return {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")}
 
     def _rollback(self, ti: Any, states: dict[str, str]) -> Any:  # noqa: ANN401 - an XCom value
         """The rollback step's result, when a restart of the old version was attempted (a standby

@@ -4,7 +4,9 @@ package's standard-library-only modules (the driver has no Airflow).
 * :func:`read_kafka`, :func:`checkpoint_location`: the Kafka source and the checkpoint at the
   handover (:mod:`.kafka`);
 * :class:`GracefulStop`: stop between two batches on request (:mod:`.graceful_stop`);
-* :func:`await_handover`: a standby launch waits here for its release (:mod:`.standby`).
+* :func:`await_handover`: a standby launch waits here for its release (:mod:`.standby`);
+* :func:`sink_location`, :func:`is_dry_run`: the trial contract of the compatibility check
+  (:mod:`.trial`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from airflow_ckpt_provider.spark.kafka import (
            read_kafka,
 )
 from airflow_ckpt_provider.spark.standby import await_handover, is_standby
+from airflow_ckpt_provider.spark.trial import is_dry_run, sink_location
 
 __all__ = ["GracefulStop", "await_handover", "checkpoint_location", "handed_over_starting_offsets", "handover_json",
-           "is_standby", "read_kafka"]
+           "is_dry_run", "is_standby", "read_kafka", "sink_location"]

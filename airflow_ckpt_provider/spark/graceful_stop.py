@@ -29,6 +29,7 @@ escalates to a kill after its timeout.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -57,6 +58,13 @@ from airflow_ckpt_provider.spark.control import (
     pending_request,
 )
 from airflow_ckpt_provider.spark.standby import standby_run_id
+from airflow_ckpt_provider.spark.trial import (
+    OPERATORS_RECORD,
+    TRIAL_RECORD,
+    stateful_operators,
+    trial_batches,
+    trial_record,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", StopRequest, StopAck, Heartbeat, StandbyRelease)
@@ -292,6 +300,39 @@ class GracefulStop:
                  ack.outcome, time.monotonic() - asked, committed, planned)
         return ack
 
+    # -- stateful operators and trials ---------------------------------------------------------------
+
+    _operators: list[dict[str, Any]] | None = None
+
+    def _record_operators(self) -> None:
+        """Once the first batch ran: the stateful operators of the executed plan, in
+        ``_ckpt/stateful-operators.json`` (a compatibility check compares them with a new
+        version's). Failures are logged: they never stop the query."""
+        if self._operators is not None or self.query.lastProgress is None:
+            return
+        found = stateful_operators(self.query)
+        if found is None:
+            return
+        self._operators = found
+        try:
+            self.files.write(OPERATORS_RECORD, json.dumps(found, sort_keys=True).encode())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not record the stateful operators: %s", exc)
+
+    def _trial_batches(self) -> int:
+        return len({p["batchId"] for p in self.query.recentProgress or ()})
+
+    def _end_trial(self, error: str = "") -> None:
+        """Write the trial's record (``_ckpt/trial.json``): it honoured the contract, its batches,
+        the stateful operators it ran, the query's error."""
+        if self._operators is None and not error:
+            self._operators = stateful_operators(self.query)
+        try:
+            self.files.write(TRIAL_RECORD, trial_record(batches=self._trial_batches(), operators=self._operators,
+                                                        error=error))
+        except Exception as exc:  # noqa: BLE001 - the log keeps the query's error
+            log.warning("could not write the trial record: %s", exc)
+
     # -- main loop ---------------------------------------------------------------------------------
 
     def run(self) -> StopAck | None:
@@ -306,10 +347,22 @@ class GracefulStop:
             ignored = stale.request_id
         self.beats.start()
         ack: StopAck | None = None
+        trial = trial_batches(self.spark)  # a trial of the compatibility check: stop after N batches
         try:
             while True:
-                if self.query.awaitTermination(self.poll_interval):
-                    break  # ended by itself (or by someone's stop()); raises if it failed
+                try:
+                    if self.query.awaitTermination(self.poll_interval):
+                        break  # ended by itself (or by someone's stop()); raises if it failed
+                except Exception as exc:
+                    if trial is not None:
+                        self._end_trial(error=str(exc))
+                    raise
+                self._record_operators()
+                if trial is not None and self._trial_batches() >= trial:
+                    log.info("trial run: %s batch(es) done, stopping", trial)
+                    self.query.stop()
+                    self._end_trial()
+                    break
                 request = self._request()
                 if request is None or request.request_id == ignored:
                     continue

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
 from airflow_ckpt_provider.spark.standby import await_handover, warm_up_session
+from airflow_ckpt_provider.spark.trial import is_dry_run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -110,7 +111,8 @@ def read_kafka(
     A handed-over JSON must name exactly the subscribed topics (``ValueError`` otherwise, before
     anything starts). When offsets come from the handover, ``failOnDataLoss`` defaults to true:
     offsets deleted by retention then fail the query instead of silently skipping records.
-    Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``).
+    Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``),
+    except ``kafka.group.id`` in a trial run (:mod:`.trial`).
     In a standby launch it first warms the session up with a bounded batch read of the same
     topics, then waits for the release (:func:`airflow_ckpt_provider.spark.standby.await_handover`):
     call it before :func:`checkpoint_location`, which waits without that warm-up.
@@ -134,6 +136,9 @@ def read_kafka(
             options.setdefault("failOnDataLoss", "true")
         log.info("Kafka source %s starts at %s (from the %s)", ",".join(names), chosen, origin)
         reader = reader.option("startingOffsets", chosen)
+    if is_dry_run(spark) and "kafka.group.id" in options:  # a trial never joins the live job's group
+        log.info("trial run: kafka.group.id %s not used (Spark's generated group instead)",
+                 options.pop("kafka.group.id"))
     for key, value in options.items():
         reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
     return reader.load()

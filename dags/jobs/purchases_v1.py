@@ -22,6 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
+from airflow_ckpt_provider.spark.trial import sink_location
 
 VERSION = "v1"
 PURCHASE = StructType([StructField("customer", LongType()), StructField("amount", LongType())])
@@ -51,10 +52,11 @@ def run(transform: Callable[[SparkSession, DataFrame], DataFrame], version: str,
     spark = SparkSession.builder.appName(f"demo-purchases-{version}").getOrCreate()
     records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers)
     checkpoint = checkpoint_location(spark, default=args.checkpoint)
+    sink = sink_location(spark, args.sink)  # a trial of the compatibility check writes elsewhere
 
     def append(batch: DataFrame, batch_id: int) -> None:
         batch.select("customer", "total", "n", F.lit(batch_id).cast("long").alias("batch_id"),
-                     F.lit(version).alias("version")).write.mode("append").parquet(args.sink)
+                     F.lit(version).alias("version")).write.mode("append").parquet(sink)
 
     query = (
         transform(spark, records).writeStream.outputMode("update").foreachBatch(append)

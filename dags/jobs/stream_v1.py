@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
+from airflow_ckpt_provider.spark.trial import sink_location
 
 VERSION = "v1"
 DEDUP_KEY = ["key"]
@@ -52,9 +53,10 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
     # launched as a standby, read_kafka warms the session up and waits here for the handover
     records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers)
     checkpoint = checkpoint_location(spark, default=args.checkpoint)
+    sink = sink_location(spark, args.sink)  # a trial of the compatibility check writes elsewhere
 
     def append(batch: DataFrame, batch_id: int) -> None:
-        batch.write.mode("append").parquet(args.sink)
+        batch.write.mode("append").parquet(sink)
 
     query = (
         transform(records).writeStream.foreachBatch(append)

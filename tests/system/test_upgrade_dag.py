@@ -30,6 +30,7 @@ pytestmark = pytest.mark.system
 
 JOBS = Path(__file__).parent / "jobs"
 CRASHING_V2 = JOBS / "crash_on_start.py"
+CRASHING_IN_TRIAL = JOBS / "crash_in_trial.py"
 CRASHING_AFTER_RELEASE = JOBS / "crash_after_release.py"
 V1_WITHOUT_GRACEFUL_STOP = JOBS / "stream_without_graceful_stop.py"
 STATELESS_V1 = JOBS / "stateless_v1.py"
@@ -168,6 +169,29 @@ def test_a_version_that_cannot_start_is_refused_before_anything_stops(airflow_ho
     assert got["rollback_stop_new"] == "success" and got["rollback_restart_old"] == "skipped", got
     assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
     assert spark_files(demo.new_cp) == []
+    last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+    demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
+    audit = demo.finish(demo.old_cp)
+    assert audit.lost == 0 and audit.duplicated == 0, audit
+
+
+def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_home,  # noqa: ANN001
+                                                                       demo: UpgradeDemo) -> None:
+    """With the check on, a v2 that crashes on start fails its trials on copies: the DAG stops at
+    the check, before the approval and the standby; v1 was never asked to stop and keeps
+    committing; its checkpoint holds no trial file; the report names the failure."""
+    v1 = demo.start()
+    run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_IN_TRIAL), check_compatibility=True)
+
+    got = states(run)
+    assert run.state == "failed", got
+    assert got["compatibility_check"] == "failed", got
+    assert got["start_standby"] == got["graceful_stop"] == "upstream_failed", got
+    assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
+    assert not (demo.old_cp / "_ckpt" / "trial.json").exists() and spark_files(demo.new_cp) == []
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and any("compatibility_check failed" in n and "does not start" in n
+                                      and "orders.currency is not set" in n for n in report["notes"]), report["notes"]
     last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
     demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
     audit = demo.finish(demo.old_cp)

@@ -31,21 +31,21 @@ def test_manual_and_asset_triggered_variants(dags: dict) -> None:
 
 
 @pytest.mark.parametrize(("dag_id", "chain"), [
-    ("stream_upgrade", ["preflight", "approval_gate", "approve", "start_standby", "graceful_stop", "extract_handover",
+    ("stream_upgrade", ["preflight", "compatibility_check", "approval_gate", "approve", "start_standby", "graceful_stop", "extract_handover",
                         "export_state", "relaunch", "verify", "archive"]),
-    ("stream_upgrade_cold", ["preflight", "approval_gate", "approve", "graceful_stop", "extract_handover",
+    ("stream_upgrade_cold", ["preflight", "compatibility_check", "approval_gate", "approve", "graceful_stop", "extract_handover",
                              "export_state", "archive", "relaunch", "verify"]),
 ])
 def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[str]) -> None:
     dag = dags[dag_id]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    first = chain[3]  # the step after the approval: the approval gate may skip to it
+    first = chain[4]  # the step after the approval: the approval gate may skip to it
     assert first in dag.get_task("approval_gate").downstream_task_ids
     assert dag.get_task(first).trigger_rule == "none_failed_min_one_success"
     gate = dag.get_task("rollback_gate")
     assert gate.trigger_rule == "all_done"
-    assert gate.upstream_task_ids == set(chain[3:])
+    assert gate.upstream_task_ids == set(chain[4:])
     assert gate.downstream_task_ids == {"rollback_stop_new"}, "a branch skips every direct child"
     assert dag.get_task("rollback_stop_new").downstream_task_ids == {"rollback_handover"}
     assert dag.get_task("rollback_handover").downstream_task_ids == {"restart_gate"}
@@ -198,3 +198,19 @@ def test_state_export_feeds_the_relaunch(dags: dict, dag_id: str) -> None:
     assert export.carry_state == "{{ params.carry_state }}"
     assert dag.params["carry_state"] is True
     assert "extract_handover" in str(export.handover)
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> None:
+    from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator
+
+    dag = dags[dag_id]
+    assert dag.params["check_compatibility"] is True
+    check = dag.get_task("compatibility_check")
+    assert isinstance(check, CompatibilityCheckOperator) and check.fail_if_does_not_start
+    assert dag.get_task("preflight").downstream_task_ids == {"compatibility_check"}
+    assert check.downstream_task_ids == {"approval_gate"}
+    assert "params.check_compatibility" in check.enabled and "resuming" in check.enabled
+    assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
+    assert "compatibility_check" in dag.get_task("approve").body
+    assert dag.get_task("report").compatibility_task_id == "compatibility_check"

@@ -1,0 +1,480 @@
+"""Does a new version need a new checkpoint, and will it start? The decision, pure, from what Spark says.
+
+Two trial runs of the new version give the facts (:mod:`airflow_ckpt_provider.hooks.compat` runs
+them on copies, never on the live checkpoint):
+
+* **in place** — the new version resumes on a COPY of the old checkpoint;
+* **migrated** — the new version starts on an empty checkpoint at the handover.
+
+:func:`classify` turns the two :class:`TrialResult` into a :class:`CompatibilityVerdict`: in
+place OK (no new checkpoint needed: a plain restart will do), or a new checkpoint is needed
+because of the :class:`Rule` of Spark's table ("Recovery Semantics after Changes in a Streaming
+Query") that Spark's own error names — the error class (``STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE``,
+``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``, the sources-count assertion, ...),
+the operator and the schemas on both sides — and whether the migrated start works (else the
+driver's error and log tail). Where Spark itself does not fail on a restart that its guide
+forbids (a stream-stream join whose type changed keeps the same state schemas), the stateful
+operators each version recorded (:class:`StatefulOperator`, written by
+:class:`airflow_ckpt_provider.spark.GracefulStop` as ``_ckpt/stateful-operators.json`` from the
+query's executed plan) are compared. Pure: no Airflow, no Spark, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, TrialRefused
+from airflow_ckpt_provider.enums import StrEnum
+
+
+class TrialKind(StrEnum):
+    IN_PLACE = "in_place"
+    MIGRATED = "migrated"
+
+
+class Rule(StrEnum):
+    """The rule of Spark's table of changes between restarts that makes a new checkpoint necessary."""
+
+    SOURCE_CHANGED = "source_changed"            # number or type of input sources
+    STATE_KEY_SCHEMA = "state_key_schema"        # grouping / dedup keys, join keys
+    STATE_VALUE_SCHEMA = "state_value_schema"    # aggregates, state values
+    OPERATOR_ADDED = "operator_added"            # a stateful operator added
+    OPERATOR_REMOVED = "operator_removed"        # a stateful operator removed
+    OPERATOR_CHANGED = "operator_changed"        # a stateful operator replaced by another
+    JOIN_TYPE = "join_type"                      # stream-stream join type
+    STATE_CONFIG = "state_config"                # a state store setting that cannot change
+    SINK_CHANGED = "sink_changed"                # sink type or path
+    UNKNOWN = "unknown"                          # the restart failed for another reason
+
+    @property
+    def text(self) -> str:
+        return _RULE_TEXT[self]
+
+
+_RULE_TEXT = {
+    Rule.SOURCE_CHANGED: "the number or type of input sources changed",
+    Rule.STATE_KEY_SCHEMA: "a stateful operator's state key schema changed (grouping, deduplication or join keys)",
+    Rule.STATE_VALUE_SCHEMA: "a stateful operator's state value schema changed (aggregates or state values)",
+    Rule.OPERATOR_ADDED: "a stateful operator was added",
+    Rule.OPERATOR_REMOVED: "a stateful operator was removed",
+    Rule.OPERATOR_CHANGED: "a stateful operator was replaced by another",
+    Rule.JOIN_TYPE: "the type of a stream-stream join changed",
+    Rule.STATE_CONFIG: "a state store setting changed that cannot change between restarts",
+    Rule.SINK_CHANGED: "the sink type or output path changed",
+    Rule.UNKNOWN: "the restart on the old checkpoint fails",
+}
+
+#: Spark's error classes (error-conditions.json) -> the rule they mean.
+ERROR_CLASS_RULES: dict[str, Rule] = {
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE": Rule.STATE_KEY_SCHEMA,
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE": Rule.STATE_VALUE_SCHEMA,
+    "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION": Rule.STATE_VALUE_SCHEMA,
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE": Rule.STATE_VALUE_SCHEMA,
+    "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE": Rule.STATE_VALUE_SCHEMA,
+    "STATE_STORE_KEY_ROW_FORMAT_VALIDATION_FAILURE": Rule.STATE_KEY_SCHEMA,
+    "STATE_STORE_VALUE_ROW_FORMAT_VALIDATION_FAILURE": Rule.STATE_VALUE_SCHEMA,
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": Rule.OPERATOR_CHANGED,
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART": Rule.STATE_CONFIG,
+}
+
+_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+_SOURCES = re.compile(r"There are \[(\d+)\] sources in the checkpoint offsets and now there are \[(\d+)\] "
+                      r"sources requested by the query")
+_KEY_SCHEMAS = re.compile(r"Existing key_schema=(.*?) and new key_schema=(.*?)\.\s*(?:If you want|\n|$)", re.S)
+_VALUE_SCHEMAS = re.compile(r"Existing value_schema=(.*?) and new value_schema=(.*?)\.\s*(?:If you want|\n|$)", re.S)
+_EVOLUTION = re.compile(r"new value_schema=(.*?) and old value_schema=(.*?)(?:\s*Please|\n|$)", re.S)
+_OPS = re.compile(r"Stateful operators in the metadata: \[(.*?)\]; Stateful operators in current batch: \[(.*?)\]",
+                  re.S)
+_OP_ITEM = re.compile(r"OperatorId:\s*(\d+)\s*->\s*OperatorName:\s*([A-Za-z0-9_]+)")
+#: lines of Spark's, the JVM's and spark-submit's own logging (not the job's words)
+_SPARK_LOG_LINE = re.compile(r"^\s*(\d{2,4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}|WARNING: |Using Spark's|To adjust logging|"
+                             r"at |\.\.\. \d+ more|Setting default log level)")
+#: lines of a driver log that carry a Spark error worth showing
+_ERROR_LINE = re.compile(r"(StreamingQueryException|AnalysisException|SparkException|IllegalStateException|"
+                         r"AssertionError|IllegalArgumentException|Error:|Traceback|\[[A-Z_]{6,}\])")
+
+
+@dataclass(frozen=True)
+class StatefulOperator:
+    """One stateful operator of a query as its executed plan shows it: id, Spark's node name
+    (``StateStoreSaveExec``, ``StreamingSymmetricHashJoinExec``, ...) and what identifies its
+    semantics (the join type, the grouping or deduplication keys)."""
+
+    operator_id: int
+    name: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operator_id": self.operator_id, "name": self.name, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StatefulOperator:
+        return cls(int(raw["operator_id"]), str(raw["name"]), str(raw.get("detail") or ""))
+
+    def describe(self) -> str:
+        return f"{self.operator_id} {self.name}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial run of the new version showed.
+
+    ``started``: the query ran batches without failing (False when the driver failed; None when
+    it neither failed nor committed a batch before the trial's time was up, so nothing was
+    proven); ``batches_committed`` by this run; ``contract_honoured``: the driver declared the
+    trial contract (sink redirected, stopped after the trial's batches); ``error_class`` and
+    ``error_message``: Spark's error as the driver reported it; ``log_tail``: the driver log's end;
+    ``operators``: the stateful operators of the query's plan, as the driver recorded them."""
+
+    kind: TrialKind
+    started: bool | None
+    batches_committed: int = 0
+    contract_honoured: bool = True
+    error_class: str = ""
+    error_message: str = ""
+    log_tail: str = ""
+    operators: tuple[StatefulOperator, ...] | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "started": self.started, "batches_committed": self.batches_committed,
+                "contract_honoured": self.contract_honoured, "error_class": self.error_class,
+                "error_message": self.error_message, "log_tail": self.log_tail,
+                "operators": None if self.operators is None else [o.to_dict() for o in self.operators],
+                "seconds": round(self.seconds, 1)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> TrialResult:
+        raw = _load(data, "TrialResult")
+        try:
+            ops = raw.get("operators")
+            return cls(kind=TrialKind(raw["kind"]), started=raw["started"],
+                       batches_committed=int(raw.get("batches_committed") or 0),
+                       contract_honoured=bool(raw.get("contract_honoured", True)),
+                       error_class=str(raw.get("error_class") or ""), error_message=str(raw.get("error_message") or ""),
+                       log_tail=str(raw.get("log_tail") or ""),
+                       operators=None if ops is None else tuple(StatefulOperator.from_dict(o) for o in ops),
+                       seconds=float(raw.get("seconds") or 0.0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidVerdict(found=f"a TrialResult without a valid {exc}", expected="kind and started") from None
+
+
+@dataclass(frozen=True)
+class CompatibilityVerdict:
+    """The answer of a compatibility check.
+
+    ``in_place_ok``: the new version runs on (a copy of) the old checkpoint and Spark's rules allow
+    it — no new checkpoint needed (None: the trial proved nothing, e.g. no batch ran);
+    ``rule``: why a new checkpoint is needed (None when in place is OK); ``operator``: the
+    stateful operator concerned; ``old`` / ``new``: the two sides (schemas, operators, source
+    counts); ``migrated_ok``: the new version starts on a new checkpoint at the handover (None: not
+    tried); ``error_class`` / ``driver_error`` / ``log_tail``: what Spark said (the in-place
+    failure, or the migrated one when the new version does not start at all)."""
+
+    in_place_ok: bool | None
+    migrated_ok: bool | None
+    rule: Rule | None = None
+    operator: str = ""
+    old: str = ""
+    new: str = ""
+    error_class: str = ""
+    driver_error: str = ""
+    log_tail: str = ""
+    trials: tuple[TrialResult, ...] = field(default=(), compare=False)
+
+    @property
+    def new_version_starts(self) -> bool:
+        """False when the new version fails on a new checkpoint (or, not tried there, in place for
+        a reason no rule of the table explains): the upgrade must be refused before the stop."""
+        if self.migrated_ok is not None:
+            return self.migrated_ok
+        return not (self.in_place_ok is False and self.rule is Rule.UNKNOWN)
+
+    @property
+    def error_line(self) -> str:
+        """The one line of the driver's error that says what went wrong (Spark's message, else the
+        last line naming an exception)."""
+        line = _first_line(spark_error(self.driver_error)[1] or self.driver_error)
+        return line if len(line) <= 300 else line[:297] + "..."
+
+    @property
+    def needs_new_checkpoint(self) -> bool | None:
+        return None if self.in_place_ok is None else not self.in_place_ok
+
+    def headline(self) -> str:
+        """One line for logs, the approval and the report."""
+        if not self.new_version_starts:
+            return (f"the new version does not start: {self.error_class or 'driver failed'}"
+                    + (f": {self.error_line}" if self.driver_error else ""))
+        if self.in_place_ok:
+            head = "in place OK: no new checkpoint needed (a plain restart on the old checkpoint works)"
+        elif self.in_place_ok is None:
+            head = "in place not proven (the trial on a copy ran no batch)"
+        else:
+            assert self.rule is not None
+            head = f"needs a new checkpoint: {self.rule.text}"
+            if self.operator:
+                head += f" (operator {self.operator})"
+        if self.migrated_ok is True:
+            head += "; the new version starts on a new checkpoint at the handover"
+        return head
+
+    def describe(self) -> list[str]:
+        """The headline, then the two sides and Spark's error, one item per line."""
+        lines = [self.headline()]
+        if self.rule is not None and (self.old or self.new):
+            lines += [f"old: {self.old}", f"new: {self.new}"]
+        if self.error_class and self.in_place_ok is False:
+            lines.append(f"Spark: [{self.error_class}] {self.error_line}".rstrip())
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"in_place_ok": self.in_place_ok, "migrated_ok": self.migrated_ok,
+                "rule": self.rule.value if self.rule else None, "operator": self.operator, "old": self.old,
+                "new": self.new, "error_class": self.error_class, "driver_error": self.driver_error,
+                "log_tail": self.log_tail, "trials": [t.to_dict() for t in self.trials],
+                "new_version_starts": self.new_version_starts, "headline": self.headline()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CompatibilityVerdict:
+        raw = _load(data, "CompatibilityVerdict")
+        try:
+            return cls(in_place_ok=raw["in_place_ok"], migrated_ok=raw["migrated_ok"],
+                       rule=Rule(raw["rule"]) if raw.get("rule") else None, operator=str(raw.get("operator") or ""),
+                       old=str(raw.get("old") or ""), new=str(raw.get("new") or ""),
+                       error_class=str(raw.get("error_class") or ""), driver_error=str(raw.get("driver_error") or ""),
+                       log_tail=str(raw.get("log_tail") or ""),
+                       trials=tuple(TrialResult.from_json(t) for t in raw.get("trials") or ()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidVerdict(found=f"a verdict without a valid {exc}",
+                                 expected="in_place_ok, migrated_ok and rule") from None
+
+
+def _load(data: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    if isinstance(data, Mapping):
+        return data
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        raise InvalidVerdict(found=f"{what} text that is not JSON", expected="a JSON object") from None
+    if not isinstance(raw, dict):
+        raise InvalidVerdict(found=f"{what} JSON {type(raw).__name__}", expected="a JSON object")
+    return raw
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+# -- reading Spark's errors ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparkFailure:
+    """A restart failure as Spark reported it, read from the driver's error text."""
+
+    error_class: str
+    message: str
+    rule: Rule
+    operator: str = ""
+    old: str = ""
+    new: str = ""
+
+
+def spark_error(text: str) -> tuple[str, str]:
+    """(error class, message) of the most specific Spark error in ``text`` (a driver's exception
+    or log): the first class that is not only the ``STREAM_FAILED`` wrapper; the sources-count
+    assertion has no class and reads as ``ASSERTION_FAILED``. ("", "") when nothing is found."""
+    sources = _SOURCES.search(text)
+    if sources:
+        return "ASSERTION_FAILED", sources.group(0)
+    classes = [m for m in _ERROR_CLASS.finditer(text)]
+    chosen = next((m for m in classes if m.group(1) != "STREAM_FAILED"), classes[0] if classes else None)
+    if chosen is None:
+        lines = [line.strip() for line in text.splitlines() if _ERROR_LINE.search(line)]
+        if not lines:  # a driver that exits with a message of its own: its last line outside Spark's logging
+            lines = [line.strip() for line in text.splitlines() if line.strip() and not _SPARK_LOG_LINE.match(line)]
+        return "", lines[-1] if lines else ""
+    rest = text[chosen.end():]
+    message = " ".join(line.strip() for line in rest.splitlines()[:8] if line.strip())
+    if chosen.group(1) in ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+                           "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"):
+        message = " ".join(rest.split())[:4000]
+    return chosen.group(1), message.strip()
+
+
+def read_failure(text: str) -> SparkFailure | None:
+    """The :class:`SparkFailure` Spark's error in ``text`` means, None when ``text`` has none."""
+    error_class, message = spark_error(text)
+    if not error_class and not message:
+        return None
+    if error_class == "ASSERTION_FAILED":
+        found = _SOURCES.search(message)
+        assert found is not None
+        return SparkFailure(error_class, message, Rule.SOURCE_CHANGED,
+                            old=f"{found.group(1)} source(s)", new=f"{found.group(2)} source(s)")
+    rule = ERROR_CLASS_RULES.get(error_class, Rule.UNKNOWN)
+    flat = " ".join(text.split())
+    old = new = operator = ""
+    if rule is Rule.STATE_KEY_SCHEMA and (m := _KEY_SCHEMAS.search(flat)):
+        old, new = m.group(1).strip(), m.group(2).strip()
+    elif rule is Rule.STATE_VALUE_SCHEMA and (m := _VALUE_SCHEMAS.search(flat)):
+        old, new = m.group(1).strip(), m.group(2).strip()
+    elif error_class == "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION" and (m := _EVOLUTION.search(flat)):
+        new, old = m.group(1).strip(), m.group(2).strip()
+    elif rule is Rule.OPERATOR_CHANGED and (m := _OPS.search(flat)):
+        before, after = _op_items(m.group(1)), _op_items(m.group(2))
+        rule, operator = _operator_rule(before, after)
+        old, new = m.group(1).strip() or "none", m.group(2).strip() or "none"
+    return SparkFailure(error_class, message, rule, operator=operator, old=old, new=new)
+
+
+def _op_items(text: str) -> dict[int, str]:
+    return {int(i): name for i, name in _OP_ITEM.findall(text)}
+
+
+def _operator_rule(before: Mapping[int, str], after: Mapping[int, str]) -> tuple[Rule, str]:
+    """Added, removed or changed operators between the metadata and the current batch."""
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(i for i in set(before) & set(after) if before[i] != after[i])
+    if changed:
+        i = changed[0]
+        return Rule.OPERATOR_CHANGED, f"{i}: {before[i]} -> {after[i]}"
+    if added and not removed:
+        return Rule.OPERATOR_ADDED, ", ".join(f"{i} {after[i]}" for i in added)
+    if removed and not added:
+        return Rule.OPERATOR_REMOVED, ", ".join(f"{i} {before[i]}" for i in removed)
+    return Rule.OPERATOR_CHANGED, ""
+
+
+def compare_operators(old: Sequence[StatefulOperator], new: Sequence[StatefulOperator]) -> SparkFailure | None:
+    """What Spark does not check on a restart but its guide forbids, from the stateful operators
+    both versions recorded: a stream-stream join whose type changed, an operator added, removed
+    or replaced. None when they match (id, node name and join type)."""
+    before, after = {o.operator_id: o for o in old}, {o.operator_id: o for o in new}
+    for op_id in sorted(set(before) & set(after)):
+        a, b = before[op_id], after[op_id]
+        if a.name != b.name:
+            return SparkFailure("", "", Rule.OPERATOR_CHANGED, operator=f"{op_id}", old=a.describe(), new=b.describe())
+        if "Join" in a.name and _join_type(a.detail) != _join_type(b.detail):
+            return SparkFailure("", "", Rule.JOIN_TYPE, operator=f"{op_id} {a.name}", old=a.describe(),
+                                new=b.describe())
+    names = {True: after, False: before}
+    for is_added, ops in ((True, set(after) - set(before)), (False, set(before) - set(after))):
+        if ops:
+            rule = Rule.OPERATOR_ADDED if is_added else Rule.OPERATOR_REMOVED
+            listed = ", ".join(names[is_added][i].describe() for i in sorted(ops))
+            return SparkFailure("", "", rule, operator=listed,
+                                old=", ".join(o.describe() for o in old) or "none",
+                                new=", ".join(o.describe() for o in new) or "none")
+    return None
+
+
+def _join_type(detail: str) -> str:
+    found = re.search(r"\b(Inner|LeftOuter|RightOuter|FullOuter|LeftSemi|LeftAnti)\b", detail)
+    return found.group(1) if found else detail
+
+
+def classify(
+    in_place: TrialResult,
+    migrated: TrialResult | None = None,
+    *,
+    old_operators: Sequence[StatefulOperator] | None = None,
+) -> CompatibilityVerdict:
+    """The verdict of the two trials (see the module doc). ``old_operators``: the stateful
+    operators the old version recorded (None when it recorded none: then only Spark's errors
+    count). A failure of the in-place trial names its rule; a failure of the migrated trial means
+    the new version does not start at all."""
+    trials = (in_place,) if migrated is None else (in_place, migrated)
+    migrated_ok = None if migrated is None else (migrated.started if migrated.started is not None else None)
+    if migrated is not None and migrated.started is False:
+        return CompatibilityVerdict(
+            in_place_ok=False if in_place.started is False else in_place.started, migrated_ok=False,
+            rule=_rule_of(in_place), error_class=migrated.error_class, driver_error=migrated.error_message,
+            log_tail=migrated.log_tail, trials=trials)
+    if in_place.started is False:
+        failure = read_failure(in_place.error_message) or SparkFailure(in_place.error_class, in_place.error_message,
+                                                                      Rule.UNKNOWN)
+        return CompatibilityVerdict(in_place_ok=False, migrated_ok=migrated_ok, rule=failure.rule,
+                                    operator=failure.operator, old=failure.old, new=failure.new,
+                                    error_class=failure.error_class or in_place.error_class,
+                                    driver_error=in_place.error_message, log_tail=in_place.log_tail, trials=trials)
+    if in_place.started is None:
+        return CompatibilityVerdict(in_place_ok=None, migrated_ok=migrated_ok, trials=trials)
+    if old_operators is not None and in_place.operators is not None:
+        found = compare_operators(old_operators, in_place.operators)
+        if found is not None:
+            return CompatibilityVerdict(in_place_ok=False, migrated_ok=migrated_ok, rule=found.rule,
+                                        operator=found.operator, old=found.old, new=found.new, trials=trials)
+    return CompatibilityVerdict(in_place_ok=True, migrated_ok=migrated_ok, trials=trials)
+
+
+def _rule_of(trial: TrialResult) -> Rule | None:
+    if trial.started is not False:
+        return None
+    failure = read_failure(trial.error_message)
+    return failure.rule if failure else Rule.UNKNOWN
+
+
+# -- refusals before a trial -------------------------------------------------------------------------
+
+
+def _norm(uri: str) -> str:
+    text = uri.strip().rstrip("/")
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    return posixpath.normpath(text) if "://" not in text else text
+
+
+def check_trial_location(trial_root: str, live: Mapping[str, str]) -> None:
+    """Refuse (:class:`TrialRefused`) a trial location that equals, contains or lies inside any
+    location the live job or the upgrade uses (``live``: what -> URI; empty URIs are ignored)."""
+    trial = _norm(trial_root)
+    for what, uri in live.items():
+        if not uri:
+            continue
+        other = _norm(uri)
+        if trial == other or trial.startswith(other + "/") or other.startswith(trial + "/"):
+            raise TrialRefused(found=f"trial location {trial_root} overlaps the {what} {uri}",
+                               expected="a trial location apart from every live checkpoint and sink",
+                               path=trial_root)
+
+
+#: Python source names (module or function) whose use declares the trial contract.
+CONTRACT_NAMES = ("sink_location", "GracefulStop")
+
+
+def declares_contract(sources: Mapping[str, str], application: str) -> None:
+    """Refuse (:class:`TrialRefused`) a Python job whose source (``sources``: file -> text, the
+    application and the local modules it imports) does not use every name of
+    :data:`CONTRACT_NAMES`: its trial could write to the live sink or never stop."""
+    text = "\n".join(sources.values())
+    missing = [name for name in CONTRACT_NAMES if not re.search(rf"\b{name}\b", text)]
+    if missing:
+        raise TrialRefused(
+            found=f"{application} (and the modules next to it that it imports) never uses {', '.join(missing)}",
+            expected="a job following the trial contract: every output location from "
+                     "airflow_ckpt_provider.spark.sink_location(spark, default) and the query run by GracefulStop",
+            path=application)
+
+
+def local_imports(text: str) -> list[str]:
+    """Module names a Python source imports at top level (``import a``, ``from a import b``)."""
+    return re.findall(r"^(?:from|import)\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M)
+
+
+__all__ = ["CONTRACT_NAMES", "ERROR_CLASS_RULES", "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator",
+           "TrialKind", "TrialResult", "check_trial_location", "classify", "compare_operators", "declares_contract",
+           "local_imports", "read_failure", "spark_error"]

@@ -1,0 +1,262 @@
+"""Trial runs of a new version on copies, and the verdict (:mod:`airflow_ckpt_provider.checkpoint.compat`).
+
+:func:`check_upgrade` (used by ``ckpt check-upgrade`` and ``CompatibilityCheckOperator``):
+
+1. refuses, before anything starts, a trial location that overlaps a live one and a Python job
+   that does not follow the trial contract (:mod:`airflow_ckpt_provider.spark.trial`);
+2. copies the old checkpoint (without its ``_ckpt/`` control files) into the trial location
+   (:func:`~airflow_ckpt_provider.checkpoint.transfer.copy_tree`: the old checkpoint is only read);
+3. launches, detached through :class:`SparkLauncherHook`, the new version twice with
+   ``spark.ckpt.trial=true``, its output under the trial location and a bounded number of
+   batches: **in place** on the copy (resuming) and **migrated** on an empty checkpoint at the
+   handover of the last committed batch (``startingOffsets``);
+4. waits for both to end (killed after ``timeout``), reads each driver's trial record, exit
+   code and log tail, and deletes the trial location — whatever happened;
+5. classifies (:func:`~airflow_ckpt_provider.checkpoint.compat.classify`), comparing the stateful
+   operators the old version recorded with the in-place trial's.
+
+Nothing is written to the old checkpoint, the new checkpoint or a live sink; Spark's Kafka
+source commits no consumer-group offsets and a trial drops ``kafka.group.id``. The exported
+state is not given to the migrated trial: it starts with empty state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.compat import (
+    CompatibilityVerdict,
+    StatefulOperator,
+    TrialKind,
+    TrialResult,
+    check_trial_location,
+    classify,
+    declares_contract,
+    local_imports,
+    spark_error,
+)
+from airflow_ckpt_provider.checkpoint.errors import TrialRefused
+from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint.transfer import copy_tree
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.jobs import DriverState
+from airflow_ckpt_provider.spark.control import CONTROL_DIR
+from airflow_ckpt_provider.spark.trial import (
+    CONF_TRIAL,
+    CONF_TRIAL_BATCHES,
+    CONF_TRIAL_SINK,
+    OPERATORS_RECORD,
+    TRIAL_RECORD,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _skip_in_copy(rel: str) -> bool:
+    """Control files of the live job and temporary files are not part of a trial copy."""
+    name = posixpath.basename(rel)
+    return rel == CONTROL_DIR or rel.startswith(CONTROL_DIR + "/") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def application_sources(application: str) -> dict[str, str]:
+    """The text of a local Python ``application`` and of the modules next to it that it imports
+    (transitively); {} for anything else (a jar, a remote file: not checked)."""
+    path = Path(application)
+    if path.suffix != ".py" or not path.is_file():
+        return {}
+    found: dict[str, str] = {}
+    todo = [path]
+    while todo:
+        current = todo.pop()
+        if str(current) in found:
+            continue
+        text = current.read_text(encoding="utf-8", errors="replace")
+        found[str(current)] = text
+        for module in local_imports(text):
+            sibling = current.parent / f"{module}.py"
+            if sibling.is_file():
+                todo.append(sibling)
+    return found
+
+
+@dataclass
+class _Trial:
+    kind: TrialKind
+    root: str
+    checkpoint: str
+    handle: LaunchHandle
+    started_at: float
+    ended_at: float | None = None
+    killed: bool = False
+
+
+def _read_json(fs: Any, path: str) -> Any:
+    try:
+        fs.invalidate_cache(posixpath.dirname(path))
+        return json.loads(fs.cat_file(path))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _operators(raw: Any) -> tuple[StatefulOperator, ...] | None:
+    if not isinstance(raw, list):
+        return None
+    return tuple(StatefulOperator.from_dict(o) for o in raw)
+
+
+def check_upgrade(
+    *,
+    old_checkpoint: str,
+    new_application: str,
+    launcher: SparkLauncherHook,
+    application_args: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+    storage: CheckpointStorageHook | None = None,
+    trial_root: str | None = None,
+    live_locations: Mapping[str, str] | None = None,
+    batches: int = 2,
+    timeout: float = 600.0,
+    poll_interval: float = 1.0,
+    migrated: bool = True,
+    contract_check: bool = True,
+) -> CompatibilityVerdict:
+    """Try ``new_application`` in place and migrated on copies of ``old_checkpoint`` (see the
+    module doc) and return the verdict.
+
+    ``trial_root``: where the trials run (default: a new local temporary folder; deleted
+    afterwards); ``live_locations``: what -> URI of every location the live job or the upgrade
+    uses besides the old checkpoint (new checkpoint, sinks): an overlap is refused;
+    ``batches``: how many batches each trial runs; ``timeout``: how long a trial may take (then
+    it is killed and counts as not proven); ``migrated``: also run the migrated trial;
+    ``contract_check``: refuse a ``.py`` job whose source does not follow the trial contract.
+    Raises :class:`TrialRefused` before anything starts, or after a trial that ran without
+    honouring the contract (its files are deleted)."""
+    storage = storage or CheckpointStorageHook()
+    if contract_check:
+        sources = application_sources(new_application)
+        if sources:
+            declares_contract(sources, new_application)
+    made = None if trial_root else tempfile.mkdtemp(prefix="ckpt-trial-")
+    root = (trial_root or made or "").rstrip("/") + f"/{uuid.uuid4().hex[:12]}"
+    check_trial_location(root, {"old checkpoint": old_checkpoint, **dict(live_locations or {})})
+    old_fs, old_path = storage.filesystem(old_checkpoint)
+    handover = CheckpointReader(old_checkpoint, fs=old_fs).handover()
+    old_ops = _operators(_read_json(old_fs, posixpath.join(old_path, OPERATORS_RECORD)))
+    trial_fs, trial_path = storage.filesystem(root)
+    trials: list[_Trial] = []
+    try:
+        copy_dst = posixpath.join(trial_path, "in_place", "checkpoint")
+        copied = copy_tree(old_fs, old_path, trial_fs, copy_dst, skip=_skip_in_copy)
+        log.info("trial: copied the old checkpoint (%s files, %s bytes) to %s", len(copied),
+                 f"{sum(size for size, _ in copied.values()):,}", copy_dst)
+        kinds = [TrialKind.IN_PLACE] + ([TrialKind.MIGRATED] if migrated else [])
+        for kind in kinds:
+            trial_uri = f"{root}/{kind.value}"
+            checkpoint = f"{trial_uri}/checkpoint"
+            trial_conf = {**dict(conf or {}), CONF_TRIAL: "true", CONF_TRIAL_SINK: f"{trial_uri}/sink",
+                          CONF_TRIAL_BATCHES: str(batches)}
+            starting = _starting_offsets(handover) if kind is TrialKind.MIGRATED else None
+            log.info("trial %s: launching %s on %s%s", kind.value, new_application, checkpoint,
+                     f" at {starting}" if starting else " (resuming the copy)")
+            handle = launcher.launch(new_application, checkpoint_uri=checkpoint, application_args=application_args,
+                                     conf=trial_conf, name=f"ckpt-trial-{kind.value}", starting_offsets=starting,
+                                     storage_options=getattr(trial_fs, "storage_options", None))
+            trials.append(_Trial(kind, trial_uri, checkpoint, handle, time.monotonic()))
+        _wait(launcher, trials, timeout=timeout, poll_interval=poll_interval)
+        results = [_result(launcher, storage, t) for t in trials]
+    finally:
+        for trial in trials:
+            if trial.ended_at is None:
+                try:
+                    launcher.kill(trial.handle)
+                except Exception as exc:  # noqa: BLE001 - the cleanup tries every trial
+                    log.warning("could not kill trial %s: %s", trial.kind.value, exc)
+        _remove(trial_fs, trial_path)
+        if made:
+            _remove(trial_fs, made)
+    refused = [r for r in results if not r.contract_honoured]
+    if refused:
+        raise TrialRefused(found=f"the {refused[0].kind.value} trial of {new_application} ran without declaring "
+                                 "the trial contract (no trial record, or no output through sink_location)",
+                           expected="a job that takes its outputs from sink_location() and runs GracefulStop",
+                           action="Its trial files were deleted; make the job follow the trial contract (docs "
+                                  "'Spark side'). Nothing of the live job was touched.", path=new_application)
+    verdict = classify(results[0], results[1] if len(results) > 1 else None, old_operators=old_ops)
+    log.info("compatibility of %s with %s: %s", new_application, old_checkpoint, verdict.headline())
+    return verdict
+
+
+def _starting_offsets(handover: Handover) -> str:
+    """The handover's ``startingOffsets`` for the migrated trial: the only Kafka source's; with
+    several Kafka sources, their offsets when they all agree (a self-join of one topic), else
+    the refusal of :meth:`Handover.kafka_offsets` (several sources need several startingOffsets)."""
+    kafka = {s.kafka.to_json() for s in handover.sources if s.kafka is not None}
+    if len(kafka) == 1:
+        return kafka.pop()
+    return handover.kafka_offsets().to_json()  # raises AmbiguousSource/SourceNotKafka with the sources
+
+
+def _wait(launcher: SparkLauncherHook, trials: list[_Trial], *, timeout: float, poll_interval: float) -> None:
+    """Until every trial's driver ended; a trial still running after ``timeout`` is killed."""
+    said = time.monotonic()
+    while any(t.ended_at is None for t in trials):
+        for trial in trials:
+            if trial.ended_at is not None:
+                continue
+            if launcher.driver_state(trial.handle).alive is False:
+                trial.ended_at = time.monotonic()
+            elif time.monotonic() - trial.started_at > timeout:
+                log.warning("trial %s still running after %.0f s: killing it", trial.kind.value, timeout)
+                launcher.kill(trial.handle)
+                trial.killed, trial.ended_at = True, time.monotonic()
+        if time.monotonic() - said >= 30:
+            log.info("trials still running: %s", ", ".join(t.kind.value for t in trials if t.ended_at is None))
+            said = time.monotonic()
+        time.sleep(poll_interval)
+
+
+def _result(launcher: SparkLauncherHook, storage: CheckpointStorageHook, trial: _Trial) -> TrialResult:
+    fs, path = storage.filesystem(trial.checkpoint)
+    record = _read_json(fs, posixpath.join(path, TRIAL_RECORD))
+    driver = ControlFiles(fs, path).driver()
+    code = driver.exit_code if driver is not None and driver.launch_id == trial.handle.launch_id else None
+    state = launcher.driver_state(trial.handle)
+    tail = launcher.log_tail(trial.handle, 80)
+    seconds = (trial.ended_at or time.monotonic()) - trial.started_at
+    failed = (state in (DriverState.FAILED,) or (code is not None and code != 0)) and not trial.killed
+    error = (record or {}).get("error") or ""
+    if error or failed:
+        error_class, message = spark_error(error or launcher.log_tail(trial.handle, 400))
+        return TrialResult(trial.kind, started=False, batches_committed=int((record or {}).get("batches") or 0),
+                           error_class=error_class, error_message=error or message, log_tail=tail, seconds=seconds)
+    if record is None and not trial.killed:  # ended well without a record: GracefulStop not used
+        return TrialResult(trial.kind, started=None, contract_honoured=False, log_tail=tail, seconds=seconds)
+    if record is not None and not record.get("outputs"):
+        return TrialResult(trial.kind, started=None, contract_honoured=False, log_tail=tail, seconds=seconds)
+    batches = int((record or {}).get("batches") or 0)
+    return TrialResult(trial.kind, started=True if batches > 0 else None, batches_committed=batches,
+                       log_tail=tail, operators=_operators((record or {}).get("operators")), seconds=seconds)
+
+
+def _remove(fs: Any, path: str) -> None:
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except OSError as exc:
+        log.warning("could not delete the trial files at %s: %s", path, exc)
+
+
+__all__ = ["application_sources", "check_upgrade"]

@@ -1,0 +1,142 @@
+"""Before anything stops: does the new version need a new checkpoint, and will it start?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
+from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+from airflow_ckpt_provider.hooks.compat import check_upgrade
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.handover import flag
+
+
+def verdict_markdown(verdict: CompatibilityVerdict) -> str:
+    """The verdict for the approval's body and the report (Markdown)."""
+    lines = ["### Compatibility check (trial runs on copies)", ""]
+    lines += [f"- {line}" for line in verdict.describe()]
+    if not verdict.new_version_starts and verdict.log_tail:
+        lines += ["", "```text", verdict.log_tail.rstrip()[-4000:], "```"]
+    return "\n".join(lines) + "\n"
+
+
+class CompatibilityCheckOperator(BaseOperator):
+    """Try the new version on copies of the old checkpoint, in place and migrated, and give the verdict.
+
+    Runs :func:`~airflow_ckpt_provider.hooks.compat.check_upgrade`: the new version started
+    (detached, with ``spark.ckpt.trial=true``) on a COPY of the old checkpoint and on an empty one
+    at the handover, each for ``batches`` batches with its output under the trial location, then
+    stopped and deleted. The old checkpoint, the live sinks and Kafka's consumer groups are not
+    touched. Returns (XCom) :meth:`CompatibilityVerdict.to_dict` plus ``summary_md`` (Markdown
+    for an approval). Raises :class:`TrialRefused` (the job does not follow the trial contract,
+    or the trial location overlaps a live one: nothing started) and, with ``fail_if_does_not_start``,
+    :class:`NewVersionDoesNotStart` (the driver's error and log tail) — before anything stops.
+
+    :param old_checkpoint_uri: the running (old) version's checkpoint
+    :param new_application: the new version (``.py`` or jar)
+    :param application_args: the new version's arguments
+    :param conf: Spark conf of the trials (the new version's)
+    :param live_locations: what -> URI of other live locations (new checkpoint, sinks) to keep apart
+    :param trial_root: where the trials run (default: a local temp folder; for cluster launches one the driver reaches)
+    :param batches: batches each trial runs
+    :param migrated: also try the new version on an empty checkpoint at the handover
+    :param fail_if_does_not_start: fail the task when the new version does not start
+    :param master: spark-submit ``--master`` of the trials (or ``spark_conn_id``)
+    :param deploy_mode: ``client`` or ``cluster``
+    :param spark_conn_id: Spark connection, instead of ``master``/``deploy_mode``
+    :param spark_home: the Spark that runs the trials
+    :param spark_binary: spark-submit binary, when not ``<spark_home>/bin/spark-submit``
+    :param storage_conn_id: Airflow connection for the checkpoint's and the trial location's storage
+    :param trial_timeout: seconds a trial may run before it is killed (then it proves nothing)
+    :param enabled: False (or a template rendering "False"): run nothing, return ``{"skipped": ...}``
+    """
+
+    template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
+                                      "live_locations", "trial_root", "master", "deploy_mode", "spark_conn_id",
+                                      "spark_home", "spark_binary", "storage_conn_id", "enabled")
+    ui_color = "#f4f0e0"
+
+    def __init__(
+        self,
+        *,
+        old_checkpoint_uri: str,
+        new_application: str,
+        application_args: Sequence[str] | str = (),
+        conf: Mapping[str, str] | str | None = None,
+        live_locations: Mapping[str, str] | str | None = None,
+        trial_root: str = "",
+        batches: int = 2,
+        migrated: bool = True,
+        fail_if_does_not_start: bool = True,
+        master: str | None = "local[2]",
+        deploy_mode: str | None = None,
+        spark_conn_id: str | None = None,
+        spark_home: str | None = None,
+        spark_binary: str | None = None,
+        storage_conn_id: str | None = None,
+        trial_timeout: float = 600.0,
+        enabled: bool | str = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if batches < 1 or trial_timeout <= 0:
+            raise ValueError("batches must be at least 1 and trial_timeout positive")
+        self.old_checkpoint_uri = old_checkpoint_uri
+        self.new_application = new_application
+        self.application_args = application_args
+        self.conf = conf
+        self.live_locations = live_locations
+        self.trial_root = trial_root
+        self.batches = int(batches)
+        self.migrated = bool(migrated)
+        self.fail_if_does_not_start = bool(fail_if_does_not_start)
+        self.master = master
+        self.deploy_mode = deploy_mode
+        self.spark_conn_id = spark_conn_id
+        self.spark_home = spark_home
+        self.spark_binary = spark_binary
+        self.storage_conn_id = storage_conn_id
+        self.trial_timeout = float(trial_timeout)
+        self.enabled = enabled
+
+    @cached_property
+    def launcher_hook(self) -> SparkLauncherHook:
+        return SparkLauncherHook(self.spark_conn_id or None, master=self.master or None,
+                                 deploy_mode=self.deploy_mode or None, spark_binary=self.spark_binary or None,
+                                 spark_home=self.spark_home or None)
+
+    @cached_property
+    def storage_hook(self) -> CheckpointStorageHook:
+        return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not flag(self.enabled, "enabled"):
+            self.log.info("compatibility check switched off: no trial runs")
+            return {"skipped": "switched off", "summary_md": ""}
+        args = self.application_args
+        conf = self.conf if isinstance(self.conf, Mapping) else {}
+        live = self.live_locations if isinstance(self.live_locations, Mapping) else {}
+        verdict = check_upgrade(
+            old_checkpoint=self.old_checkpoint_uri, new_application=self.new_application,
+            application_args=[str(a) for a in args] if not isinstance(args, str) else [],
+            launcher=self.launcher_hook, conf={str(k): str(v) for k, v in conf.items()}, storage=self.storage_hook,
+            trial_root=self.trial_root or None, live_locations={str(k): str(v) for k, v in live.items() if v},
+            batches=self.batches, timeout=self.trial_timeout, migrated=self.migrated)
+        for line in verdict.describe():
+            self.log.info("compatibility: %s", line)
+        if self.fail_if_does_not_start and not verdict.new_version_starts:
+            first = verdict.error_line
+            raise NewVersionDoesNotStart(
+                found=f"{self.new_application} fails in its trial: {verdict.error_class or 'driver failed'} {first}"
+                .rstrip(),
+                expected="the new version to run its trial batches", log_tail=verdict.log_tail,
+                path=self.new_application)
+        return {**verdict.to_dict(), "summary_md": verdict_markdown(verdict)}
+
+
+__all__ = ["CompatibilityCheckOperator", "verdict_markdown"]

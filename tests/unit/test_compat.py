@@ -1,0 +1,238 @@
+"""The compatibility verdict from Spark's own errors (texts as Spark 4.0 prints them) and plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ckpt_provider.checkpoint.compat import (
+    CompatibilityVerdict,
+    Rule,
+    StatefulOperator,
+    TrialKind,
+    TrialResult,
+    check_trial_location,
+    classify,
+    declares_contract,
+    read_failure,
+    spark_error,
+)
+from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, TrialRefused
+from airflow_ckpt_provider.spark.trial import parse_stateful_operators
+
+WRAP = ("[STREAM_FAILED] Query [id = 74c78bbd-4366-427f-b609-6eede63c354f, runId = b141cfd9-7e07-4c76-bc93-"
+        "a52ce9233397] terminated with exception: ")
+KEY = (WRAP + "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing state key "
+       "schema.\nPlease check number and type of fields.\nExisting key_schema=StructType(StructField(k,LongType,true))"
+       " and new key_schema=StructType(StructField(k,LongType,true),StructField(_groupingexpression,LongType,true))."
+       "\nIf you want to force running the query without schema validation, please set spark.sql.streaming."
+       "stateStore.stateSchemaCheck to false.\nHowever, please note that running the query with incompatible schema "
+       "could cause non-deterministic behavior. SQLSTATE: XXKST SQLSTATE: XXKST\n=== Streaming Query ===")
+VALUE = (WRAP + "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match existing state "
+         "value schema.\nPlease check number and type of fields.\nExisting value_schema=StructType(StructField(count,"
+         "LongType,false)) and new value_schema=StructType(StructField(sum,LongType,true)).\nIf you want to force "
+         "running the query without schema validation, please set spark.sql.streaming.stateStore.stateSchemaCheck to "
+         "false.")
+OPS = (WRAP + "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator name does not "
+       "match with the operator in state metadata. This likely to happen when user adds/removes/changes stateful "
+       "operator of existing streaming query.\nStateful operators in the metadata: [(OperatorId: 0 -> OperatorName: "
+       "stateStoreSave)]; Stateful operators in current batch: [(OperatorId: 0 -> OperatorName: dedupe)]. "
+       "SQLSTATE: 42K03")
+SOURCES = ("java.lang.AssertionError: assertion failed: There are [1] sources in the checkpoint offsets and now "
+           "there are [2] sources requested by the query. Cannot continue.")
+
+
+@pytest.mark.parametrize(("text", "error_class", "rule", "old", "new", "operator"), [
+    (KEY, "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", Rule.STATE_KEY_SCHEMA, "StructType(StructField(k,LongType,true))",
+     "StructType(StructField(k,LongType,true),StructField(_groupingexpression,LongType,true))", ""),
+    (VALUE, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", Rule.STATE_VALUE_SCHEMA,
+     "StructType(StructField(count,LongType,false))", "StructType(StructField(sum,LongType,true))", ""),
+    (OPS, "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", Rule.OPERATOR_CHANGED,
+     "(OperatorId: 0 -> OperatorName: stateStoreSave)", "(OperatorId: 0 -> OperatorName: dedupe)",
+     "0: stateStoreSave -> dedupe"),
+    (SOURCES, "ASSERTION_FAILED", Rule.SOURCE_CHANGED, "1 source(s)", "2 source(s)", ""),
+    ("Traceback (most recent call last):\nRuntimeError: deliberate crash", "", Rule.UNKNOWN, "", "", ""),
+])
+def test_spark_errors_name_the_rule_and_both_sides(text: str, error_class: str, rule: Rule, old: str, new: str,
+                                                   operator: str) -> None:
+    failure = read_failure(text)
+    assert failure is not None
+    assert (failure.error_class, failure.rule, failure.old, failure.new, failure.operator) == (
+        error_class, rule, old, new, operator)
+
+
+@pytest.mark.parametrize(("before", "after", "rule", "operator"), [
+    ("", "(OperatorId: 0 -> OperatorName: dedupe)", Rule.OPERATOR_ADDED, "0 dedupe"),
+    ("(OperatorId: 0 -> OperatorName: dedupe), (OperatorId: 1 -> OperatorName: stateStoreSave)",
+     "(OperatorId: 0 -> OperatorName: dedupe)", Rule.OPERATOR_REMOVED, "1 stateStoreSave"),
+])
+def test_operators_added_or_removed(before: str, after: str, rule: Rule, operator: str) -> None:
+    text = OPS.split("Stateful operators in the metadata")[0] + (
+        f"Stateful operators in the metadata: [{before}]; Stateful operators in current batch: [{after}].")
+    failure = read_failure(text)
+    assert failure is not None and (failure.rule, failure.operator) == (rule, operator)
+
+
+def test_the_wrapper_is_not_the_error() -> None:
+    assert spark_error(KEY)[0] == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+    assert spark_error(WRAP + "java.lang.RuntimeException: boom")[0] == "STREAM_FAILED"
+    assert spark_error("") == ("", "")
+    exit_message = ("WARNING: Using incubator modules: jdk.incubator.vector\nUsing Spark's default log4j profile: x\n"
+                    "deliberate crash on start: orders.currency is not set\n"
+                    "26/11/25 05:24:01 INFO ShutdownHookManager: Shutdown hook called\n")
+    assert spark_error(exit_message) == ("", "deliberate crash on start: orders.currency is not set")
+
+
+def ok(kind: TrialKind, operators: tuple[StatefulOperator, ...] | None = None) -> TrialResult:
+    return TrialResult(kind, started=True, batches_committed=1, operators=operators)
+
+
+def failed(kind: TrialKind, text: str) -> TrialResult:
+    return TrialResult(kind, started=False, error_class=spark_error(text)[0], error_message=text, log_tail="tail")
+
+
+JOIN_OLD = (StatefulOperator(0, "StreamingSymmetricHashJoin", "Inner"),)
+JOIN_NEW = (StatefulOperator(0, "StreamingSymmetricHashJoin", "LeftOuter"),)
+
+
+def test_in_place_ok_offers_a_plain_restart() -> None:
+    verdict = classify(ok(TrialKind.IN_PLACE, ()), ok(TrialKind.MIGRATED), old_operators=())
+    assert verdict.in_place_ok and verdict.migrated_ok and verdict.new_version_starts
+    assert verdict.needs_new_checkpoint is False
+    assert verdict.headline().startswith("in place OK: no new checkpoint needed")
+
+
+def test_state_schema_needs_a_new_checkpoint_with_both_schemas() -> None:
+    verdict = classify(failed(TrialKind.IN_PLACE, KEY), ok(TrialKind.MIGRATED))
+    assert (verdict.in_place_ok, verdict.rule, verdict.migrated_ok) == (False, Rule.STATE_KEY_SCHEMA, True)
+    assert verdict.error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+    assert "_groupingexpression" in verdict.new and "_groupingexpression" not in verdict.old
+    assert verdict.new_version_starts
+    assert any(line.startswith("Spark: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE]") for line in verdict.describe())
+
+
+def test_join_type_from_the_plans_where_spark_does_not_fail() -> None:
+    verdict = classify(ok(TrialKind.IN_PLACE, JOIN_NEW), ok(TrialKind.MIGRATED), old_operators=JOIN_OLD)
+    assert (verdict.in_place_ok, verdict.rule) == (False, Rule.JOIN_TYPE)
+    assert "Inner" in verdict.old and "LeftOuter" in verdict.new
+    # without the old version's record only Spark's errors count
+    assert classify(ok(TrialKind.IN_PLACE, JOIN_NEW), ok(TrialKind.MIGRATED)).in_place_ok is True
+
+
+def test_operator_added_from_the_plans() -> None:
+    verdict = classify(ok(TrialKind.IN_PLACE, JOIN_OLD + (StatefulOperator(1, "StateStoreSave", "k"),)),
+                       old_operators=JOIN_OLD)
+    assert (verdict.rule, verdict.operator) == (Rule.OPERATOR_ADDED, "1 StateStoreSave (k)")
+
+
+def test_a_new_version_that_does_not_start() -> None:
+    crash = "Traceback (most recent call last):\nRuntimeError: deliberate crash on start"
+    verdict = classify(failed(TrialKind.IN_PLACE, crash), failed(TrialKind.MIGRATED, crash))
+    assert not verdict.new_version_starts and verdict.migrated_ok is False
+    assert verdict.headline().startswith("the new version does not start")
+    assert verdict.log_tail == "tail"
+
+
+def test_no_batch_proves_nothing() -> None:
+    verdict = classify(TrialResult(TrialKind.IN_PLACE, started=None), ok(TrialKind.MIGRATED))
+    assert verdict.in_place_ok is None and verdict.needs_new_checkpoint is None and verdict.new_version_starts
+
+
+def test_json_round_trip_and_refusal() -> None:
+    verdict = classify(failed(TrialKind.IN_PLACE, VALUE), ok(TrialKind.MIGRATED, ()), old_operators=())
+    again = CompatibilityVerdict.from_json(verdict.to_json())
+    assert again == verdict and again.trials == verdict.trials
+    with pytest.raises(InvalidVerdict):
+        CompatibilityVerdict.from_json('{"rule": "nope"}')
+    with pytest.raises(InvalidVerdict):
+        CompatibilityVerdict.from_json("[]")
+
+
+@pytest.mark.parametrize("trial", ["/data/ckpt", "/data/ckpt/trial", "/data", "file:///data/ckpt/x", "/sink/a"])
+def test_trial_location_overlapping_a_live_one_is_refused(trial: str) -> None:
+    with pytest.raises(TrialRefused, match="overlaps"):
+        check_trial_location(trial, {"old checkpoint": "/data/ckpt", "sink": "/sink", "new checkpoint": ""})
+    check_trial_location("/tmp/trials", {"old checkpoint": "/data/ckpt", "sink": "/sink"})
+
+
+def test_a_job_without_the_contract_is_refused() -> None:
+    with pytest.raises(TrialRefused, match="never uses sink_location"):
+        declares_contract({"job.py": "query.awaitTermination()  # GracefulStop"}, "job.py")
+    declares_contract({"a.py": "from b import run", "b.py": "sink_location(spark, x); GracefulStop(spark, q, c)"},
+                      "a.py")
+
+
+def test_stateful_operators_from_a_physical_plan() -> None:
+    plan = """== Physical Plan ==
+WriteToDataSourceV2 MicroBatchWrite[epoch: 3]
++- *(4) HashAggregate(keys=[k#2L], functions=[count(1)])
+   +- StateStoreSave [k#2L], state info [ checkpoint = file:/x/state, runId = b7, opId = 0, ver = 3, numPartitions = 2]
+      +- StateStoreRestore [k#2L], state info [ checkpoint = file:/x/state, runId = b7, opId = 0, ver = 3]
++- StreamingSymmetricHashJoin [lk#2L], [rk#6L], LeftOuter, condition = [ leftOnly = null ], state info [ \
+checkpoint = file:/x, runId = 1, opId = 1, ver = 0]"""
+    assert parse_stateful_operators(plan) == [
+        {"operator_id": 0, "name": "StateStoreSave", "detail": "k"},
+        {"operator_id": 1, "name": "StreamingSymmetricHashJoin", "detail": "LeftOuter"}]
+
+
+def fake_check(monkeypatch: pytest.MonkeyPatch, verdict: CompatibilityVerdict, where: str) -> list[dict]:
+    """Replace check_upgrade (the hook boundary: trials on real Spark) in ``where``; returns its calls."""
+    import importlib
+
+    calls: list[dict] = []
+
+    def check(**kwargs: object) -> CompatibilityVerdict:
+        calls.append(kwargs)
+        return verdict
+
+    monkeypatch.setattr(importlib.import_module(where), "check_upgrade", check)
+    return calls
+
+
+CRASH = classify(failed(TrialKind.IN_PLACE, "Traceback (most recent call last):\nRuntimeError: deliberate crash"),
+                 failed(TrialKind.MIGRATED, "Traceback (most recent call last):\nRuntimeError: deliberate crash"))
+SCHEMA = classify(failed(TrialKind.IN_PLACE, KEY), ok(TrialKind.MIGRATED))
+
+
+@pytest.mark.parametrize(("verdict", "code", "says"), [
+    (SCHEMA, 0, "needs a new checkpoint: a stateful operator's state key schema changed"),
+    (CRASH, 6, "the new version does not start"),
+])
+def test_cli_check_upgrade(monkeypatch: pytest.MonkeyPatch, verdict: CompatibilityVerdict, code: int,
+                           says: str) -> None:
+    import io
+    import json
+
+    from airflow_ckpt_provider.cli import main
+
+    hook = "airflow_ckpt_provider.hooks.compat"
+    calls = fake_check(monkeypatch, verdict, hook)
+    out = io.StringIO()
+    assert main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--live", "/data/out",
+                 "--batches", "3", "--", "--sink", "/data/out"], stdout=out, stderr=io.StringIO()) == code
+    assert out.getvalue().startswith(says)
+    (call,) = calls
+    assert call["application_args"] == ["--sink", "/data/out"] and call["batches"] == 3
+    assert call["live_locations"] == {"live location 1": "/data/out"} and call["old_checkpoint"] == "/data/ckpt"
+    out = io.StringIO()
+    main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--json"], stdout=out,
+         stderr=io.StringIO())
+    assert CompatibilityVerdict.from_json(json.loads(out.getvalue())) == verdict
+
+
+def test_operator_refuses_a_version_that_does_not_start_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+    from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator
+
+    calls = fake_check(monkeypatch, CRASH, "airflow_ckpt_provider.operators.compat")
+    op = CompatibilityCheckOperator(task_id="c", old_checkpoint_uri="/ckpt", new_application="v2.py",
+                                    conf={"spark.x": 1}, live_locations={"sink": "/out", "new checkpoint": ""})
+    with pytest.raises(NewVersionDoesNotStart, match="deliberate crash"):
+        op.execute({})
+    assert calls[0]["live_locations"] == {"sink": "/out"} and calls[0]["conf"] == {"spark.x": "1"}
+    fake_check(monkeypatch, SCHEMA, "airflow_ckpt_provider.operators.compat")
+    result = op.execute({})
+    assert result["rule"] == "state_key_schema" and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in result["summary_md"]
+    off = CompatibilityCheckOperator(task_id="d", old_checkpoint_uri="/ckpt", new_application="v2.py",
+                                     enabled="False")
+    assert off.execute({})["skipped"] == "switched off"
