@@ -34,6 +34,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidOffsets,
     UnsupportedLogVersion,
 )
+from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, parse_json
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
     """
     fs.invalidate_cache(folder)
     try:
-        entries = fs.ls(folder, detail=False)
+        entries = list_names(fs, folder)
     except FileNotFoundError:
         return []
     return batch_ids((str(entry) for entry in entries), folder)
