@@ -92,4 +92,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -32,8 +32,10 @@ KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
 #: Kafka connector of Spark 3.5 (Scala 2.12), for the pyspark 3.5 virtualenv (local/spark.py).
 SPARK35_KAFKA = "spark35-kafka"
+#: Hadoop's S3A connector and the AWS SDK v2 modules it uses, for Spark writing to s3a:// (local/s3.py).
+S3A = "s3a"
 #: What ``make jvm`` (a fetch without components) resolves.
-COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA)
+COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A)
 #: Fetched only when named (``make spark35``): not every user needs a second Spark.
 OPTIONAL_COMPONENTS = (SPARK35_KAFKA,)
 _STAMP = ".resolved"
