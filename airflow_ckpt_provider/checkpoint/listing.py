@@ -7,8 +7,11 @@ such a marker as a FILE: ``ls("b/ckpt")`` returns ``b/ckpt/`` beside the real en
 ``find`` returns every ``<dir>/``. Every listing of the provider goes through this module, which
 drops a marker of the listed folder itself and turns any other marker into the directory it
 stands for, so the reader, the archive, restore, the journal and the state export see the same
-tree on S3 as on a local disk. fsspec already pages through object listings (ListObjectsV2
-continuation tokens), so a listing here is complete however many objects the folder holds.
+tree on S3 as on a local disk. Every listing here is fresh: fsspec's cached listing of the
+folder (s3fs keeps one per folder it listed) is dropped first, so a poll sees new batches and an
+``open`` after a scan does not trust a listing older than the scan. fsspec already pages through
+object listings (ListObjectsV2 continuation tokens), so a listing here is complete however many
+objects the folder holds.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def list_names(fs: AbstractFileSystem, path: str) -> list[str]:
     its own marker; a marker of a sub-folder names that sub-folder (no trailing ``/``). Raises
     what ``fs.ls`` raises (``FileNotFoundError`` when nothing is there)."""
     own = path.rstrip("/")
+    fs.invalidate_cache(own)
     names: dict[str, None] = {}
     for entry in fs.ls(path, detail=False):
         raw = str(entry)
@@ -52,6 +56,7 @@ def list_entries(fs: AbstractFileSystem, path: str) -> list[dict[str, Any]]:
     """The detailed entries of the folder ``path`` (fsspec info dicts), without its own marker; a
     marker of a sub-folder becomes that directory's entry, once. Raises what ``fs.ls`` raises."""
     own = path.rstrip("/")
+    fs.invalidate_cache(own)
     entries: dict[str, dict[str, Any]] = {}
     for info in fs.ls(path, detail=True):
         raw = str(info["name"])
@@ -66,10 +71,25 @@ def list_entries(fs: AbstractFileSystem, path: str) -> list[dict[str, Any]]:
     return list(entries.values())
 
 
+def forget_listings(fs: AbstractFileSystem, root: str) -> None:
+    """Drop fsspec's cached listings of ``root``, its parents and everything below it.
+
+    s3fs answers ``info`` (which every ``open`` calls) from a cached listing of the parent when
+    it has one, so a file written after that listing reads as missing (``FileNotFoundError``);
+    ``invalidate_cache(path)`` drops only the path and its parents, not the folders below."""
+    fs.invalidate_cache(root)
+    cache = getattr(fs, "dircache", None)
+    if cache:
+        own = root.rstrip("/")
+        for key in [k for k in list(cache) if str(k) == own or str(k).startswith(own + "/")]:
+            cache.pop(key, None)
+
+
 def holds_anything(fs: AbstractFileSystem, path: str) -> bool:
     """Whether ``path`` is a file or a folder holding anything but directory markers (an empty
     folder, a folder only a marker keeps, or nothing at all: False). Raises what ``fs.ls``
     raises except ``FileNotFoundError``."""
+    fs.invalidate_cache(path.rstrip("/"))
     try:
         entries = fs.ls(path, detail=True)
     except FileNotFoundError:
@@ -84,7 +104,9 @@ def find_entries(fs: AbstractFileSystem, root: str, *, withdirs: bool = False) -
     object named like a prefix that holds other objects counts as that directory. ``root``
     itself is never listed. ``{}`` when nothing is there."""
     own = root.rstrip("/")
+    forget_listings(fs, own)
     found: dict[str, Any] = fs.find(root, withdirs=withdirs, detail=True)
+    forget_listings(fs, own)
     files: dict[str, dict[str, Any]] = {}
     dirs: dict[str, dict[str, Any]] = {}
     for raw, info in found.items():
@@ -112,4 +134,4 @@ def find_entries(fs: AbstractFileSystem, root: str, *, withdirs: bool = False) -
     return result
 
 
-__all__ = ["find_entries", "holds_anything", "is_marker", "list_entries", "list_names"]
+__all__ = ["find_entries", "forget_listings", "holds_anything", "is_marker", "list_entries", "list_names"]

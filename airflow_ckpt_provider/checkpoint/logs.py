@@ -106,7 +106,6 @@ def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
     only (no metadata request per entry). :class:`CorruptCheckpointFile` for a zero-padded name;
     other I/O errors (``OSError``) propagate.
     """
-    fs.invalidate_cache(folder)
     try:
         entries = list_names(fs, folder)
     except FileNotFoundError:

@@ -168,3 +168,19 @@ class _Raising(MemoryFileSystem):
 
 def _raising(error: BaseException) -> _Raising:
     return _Raising(error)
+
+
+def test_cached_listings_below_a_tree_are_forgotten_before_and_after_a_scan() -> None:
+    class Cached(MemoryFileSystem):
+        cachable = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.store, self.pseudo_dirs = {}, [""]
+
+    fs = Cached()
+    fs.pipe_file("/cp/state/0/0/1.delta", b"x")
+    fs.dircache = {"/cp": [], "/cp/state/0/0": [], "/cpx": [], "/other": []}  # s3fs keeps listings there
+    found = find_entries(fs, "/cp")
+    assert list(found) == ["/cp/state/0/0/1.delta"]
+    assert sorted(fs.dircache) == ["/cpx", "/other"], "a stale parent listing would hide files written later"
