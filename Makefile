@@ -26,7 +26,7 @@ $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
 	  { echo "error: '$(PYTHON)' is missing or older than 3.10; install Python 3.10+ or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[spark,report,dev]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[spark,report,s3,dev]'
 	@# pyspark-client (from the spark provider) and full pyspark share files: make sure the full one wins.
 	@$(PY) -c 'import pathlib, pyspark, sys; sys.exit(not (pathlib.Path(pyspark.__file__).parent / "jars").is_dir())' || \
 	  $(PY) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
@@ -103,4 +103,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -39,6 +39,13 @@ on this machine. Cleans up.
     python bench/archive.py [--files 20000] [--gib 2] [--rounds 4] [--source cached|disk|both]
                             [--workers N] [--dir /tmp]
 
+``--s3`` instead compares on an S3-compatible server (moto on 127.0.0.1, ``local/s3.py``): a
+smaller tree (``--s3-files``, ``--s3-mib``) is uploaded, then each round times, alternating which
+goes first, the server's own copy of every object (CopyObject through s3fs, no bytes through the
+client, no hashing) and ``CheckpointArchive.archive`` S3 -> S3 (every byte read, hashed, written,
+read back and compared, manifest). The median per-round ratio is printed; no target (the
+server's copy moves no bytes over the network, so the archive cannot reach it on a real store).
+
 Exit status 1 if, for a source state, the median ratio to ``cp -r`` + ``sync``, the comparison
 with the same guarantee, is below --target (default 0.8). The ratio to ``cp -r`` alone is printed
 beside it.
@@ -262,6 +269,46 @@ def report(source: str, rounds: Rounds, mib: float) -> None:
     print(f"best vs best: {cp_s / archive_s:.2f}x of cp -r, {durable_s / archive_s:.2f}x of cp -r + sync")
 
 
+def s3_bench(files: int, mib: int, rounds: int, workers: int | None) -> int:
+    """The S3 -> S3 comparison of ``--s3`` (see the module docstring); prints the ratio."""
+    from airflow_ckpt_provider.local.s3 import LocalS3
+
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-archive-s3-"))
+    try:
+        count, size = build(work / "checkpoint", files, mib * MIB)
+        with LocalS3(work / "server") as server:
+            fs = server.filesystem()
+            bucket = server.create_bucket("bench")
+            src = f"{bucket}/checkpoint"
+            fs.put(str(work / "checkpoint"), src, recursive=True)
+            print(f"uploaded {count:,} files, {size / MIB:,.0f} MiB to {server.endpoint_url} ({os.cpu_count()} cpus)")
+            archiver = CheckpointArchive(fs, f"{bucket}/archive", workers=workers)
+            copies: list[float] = []
+            archives: list[float] = []
+            for number in range(rounds):
+                def copy(n: int = number) -> None:
+                    start = time.perf_counter()
+                    fs.copy(src, f"{bucket}/copy-{n}", recursive=True)
+                    copies.append(time.perf_counter() - start)
+
+                def archive(n: int = number) -> None:
+                    start = time.perf_counter()
+                    archiver.archive(fs, src, stream_name="bench", upgrade_id=f"s3-{n}")
+                    archives.append(time.perf_counter() - start)
+
+                for step in ((copy, archive) if number % 2 == 0 else (archive, copy)):
+                    step()
+                print(f"  round {number + 1}: server copy {copies[-1]:6.2f} s | archive {archives[-1]:6.2f} s "
+                      f"-> {copies[-1] / archives[-1]:.2f}x")
+            ratio = statistics.median(c / a for c, a in zip(copies, archives, strict=True))
+            print(f"S3 -> S3: archive throughput, median of {rounds} per-round ratios: {ratio:.2f}x of the server's "
+                  f"own copy (CopyObject, no hashing); best {min(archives):.2f} s vs {min(copies):.2f} s, "
+                  f"{size / MIB / min(archives):.0f} MiB/s")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20_000)
@@ -272,8 +319,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None, help="archive threads (default: library default)")
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--s3", action="store_true", help="compare S3 -> S3 on a local S3 server instead")
+    parser.add_argument("--s3-files", type=int, default=2000)
+    parser.add_argument("--s3-mib", type=int, default=128)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.s3:
+        return s3_bench(args.s3_files, args.s3_mib, args.rounds, args.workers)
     sources = list(SOURCES) if args.source == "both" else [args.source]
 
     df = subprocess.run(["df", "-h", args.dir], capture_output=True, text=True, check=True).stdout

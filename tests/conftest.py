@@ -44,6 +44,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real S3-compatible server (moto in server mode, its own virtualenv) on 127.0.0.1, shared by
+    the session; tests create their own buckets."""
+    from airflow_ckpt_provider.local.s3 import LocalS3
+
+    server = LocalS3(tmp_path_factory.mktemp("s3"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A real local-mode SparkSession with the Maven-resolved Kafka connector."""
     from airflow_ckpt_provider.local.spark import local_spark_session

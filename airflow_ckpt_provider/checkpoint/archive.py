@@ -42,8 +42,9 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     UnreadableCheckpoint,
 )
-from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_private_file
+from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_atomic, write_private_file
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.listing import list_entries
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
@@ -443,13 +444,13 @@ class CheckpointArchive:
         return entries, verified
 
     def _write_manifest(self, path: str, manifest: ArchiveManifest) -> None:
-        """Temp name then move: the manifest appears whole or not at all (and durably, on a local disk)."""
-        final, temp = posixpath.join(path, MANIFEST), posixpath.join(path, f".{MANIFEST}.tmp")
+        """The manifest appears whole or not at all (and durably, on a local disk): :func:`write_atomic`
+        (one object write on an object store, which has no rename)."""
+        final = posixpath.join(path, MANIFEST)
         if is_local(self.fs):
             write_private_file(final, manifest.to_json().encode(), atomic=True)
             return
-        self.fs.pipe_file(temp, manifest.to_json().encode())
-        self.fs.mv(temp, final)
+        write_atomic(self.fs, final, manifest.to_json().encode())
 
     def _reuse(self, plan: _Plan, source_fs: AbstractFileSystem, source: str, source_uri: str,
                remove_source: bool, workers: int) -> ArchiveManifest:
@@ -498,7 +499,7 @@ class CheckpointArchive:
 
     def _dirs(self, path: str) -> builtins.list[str]:
         try:
-            entries = self.fs.ls(path, detail=True)
+            entries = list_entries(self.fs, path)
         except FileNotFoundError:
             return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")

@@ -543,6 +543,14 @@ class FirstCommitTimeout(CheckpointError):
     )
 
 
+class StorageError(CheckpointError):
+    """The checkpoint or archive storage answered something the provider cannot act on safely."""
+
+    summary = "storage error"
+    default_action = ("Nothing was changed. Check the storage location, its credentials (the storage connection "
+                      "or storage options) and that the store is reachable, then retry.")
+
+
 class JournalError(CheckpointError):
     """The upgrade journal prevents a safe step (see :mod:`airflow_ckpt_provider.checkpoint.journal`)."""
 

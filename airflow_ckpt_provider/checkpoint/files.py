@@ -20,6 +20,8 @@ from typing import IO, Any
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from airflow_ckpt_provider.checkpoint.errors import StorageError
+
 log = logging.getLogger(__name__)
 
 #: Private by default: readable by the group (operators), by nobody else.
@@ -130,20 +132,79 @@ def replace_file(path: str, data: bytes, mode: int = FILE_MODE) -> None:
         os.close(dir_fd)
 
 
+#: fsspec protocols of object stores: a single PUT replaces an object whole; there is no rename
+#: (a "move" is a copy then a delete, which a reader can see half done).
+OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss", "r2"})
+
+
+def is_object_store(fs: AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return any(p in OBJECT_STORE_PROTOCOLS for p in protocols)
+
+
 def write_atomic(fs: AbstractFileSystem, path: str, data: bytes, *, mode: int = FILE_MODE,
                  dir_mode: int = DIR_MODE) -> None:
     """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix:
     :func:`replace_file` on a local disk (missing directories get ``dir_mode``), one object write
-    elsewhere."""
-    if not is_local(fs):
+    on an object store (no rename there), a temporary name then a move on other filesystems
+    (HDFS renames atomically; a store that cannot move gets a direct write)."""
+    if is_local(fs):
+        make_private_dirs(os.path.dirname(path), dir_mode)
+        replace_file(path, data, mode)
+        return
+    if is_object_store(fs):
         fs.pipe_file(path, data)
         return
-    make_private_dirs(os.path.dirname(path), dir_mode)
-    replace_file(path, data, mode)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{os.urandom(6).hex()}.tmp")
+    fs.pipe_file(temp, data)
+    try:
+        fs.mv(temp, path)
+    except Exception:  # noqa: BLE001 - this store cannot move over a file; one write is whole there
+        fs.pipe_file(path, data)
+        if fs.exists(temp):
+            fs.rm_file(temp)
+
+
+#: S3 error codes of a conditional create (``If-None-Match: *``) that lost to another writer:
+#: the object exists (412), or a concurrent conditional write to the same key is in flight (409).
+LOST_RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+
+
+def _error_code(exc: BaseException) -> tuple[str, int | None]:
+    """(error code, HTTP status) of the botocore ``ClientError`` in ``exc``'s cause chain, else ("", None)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            return str(error.get("Code") or ""), status if isinstance(status, int) else None
+        current = current.__cause__ or current.__context__
+    return "", None
+
+
+def lost_create_race(exc: BaseException) -> bool:
+    """Whether an error of a conditional create means another writer got there first: a
+    ``FileExistsError`` (s3fs's translation of a 412 with its ``Condition``), or any error whose
+    ``ClientError`` carries 412 / ``PreconditionFailed`` or 409 ``ConditionalRequestConflict``
+    (servers whose 412 lacks ``Condition`` make s3fs raise a plain ``OSError``)."""
+    if isinstance(exc, FileExistsError):
+        return True
+    code, status = _error_code(exc)
+    return code in LOST_RACE_CODES or status == 412 or (status == 409 and "Conditional" in code)
 
 
 def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists; whether this call created it."""
+    """Create ``path`` holding ``data`` unless it exists; whether this call created it.
+
+    Local disk: ``O_EXCL``. Elsewhere ``open(path, "xb")``, which s3fs sends as a conditional
+    PUT (``If-None-Match: *``): a lost race in any of its error shapes (:func:`lost_create_race`)
+    is ``False``. Any other failure is a :class:`StorageError` (nothing written); an object store
+    whose client cannot create conditionally too (no check-then-write there: two writers could
+    both win). Other filesystems without an exclusive create are checked, then written."""
     if is_local(fs):
         make_private_dirs(os.path.dirname(path))
         try:
@@ -156,22 +217,38 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
         finally:
             os.close(fd)
         return True
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    object_store = is_object_store(fs)
+    if not object_store:
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
     try:
         with fs.open(path, "xb") as handle:
             handle.write(data)
         return True
-    except FileExistsError:
-        return False
-    except (ValueError, NotImplementedError, TypeError):
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        if object_store:
+            raise StorageError(
+                found=f"{type(fs).__name__} cannot create {path} only if absent ({type(exc).__name__}: {exc})",
+                expected="a client that sends conditional writes (If-None-Match), such as s3fs 2024.10 or newer",
+                action="Nothing was written. Upgrade the storage client (`pip install -c .ci/constraints.txt "
+                "'airflow-ckpt-provider[s3]'`); a check-then-write lock is not safe on an object store.",
+                path=path) from None
         log.warning("%s cannot create a file only if absent: the lock is checked, then written",
                     type(fs).__name__)
         if fs.exists(path):
             return False
         fs.pipe_file(path, data)
         return True
+    except Exception as exc:  # noqa: BLE001 - every error shape of a conditional create is sorted here
+        if lost_create_race(exc):
+            return False
+        code, status = _error_code(exc)
+        shown = f"{code or type(exc).__name__}" + (f" (HTTP {status})" if status else "")
+        raise StorageError(found=f"{shown} creating {path}: {exc}",
+                           expected="the file created, or refused because it already exists",
+                           path=path) from exc
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "OWNER_DIR_MODE", "OWNER_FILE_MODE", "O_CLOEXEC", "create_exclusive", "is_local",
+__all__ = ["DIR_MODE", "FILE_MODE", "LOST_RACE_CODES", "OBJECT_STORE_PROTOCOLS", "is_object_store",
+           "lost_create_race", "OWNER_DIR_MODE", "OWNER_FILE_MODE", "O_CLOEXEC", "create_exclusive", "is_local",
            "make_private_dirs", "open_private", "private_dir", "pwrite_all", "replace_file", "write_atomic",
            "write_private_file"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids, parse_initial_source, parse_offset_log
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 
@@ -83,7 +84,7 @@ def _initial_ends(fs: AbstractFileSystem, root: str) -> dict[tuple[str, int], in
     if not fs.exists(sources):
         return None
     offsets = []
-    for index, folder in enumerate(sorted(fs.ls(sources, detail=False))):
+    for index, folder in enumerate(sorted(list_names(fs, sources))):
         path = posixpath.join(folder, "0")
         if not fs.exists(path):
             continue

@@ -56,6 +56,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UpgradeRolledBack,
 )
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
+from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -433,7 +434,7 @@ def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -
     """Every journal of a stream, oldest first (unreadable ones are skipped with a warning)."""
     folder = UpgradeJournal.folder(archive_root, stream_name)
     try:
-        names = sorted(fs.ls(folder, detail=False))
+        names = sorted(list_names(fs, folder))
     except FileNotFoundError:
         return []
     records = []

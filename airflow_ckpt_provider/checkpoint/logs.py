@@ -41,6 +41,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidOffsets,
     UnsupportedLogVersion,
 )
+from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, classify, parse_json
 
 if TYPE_CHECKING:
@@ -119,9 +120,8 @@ def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
     only (no metadata request per entry). :class:`CorruptCheckpointFile` for a zero-padded name;
     other I/O errors (``OSError``) propagate.
     """
-    fs.invalidate_cache(folder)
     try:
-        entries = fs.ls(folder, detail=False)
+        entries = list_names(fs, folder)
     except FileNotFoundError:
         return []
     return batch_ids((str(entry) for entry in entries), folder)

@@ -27,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
 from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
@@ -119,7 +120,7 @@ class CheckpointReader:
         self.listings += 1
         try:
             # batch dirs can hold tens of thousands of names: list without a stat per entry
-            entries = self.fs.ls(path, detail=not batch_dir)
+            entries: list[Any] = list_names(self.fs, path) if batch_dir else list_entries(self.fs, path)
         except FileNotFoundError:
             raise CheckpointNotFound(found="nothing at this location", expected="a directory",
                                      path=self._display(path)) from None
@@ -131,8 +132,8 @@ class CheckpointReader:
         for entry in entries:
             raw = entry if isinstance(entry, str) else entry["name"]
             full = raw.rstrip("/")
-            if isinstance(entry, str):  # a name ending in '/' is a directory (marker)
-                kind = "directory" if raw.endswith("/") else "file"
+            if isinstance(entry, str):  # names only in batch dirs: directory markers are already gone
+                kind = "file"
             else:
                 kind = entry.get("type", "file")
             if full == own:

@@ -18,6 +18,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveNotFound,
     TargetNotEmpty,
 )
+from airflow_ckpt_provider.checkpoint.listing import holds_anything
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, MANIFEST, ArchivedFile, ArchiveManifest, human_bytes
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
@@ -82,10 +83,9 @@ def restore_archive(
     """
     manifest = read_manifest(archive_fs, archive_path)
     target = norm_path(target_fs, target_path)
-    if target_fs.exists(target):
-        if not target_fs.isdir(target) or target_fs.ls(target, detail=False):
-            raise TargetNotEmpty(found="existing content", expected="an empty or missing directory",
-                                 path=target_path)
+    if holds_anything(target_fs, target):
+        raise TargetNotEmpty(found="existing content", expected="an empty or missing directory",
+                             path=target_path)
     workers = workers or default_workers(archive_fs, target_fs)
     data = posixpath.join(norm_path(archive_fs, archive_path), DATA_DIR)
     make_dirs(target_fs, target, [f.path for f in manifest.files], manifest.empty_dirs)

@@ -56,6 +56,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.files import is_local, write_atomic
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+from airflow_ckpt_provider.checkpoint.listing import find_entries, list_names
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.checkpoint.transfer import hash_file, human_bytes
@@ -190,7 +191,7 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> tupl
     operators), inferred from the layout, else ()."""
     fs, root = reader.fs, posixpath.join(reader.root, STATE_DIR, str(operator))
     where = f"{reader.uri.rstrip('/')}/{STATE_DIR}/{operator}"
-    files = [str(p) for p in fs.find(root)]
+    files = list(find_entries(fs, root))
     by_dir: dict[str, list[str]] = {}
     for path in files:
         rel = posixpath.relpath(path, root)
@@ -479,7 +480,7 @@ def prepare_export_location(fs: AbstractFileSystem, root: str, *, uri: str, chec
         return manifest
     if not fs.exists(root):
         return None
-    names = {posixpath.basename(str(p).rstrip("/")) for p in fs.ls(root, detail=False)}
+    names = {posixpath.basename(p) for p in list_names(fs, root)}
     names.discard(posixpath.basename(root.rstrip("/")))
     unknown = sorted(names - {STATE_DIR, JOB_DIR})
     if unknown:
@@ -507,7 +508,7 @@ def _parquet_rows(fs: AbstractFileSystem, path: str, uri: str) -> int:
 
 def _parquet_files(fs: AbstractFileSystem, directory: str) -> list[tuple[str, int]]:
     fs.invalidate_cache(directory)
-    found = fs.find(directory, detail=True) if fs.exists(directory) else {}
+    found = find_entries(fs, directory) if fs.exists(directory) else {}
     return sorted((str(p), int(info.get("size") or 0)) for p, info in found.items()
                   if str(p).endswith(".parquet") and not posixpath.basename(str(p)).startswith((".", "_")))
 

@@ -37,7 +37,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fsspec import AbstractFileSystem
-from fsspec.implementations.local import LocalFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotQuiet,
@@ -455,20 +454,9 @@ class ControlFiles:
         return self._record(DRIVER, DriverRecord)
 
     def write_record(self, rel: str, data: bytes) -> None:
-        """Write a control file whole (temporary name, then move where the filesystem allows)."""
-        path = self._path(rel)
-        if isinstance(self.fs, LocalFileSystem):  # readable by the job's user, writable by none else
-            write_atomic(self.fs, path, data, mode=0o644, dir_mode=0o755)
-            return
-        self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-        self.fs.pipe_file(tmp, data)
-        try:
-            self.fs.mv(tmp, path)
-        except Exception:  # noqa: BLE001 - some stores cannot move; a direct write is whole there
-            self.fs.pipe_file(path, data)
-            if self.fs.exists(tmp):
-                self.fs.rm(tmp)
+        """Write a control file whole (:func:`write_atomic`: one object write on an object store; on a
+        local disk readable by the job's user, writable by nobody else)."""
+        write_atomic(self.fs, self._path(rel), data, mode=0o644, dir_mode=0o755)
 
     def write_request(self, request: StopRequest) -> None:
         """Write the stop request whole (see :meth:`write_record`)."""

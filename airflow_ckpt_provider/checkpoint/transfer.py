@@ -76,6 +76,7 @@ from airflow_ckpt_provider.checkpoint.files import (
     make_private_dirs,
     pwrite_all,
 )
+from airflow_ckpt_provider.checkpoint.listing import find_entries
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
 
 log = logging.getLogger(__name__)
@@ -384,7 +385,7 @@ def _stamp(info: os.stat_result) -> tuple[int, int, int]:
 
 def _scan_fsspec(fs: AbstractFileSystem, root: str) -> tuple[dict[str, int], dict[str, Any], set[str]]:
     prefix = root + "/"
-    entries: dict[str, Any] = fs.find(root, withdirs=True, detail=True)
+    entries = find_entries(fs, root, withdirs=True)
     files: dict[str, int] = {}
     stamps: dict[str, Any] = {}
     dirs: set[str] = set()

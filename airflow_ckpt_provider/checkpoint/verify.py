@@ -43,6 +43,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StartMismatch,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
@@ -276,7 +277,7 @@ def check_launch_target(
     fs.invalidate_cache(path)
     existing: list[str] = []
     if fs.exists(path):
-        entries = fs.ls(path, detail=False) if fs.isdir(path) else [path]
+        entries = list_names(fs, path) if fs.isdir(path) else [path]
         existing = [posixpath.basename(str(e).rstrip("/")) for e in entries]
         existing = [e for e in existing if e and e != CONTROL_DIR
                     and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]

@@ -5,7 +5,9 @@ Without a connection id the URI's own scheme decides (local paths, ``file://``,
 comes from Airflow's object storage registry (``airflow.sdk.io.attach``), so ``s3://``,
 ``gs://`` and ``abfs://`` use the credentials of that Airflow connection. Schemes Airflow has
 no object storage for (``hdfs://``, ``webhdfs://``) get a plain fsspec filesystem built from the
-connection (extra as storage options, plus host, port and login as user).
+connection (extra as storage options, plus host, port and login as user); ``s3://`` and
+``s3a://`` without the amazon provider get s3fs with the keys, endpoint and region of an Airflow
+``aws`` connection (:func:`s3_options`). Neither the hook nor its errors log a secret.
 
 ``hdfs://<namenode>:<rpc port>/path`` — the name Spark uses — is read and written through WebHDFS
 (fsspec ``webhdfs``, no Hadoop client needed): the NameNode host comes from the URI unless the
@@ -17,6 +19,7 @@ So one location name serves both Spark and the provider.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import fsspec
@@ -31,6 +34,42 @@ from airflow_ckpt_provider.checkpoint.locations import (
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
+
+
+#: Keys of an Airflow ``aws`` connection's extra that s3fs takes inside ``client_kwargs``.
+_S3_CLIENT_KEYS = ("endpoint_url", "region_name")
+
+
+def s3_options(login: str | None, password: str | None, extra: Mapping[str, Any],
+               storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """s3fs storage options from an Airflow ``aws`` connection: login and password (or the extra's
+    ``aws_access_key_id``/``aws_secret_access_key``) as the keys, ``aws_session_token`` as the
+    token, ``endpoint_url`` and ``region_name`` for the client; other extra keys are passed as
+    they are; ``storage_options`` win. No key at all: s3fs's own chain (environment, profile,
+    instance role). Pure; the secrets are only in the returned mapping."""
+    extra = dict(extra)
+    options: dict[str, Any] = {}
+    key = extra.pop("aws_access_key_id", None) or login
+    secret = extra.pop("aws_secret_access_key", None) or password
+    token = extra.pop("aws_session_token", None)
+    if key:
+        options["key"] = key
+    if secret:
+        options["secret"] = secret
+    if token:
+        options["token"] = token
+    client = dict(extra.pop("client_kwargs", None) or {})
+    for name in _S3_CLIENT_KEYS:
+        if extra.get(name):
+            client[name] = extra.pop(name)
+        else:
+            extra.pop(name, None)
+    if client:
+        options["client_kwargs"] = client
+    options.update(extra)
+    options.update(storage_options or {})
+    return options
+
 
 class CheckpointStorageHook(BaseHook):
     """Resolves a checkpoint URI to ``(filesystem, path)``; holds no client of its own."""
@@ -62,8 +101,14 @@ class CheckpointStorageHook(BaseHook):
         return open_location(uri, **self.storage_options)
 
     def _fsspec_from_connection(self, protocol: str) -> AbstractFileSystem:
-        """fsspec filesystem for ``protocol`` built from the connection: its extra as storage
-        options, plus ``host``/``port``/``user`` when set (what fsspec's hdfs and webhdfs take)."""
+        """fsspec filesystem for ``protocol`` built from the connection: for ``s3``/``s3a``
+        (without the amazon provider) :func:`s3_options`; else its extra as storage options, plus
+        ``host``/``port``/``user`` when set (what fsspec's hdfs and webhdfs take)."""
+        if protocol in ("s3", "s3a"):
+            conn = self.get_connection(self.storage_conn_id)  # type: ignore[arg-type]
+            self.log.info("using s3fs with the credentials of connection %s", self.storage_conn_id)
+            return fsspec.filesystem("s3", **s3_options(conn.login, conn.password, conn.extra_dejson,
+                                                        self.storage_options))
         options = self._connection_options()
         self.log.info("no Airflow object storage for %s://; using fsspec with connection %s",
                       protocol, self.storage_conn_id)

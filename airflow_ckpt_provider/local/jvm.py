@@ -34,9 +34,11 @@ SPARK_KAFKA = "spark-kafka"
 SPARK35_KAFKA = "spark35-kafka"
 #: A single-node HDFS (NameNode, DataNode) for the HDFS tier (local/hdfs.py, ``make test-hdfs``).
 HDFS = "hdfs"
+#: Hadoop's S3A connector and the AWS SDK v2 modules it uses, for Spark writing to s3a:// (local/s3.py).
+S3A = "s3a"
 #: What ``make jvm`` (a fetch without components) resolves.
-COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA)
-#: Fetched only when named (``make spark35``, ``make test-hdfs``): not every user needs them.
+COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A)
+#: Fetched only when named (``make spark35``, ``make hdfs``): not every user needs them.
 OPTIONAL_COMPONENTS = (SPARK35_KAFKA, HDFS)
 _STAMP = ".resolved"
 

@@ -193,7 +193,8 @@ def local_spark_conf(
     version: str = SPARK40,
 ) -> dict[str, str]:
     """Spark conf for a small machine: loopback only, no UI, 2 shuffle partitions, the connector
-    jars of Spark ``version``."""
+    jars of Spark ``version``; ``extra`` overrides, except that its ``spark.jars`` are added to
+    the connector's (for example the S3A jars of :meth:`airflow_ckpt_provider.local.s3.LocalS3.spark_conf`)."""
     conf = {
         "spark.app.name": app_name,
         "spark.master": master,
@@ -207,7 +208,11 @@ def local_spark_conf(
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.driver.memory": "1g",
     }
-    conf.update(extra or {})
+    extra = dict(extra or {})
+    jars = extra.pop("spark.jars", "")
+    conf.update(extra)
+    if jars:
+        conf["spark.jars"] = ",".join(j for j in (conf["spark.jars"], jars) if j)
     return conf
 
 

@@ -13,6 +13,7 @@ from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_
 from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.listing import holds_anything
 from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.restore import restore_archive
 from airflow_ckpt_provider.faults import armed, fault_point
@@ -220,7 +221,7 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
                 self.log.warning("an earlier attempt (run %s) was restoring into %s and did not finish: removing "
                                  "its partial copy and restoring again", start.previous.run_id, self.target_uri)
                 target_fs.rm(target, recursive=True)
-        elif self.skip_if_target_exists and target_fs.exists(target) and target_fs.ls(target, detail=False):
+        elif self.skip_if_target_exists and holds_anything(target_fs, target):
             self.log.info("%s is still in place: nothing to restore", self.target_uri)
             return {"restored_to": None, "target_in_place": True}
         if not self.archive_uri:

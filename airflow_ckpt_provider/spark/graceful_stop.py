@@ -70,6 +70,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T", StopRequest, StopAck, Heartbeat, StandbyRelease)
 
 
+#: Hadoop schemes of object stores: a file is written as one object on close; no atomic rename.
+OBJECT_STORE_SCHEMES = frozenset({"s3a", "s3", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "cosn"})
+
+
 class HadoopFiles:
     """Small whole-file reads and writes under one directory through Hadoop's FileSystem (JVM)."""
 
@@ -100,9 +104,23 @@ class HadoopFiles:
         finally:
             stream.close()
 
+    @property
+    def object_store(self) -> bool:
+        """Whether the checkpoint is on an object store (S3A, GCS, Azure ...), which has no rename."""
+        return str(self.root_path.toUri().getScheme() or "").lower() in OBJECT_STORE_SCHEMES
+
     def write(self, rel: str, data: bytes) -> None:
-        """Write whole: a temporary file in the same folder, then a rename over the target."""
+        """Write whole: on an object store one object, which appears whole when the stream closes
+        (S3A's rename is a copy that refuses an existing target); elsewhere a temporary file in
+        the same folder, then a rename over the target."""
         target = self.path(rel)
+        if self.object_store:
+            out = self.fs.create(target, True)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            return
         parent = target.getParent()
         tmp = self._Path(parent, f".{target.getName()}.{uuid.uuid4().hex}.tmp")
         out = self.fs.create(tmp, True)
