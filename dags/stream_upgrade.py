@@ -77,6 +77,10 @@ PARAMS: dict[str, Param] = {
     "new_checkpoint": Param("", type="string", description="new, empty checkpoint location"),
     "archive_root": Param("", type="string", description="archives go to <root>/<stream_name>/"),
     "kafka_conn_id": Param("kafka_default", type="string"),
+    "storage_conn_id": Param("", type="string",
+                             description="Airflow connection for the checkpoints, the archive and the journal "
+                                         "(s3://: an aws connection; hdfs://: the NameNode's WebHDFS host and "
+                                         "port); empty: the locations' own schemes with ambient credentials"),
     "spark_master": Param("local[2]", type="string", description="spark-submit --master"),
     "spark_deploy_mode": Param("client", enum=["client", "cluster"]),
     "spark_conf": Param({}, type="object", description="extra --conf for both versions"),
@@ -150,6 +154,10 @@ CHECK_ENABLED = ("{% set found = ti.xcom_pull(task_ids='preflight') or {} %}"
                  "{{ params.check_compatibility and not found.get('resuming') and not found.get('already_done') }}")
 #: The upgrade journal's URI (preflight opens it; every step records itself in it).
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
+#: The storage connection of every step (checkpoints, archive, journal): '' for none.
+STORAGE_CONN = "{{ params.storage_conn_id }}"
+#: What every journaled step takes: the journal, and the connection of the storage it and the step use.
+JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN, "storage_conn_id": STORAGE_CONN}
 #: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
 STATE_EXPORT = ("{{ params.archive_root.rstrip('/') }}/{{ params.stream_name }}/_state/"
                 "{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}")
@@ -227,7 +235,8 @@ def build_stream_upgrade_dag(
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
-            carry_state="{{ params.carry_state }}", **START,
+            carry_state="{{ params.carry_state }}", storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN,
+            **START,
         )
 
         @task.branch
@@ -260,7 +269,7 @@ def build_stream_upgrade_dag(
             new_application="{{ params.new_application }}", application_args=planned["new_application_args"],
             live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
                             "archive root": "{{ params.archive_root }}"},
-            enabled=CHECK_ENABLED, **spark_of("new"),
+            enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN, **spark_of("new"),
         )
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
@@ -268,7 +277,7 @@ def build_stream_upgrade_dag(
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
-            trigger_rule="none_failed_min_one_success", journal=JOURNAL,
+            trigger_rule="none_failed_min_one_success", **JOURNALED,
         ) if mode is RelaunchMode.STANDBY else None
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -276,32 +285,33 @@ def build_stream_upgrade_dag(
             quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
             fail_if_no_heartbeat=True,  # never start v2 beside an idle v1 that cannot be seen
             trigger_rule="none_failed_min_one_success" if start_standby is None else "all_success",
-            journal=JOURNAL, **STOP_RETRY,
+            **JOURNALED, **STOP_RETRY,
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}", journal=JOURNAL, **START,
+            kafka_conn_id="{{ params.kafka_conn_id }}", **JOURNALED, **START,
         )
         # the handover step's result (HandoverResult) goes whole to the steps that need it
         export_state = StateExportOperator(
             task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}", export_uri=STATE_EXPORT,
             handover=extract.output, carry_state="{{ params.carry_state }}",
             upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
-            **spark_of("new"), journal=JOURNAL,
+            **spark_of("new"), **JOURNALED,
         )
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
             handover=extract.output,
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
-            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}", journal=JOURNAL,
+            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
+            archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         launch_args: dict[str, Any] = dict(
             task_id="relaunch", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             handover=extract.output, initial_state=export_state.output, sink_path="{{ params.new_sink_path or '' }}",
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
@@ -309,7 +319,7 @@ def build_stream_upgrade_dag(
         verify = HandoverVerifyOperator(
             task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
-            poll_interval=poll_interval, journal=JOURNAL, **STOP_RETRY,
+            poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
 
         # the steps after the stop whose failure rolls back: up to the verification (an archive
@@ -338,7 +348,7 @@ def build_stream_upgrade_dag(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle=NEW_HANDLE,
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
-            journal=JOURNAL, journal_phase="rollback", **STOP_RETRY,
+            **JOURNALED, journal_phase="rollback", **STOP_RETRY,
         )
         # what the stopped new version processed: where the old version restarts, what it reads twice
         rollback_handover = RollbackHandoverOperator(
@@ -346,19 +356,19 @@ def build_stream_upgrade_dag(
             old_checkpoint_uri="{{ params.old_checkpoint }}",
             handover="{{ ti.xcom_pull(task_ids='extract_handover') | tojson }}",
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
-            journal=JOURNAL, journal_phase="rollback",
+            **JOURNALED, journal_phase="rollback",
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
             archive_uri="{{ (ti.xcom_pull(task_ids='archive') or {}).get('location', '') }}",
-            journal=JOURNAL, journal_phase="rollback",
+            archive_conn_id=STORAGE_CONN, **JOURNALED, journal_phase="rollback",
         )
         rollback_restart_old = StreamLaunchOperator(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
             application_args=planned["old_application_args"], **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
-            journal=JOURNAL, journal_phase="rollback",
+            **JOURNALED, journal_phase="rollback",
         )
         rollback_restart_forward = StreamLaunchOperator(
             task_id="rollback_restart_forward", application="{{ params.old_application }}",
@@ -367,7 +377,7 @@ def build_stream_upgrade_dag(
             starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
             master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
-            journal=JOURNAL, journal_phase="rollback",
+            **JOURNALED, journal_phase="rollback",
         )
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
@@ -377,7 +387,7 @@ def build_stream_upgrade_dag(
             rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
             rollback_handover_task_id="rollback_handover",
             preflight_task_id="preflight", compatibility_task_id="compatibility_check",
-            trigger_rule="all_done", journal=JOURNAL,
+            trigger_rule="all_done", archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
 
         tasks = {"start_standby": start_standby, "graceful_stop": graceful_stop, "extract_handover": extract,

@@ -28,6 +28,7 @@ from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJourn
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.local.records import produce_records
 
 pytestmark = pytest.mark.integration
@@ -64,8 +65,8 @@ def local_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_spark_checkpoint_on_s3_is_read_archived_restored_and_resumed(kafka, s3, new_topic,
-                                                                       tmp_path: Path) -> None:  # noqa: ANN001
+def test_spark_checkpoint_on_s3_is_read_archived_restored_and_resumed(kafka, s3, new_topic, tmp_path: Path,  # noqa: ANN001
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     bucket = s3.create_bucket(f"ckpt-{uuid.uuid4().hex[:8]}")
     topic = new_topic(2)
     produce_records(kafka.bootstrap_servers, topic, 200)
@@ -87,6 +88,16 @@ def test_spark_checkpoint_on_s3_is_read_archived_restored_and_resumed(kafka, s3,
     handover = reader.handover()
     assert snapshot.last_committed_batch is not None and handover.batch_id == snapshot.last_committed_batch
     assert handover.kafka_offsets().total() == 200
+
+    # the same checkpoint through an Airflow aws connection alone (storage_conn_id): no AWS_* variable
+    # names the server, so only the connection's extra can bring the reader to it
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_S3_TEST", s3.connection_uri())
+    conn_fs, _ = CheckpointStorageHook(storage_conn_id="ckpt_s3_test").filesystem(f"s3a://{source}")
+    through_connection = CheckpointReader(f"s3a://{source}", fs=conn_fs).handover()
+    assert (through_connection.batch_id, through_connection.kafka_offsets()) == (handover.batch_id,
+                                                                                 handover.kafka_offsets())
 
     # archive S3 -> S3 and S3 -> local disk; the checkpoint stays as it was
     manifest = CheckpointArchive(fs, f"{bucket}/archive", archive_uri=f"s3://{bucket}/archive").archive(

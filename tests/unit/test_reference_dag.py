@@ -214,3 +214,22 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert "compatibility_check" in dag.get_task("approve").body
     assert dag.get_task("report").compatibility_task_id == "compatibility_check"
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_every_step_reads_and_writes_through_the_storage_connection(dags: dict, dag_id: str) -> None:
+    """One param reaches every connection of the provider's storage: checkpoints, archive, journal."""
+    dag = dags[dag_id]
+    assert dag.params["storage_conn_id"] == ""
+    fields = ("storage_conn_id", "archive_conn_id", "journal_conn_id")
+    wired = {}
+    for task in dag.tasks:
+        for field in fields:
+            if hasattr(task, field):
+                wired[(task.task_id, field)] = getattr(task, field)
+    touching = {task_id for task_id, _ in wired}
+    assert {"preflight", "compatibility_check", "graceful_stop", "extract_handover", "export_state", "archive",
+            "relaunch", "verify", "rollback_stop_new", "rollback_handover", "rollback_restore",
+            "rollback_restart_old", "rollback_restart_forward", "report"} <= touching
+    missing = {key: value for key, value in wired.items() if value != "{{ params.storage_conn_id }}"}
+    assert not missing, f"steps not given the storage connection: {missing}"
