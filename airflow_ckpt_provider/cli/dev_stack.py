@@ -158,7 +158,7 @@ def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 def _port_free(port: int) -> bool:
     from airflow_ckpt_provider.checkpoint.errors import PortInUse
-    from airflow_ckpt_provider.local.kafka import ensure_port_free
+    from airflow_ckpt_provider.local.processes import ensure_port_free
 
     try:
         ensure_port_free(port, "Kafka broker listener")

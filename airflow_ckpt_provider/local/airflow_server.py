@@ -38,7 +38,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     PidNamespaceUnavailable,
 )
 from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
-from airflow_ckpt_provider.local.kafka import ensure_port_free, free_port
+from airflow_ckpt_provider.local.processes import ensure_port_free, free_port
 
 if TYPE_CHECKING:
     import requests

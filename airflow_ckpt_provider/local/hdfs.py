@@ -14,7 +14,6 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ from xml.sax.saxutils import escape
 from airflow_ckpt_provider.checkpoint.errors import HdfsStartFailed
 from airflow_ckpt_provider.checkpoint.locations import webhdfs_filesystem
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.kafka import LOOPBACK, ensure_port_free, free_port
+from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -60,13 +59,6 @@ def site_xml(properties: Mapping[str, str]) -> str:
     rows = "".join(f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n"
                    for k, v in properties.items())
     return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 class LocalHdfs:
@@ -239,7 +231,7 @@ class LocalHdfs:
                         expected=f"a running {server}",
                         action=f"Read {self.log_file(server)} for the cause (a taken port shows as "
                         "'Address already in use').",
-                        detail=_tail(self.log_file(server)),
+                        detail=log_tail(self.log_file(server)),
                     )
             try:
                 fs = self.filesystem()
@@ -256,7 +248,7 @@ class LocalHdfs:
             expected="a NameNode out of safe mode with a live DataNode",
             action=f"Read {self.log_file('namenode')} and {self.log_file('datanode')}; on a slow machine "
             "raise startup_timeout.",
-            detail=_tail(self.log_file("namenode")) + "\n---\n" + _tail(self.log_file("datanode")),
+            detail=log_tail(self.log_file("namenode")) + "\n---\n" + log_tail(self.log_file("datanode")),
         )
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -264,19 +256,7 @@ class LocalHdfs:
         ``timeout`` seconds."""
         processes, self._processes = self._processes, {}
         for server in ("datanode", "namenode"):
-            proc = processes.get(server)
-            if proc is None or proc.poll() is not None:
-                continue
-            log.info("stopping HDFS %s", server)
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("HDFS %s did not stop in %.0f s; killing it", server, timeout)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-            except ProcessLookupError:
-                pass
+            stop_process_group(processes.get(server), f"HDFS {server}", timeout)
 
     def __enter__(self) -> LocalHdfs:
         return self.start()

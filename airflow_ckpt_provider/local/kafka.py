@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -19,12 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerStartFailed, PortInUse
+from airflow_ckpt_provider.checkpoint.errors import BrokerStartFailed
 from airflow_ckpt_provider.local import jvm
+from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
 
 _LOG4J = """\
 log4j.rootLogger=INFO, stdout
@@ -36,34 +33,6 @@ log4j.logger.org.apache.kafka=INFO
 log4j.logger.kafka.request.logger=WARN
 log4j.logger.state.change.logger=WARN
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def ensure_port_free(port: int, what: str) -> None:
-    """Raise :class:`PortInUse` if ``port`` on 127.0.0.1 cannot be bound."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError as exc:
-            raise PortInUse(
-                found=f"127.0.0.1:{port} already bound ({exc.strerror})",
-                expected=f"a free port for the {what}",
-                action="Stop whatever listens there (`ss -ltnp`) or pass another port, "
-                "or leave the port unset to pick a free one.",
-            ) from exc
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def kraft_cluster_id() -> str:
@@ -217,7 +186,7 @@ class LocalKafka:
                     expected="a running broker",
                     action=f"Read {self.log_file} for the cause (a port taken by another process "
                     "shows as 'Address already in use').",
-                    detail=_tail(self.log_file),
+                    detail=log_tail(self.log_file),
                 )
             try:
                 admin = KafkaAdminClient(
@@ -239,24 +208,13 @@ class LocalKafka:
             f"{self.startup_timeout:.0f} s (last: {last_error})",
             expected="a broker answering metadata requests",
             action=f"Read {self.log_file}; on a slow machine raise startup_timeout.",
-            detail=_tail(self.log_file),
+            detail=log_tail(self.log_file),
         )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
         proc, self._process = self._process, None
-        if proc is None or proc.poll() is not None:
-            return
-        log.info("stopping Kafka broker on %s", self.bootstrap_servers)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("Kafka broker did not stop in %.0f s; killing it", timeout)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+        stop_process_group(proc, f"Kafka broker on {self.bootstrap_servers}", timeout)
 
     def __enter__(self) -> LocalKafka:
         return self.start()

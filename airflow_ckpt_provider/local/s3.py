@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.kafka import LOOPBACK, _tail, ensure_port_free, free_port
+from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ class LocalS3:
             code = self._process.poll()
             if code is not None:
                 raise S3ServerStartFailed(found=f"moto_server exited with code {code}", expected="a running server",
-                                          action=f"Read {self.log_file} for the cause.", detail=_tail(self.log_file))
+                                          action=f"Read {self.log_file} for the cause.", detail=log_tail(self.log_file))
             try:
                 with urllib.request.urlopen(self.endpoint_url + "/", timeout=10) as answer:  # ListBuckets
                     if answer.status == 200 and b"ListAllMyBucketsResult" in answer.read():
@@ -156,22 +155,12 @@ class LocalS3:
         raise S3ServerStartFailed(
             found=f"no ListBuckets answer from {self.endpoint_url} after {self.startup_timeout:.0f} s (last: {last})",
             expected="an S3 server answering requests", action=f"Read {self.log_file}; on a slow machine raise "
-            "startup_timeout.", detail=_tail(self.log_file))
+            "startup_timeout.", detail=log_tail(self.log_file))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the server: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
         proc, self._process = self._process, None
-        if proc is None or proc.poll() is not None:
-            return
-        log.info("stopping the S3 server on %s", self.endpoint_url)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+        stop_process_group(proc, f"the S3 server on {self.endpoint_url}", timeout)
 
     def __enter__(self) -> LocalS3:
         return self.start()

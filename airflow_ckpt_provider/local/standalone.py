@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import StandaloneStartFailed
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.kafka import LOOPBACK, free_port
+from airflow_ckpt_provider.local.processes import LOOPBACK, free_port, log_tail, stop_process_group
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def master_json(ui_url: str, timeout: float = 5.0) -> dict[str, Any]:
@@ -145,7 +137,7 @@ class LocalStandalone:
                 raise StandaloneStartFailed(
                     found=f"the {name} process exited with code {code}", expected=f"a running {name}",
                     action=f"Read {self.work_dir / (name + '.log')} for the cause.",
-                    detail=_tail(self.work_dir / f"{name}.log"),
+                    detail=log_tail(self.work_dir / f"{name}.log"),
                 )
             try:
                 if ready(master_json(self.ui_url, timeout=2)):
@@ -158,7 +150,7 @@ class LocalStandalone:
         raise StandaloneStartFailed(
             found=f"no {what} at {self.ui_url}/json/ after {self.startup_timeout:.0f} s (last: {last})",
             expected=what, action="Read the logs in " + str(self.work_dir) + "; on a slow machine "
-            "raise startup_timeout.", detail=_tail(self.work_dir / f"{name}.log"),
+            "raise startup_timeout.", detail=log_tail(self.work_dir / f"{name}.log"),
         )
 
     def drivers(self) -> list[dict[str, Any]]:
@@ -171,17 +163,7 @@ class LocalStandalone:
         for attr in ("_worker", "_master"):
             proc = getattr(self, attr)
             setattr(self, attr, None)
-            if proc is None or proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("Spark standalone %s did not stop in %.0f s; killing it", attr[1:], timeout)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-            except ProcessLookupError:
-                pass
+            stop_process_group(proc, f"Spark standalone {attr[1:]}", timeout)
 
     def __enter__(self) -> LocalStandalone:
         return self.start()

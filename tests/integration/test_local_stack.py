@@ -75,7 +75,7 @@ def test_connection_test_button_against_the_real_broker(kafka, new_topic, monkey
     """KafkaBrokerHook.test_connection (the connection form's Test button), on a connection made
     the way the form stores it (conn-fields in the extra), then on a port nothing listens on."""
     from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
-    from airflow_ckpt_provider.local.kafka import free_port
+    from airflow_ckpt_provider.local.processes import free_port
 
     new_topic(1)
     form = json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap_servers": kafka.bootstrap_servers,
