@@ -2,12 +2,13 @@
 version, with nothing lost and nothing duplicated, and prove it.
 
 Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> compatibility
-check (the new version tried on copies of the old checkpoint, in place and migrated; a new
-version that does not start is refused here, before anything stops; ``check_compatibility``
-param) -> approval (HITL, can be switched off) -> start the new version as a standby (its session is ready, its
-query waits) -> graceful stop of the old version -> handover -> state export -> release the
-standby at the handover (relaunch) -> verify -> archive of the old checkpoint. The stream is down
-only from the stop to the standby's first batch. Both drivers run at once for the standby window.
+check (the new version tried on copies of the old checkpoint, in place and migrated with the state
+``carry_state`` carries; a new version that does not start is refused here, before anything stops;
+``check_compatibility`` param) -> approval (HITL, can be switched off) -> start the new version as
+a standby (its session is ready, its query waits) -> graceful stop of the old version -> handover
+-> state export -> release the standby at the handover (relaunch) -> verify -> archive of the old
+checkpoint. The stream is down only from the stop to the standby's first batch. Both drivers run
+at once for the standby window.
 
 Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without room for a second
 driver): preflight -> compatibility check -> approval -> graceful stop -> handover -> state export
@@ -269,7 +270,8 @@ def build_stream_upgrade_dag(
             new_application="{{ params.new_application }}", application_args=planned["new_application_args"],
             live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
                             "archive root": "{{ params.archive_root }}"},
-            enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN, **spark_of("new"),
+            carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
+            **spark_of("new"),
         )
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",

@@ -177,7 +177,9 @@ class CompatibilityVerdict:
     stateful operator concerned; ``old`` / ``new``: the two sides (schemas, operators, source
     counts); ``migrated_ok``: the new version starts on a new checkpoint at the handover (None: not
     tried); ``error_class`` / ``driver_error`` / ``log_tail``: what Spark said (the in-place
-    failure, or the migrated one when the new version does not start at all)."""
+    failure, or the migrated one when the new version does not start at all); ``state_batch`` /
+    ``state_rows``: the old query's state the migrated trial was given (exported after that batch,
+    that many rows; None: it started with empty state — a stateless query, or ``carry_state`` off)."""
 
     in_place_ok: bool | None
     migrated_ok: bool | None
@@ -189,6 +191,8 @@ class CompatibilityVerdict:
     driver_error: str = ""
     log_tail: str = ""
     trials: tuple[TrialResult, ...] = field(default=(), compare=False)
+    state_batch: int | None = None
+    state_rows: int | None = None
 
     @property
     def new_version_starts(self) -> bool:
@@ -225,6 +229,8 @@ class CompatibilityVerdict:
                 head += f" (operator {self.operator})"
         if self.migrated_ok is True:
             head += "; the new version starts on a new checkpoint at the handover"
+            if self.state_batch is not None:
+                head += " with the old query's state"
         return head
 
     def describe(self) -> list[str]:
@@ -234,6 +240,9 @@ class CompatibilityVerdict:
             lines += [f"old: {self.old}", f"new: {self.new}"]
         if self.error_class and self.in_place_ok is False:
             lines.append(f"Spark: [{self.error_class}] {self.error_line}".rstrip())
+        if self.state_batch is not None:
+            lines.append(f"migrated trial given the old query's state after batch {self.state_batch} "
+                         f"({self.state_rows or 0:,} rows), as the upgrade will give it")
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -241,7 +250,8 @@ class CompatibilityVerdict:
                 "rule": self.rule.value if self.rule else None, "operator": self.operator, "old": self.old,
                 "new": self.new, "error_class": self.error_class, "driver_error": self.driver_error,
                 "log_tail": self.log_tail, "trials": [t.to_dict() for t in self.trials],
-                "new_version_starts": self.new_version_starts, "headline": self.headline()}
+                "new_version_starts": self.new_version_starts, "headline": self.headline(),
+                "state_batch": self.state_batch, "state_rows": self.state_rows}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -255,7 +265,9 @@ class CompatibilityVerdict:
                        old=str(raw.get("old") or ""), new=str(raw.get("new") or ""),
                        error_class=str(raw.get("error_class") or ""), driver_error=str(raw.get("driver_error") or ""),
                        log_tail=str(raw.get("log_tail") or ""),
-                       trials=tuple(TrialResult.from_json(t) for t in raw.get("trials") or ()))
+                       trials=tuple(TrialResult.from_json(t) for t in raw.get("trials") or ()),
+                       state_batch=None if raw.get("state_batch") is None else int(raw["state_batch"]),
+                       state_rows=None if raw.get("state_rows") is None else int(raw["state_rows"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidVerdict(found=f"a verdict without a valid {exc}",
                                  expected="in_place_ok, migrated_ok and rule") from None

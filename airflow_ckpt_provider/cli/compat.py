@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "check-upgrade", help="try a new version on copies of the old checkpoint: in place OK, or why a new one",
         description="Run the new version twice on copies, never on the live checkpoint: in place (resuming a copy of "
-        "the old checkpoint) and migrated (an empty checkpoint at the handover), each for --batches batches with its "
+        "the old checkpoint) and migrated (an empty checkpoint at the handover, with the old query's state "
+        "unless --no-state), each for --batches batches with its "
         "output redirected to the trial location, then delete the copies. Prints the verdict: in place OK (a plain "
         "restart will do), or the rule of Spark's table that needs a new checkpoint with the operator and the schemas "
         "on both sides, and whether the new version starts at all. Exit 0 with a verdict, 6 when the new version "
@@ -35,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--batches", type=int, default=2, help="batches per trial (default 2)")
     check.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may run (default 600)")
     check.add_argument("--no-migrated", action="store_true", help="only the in-place trial")
+    check.add_argument("--no-state", action="store_true",
+                       help="the migrated trial starts with empty state (default: a stateful old query's state, "
+                            "exported from the copy, as the upgrade carries it)")
     check.add_argument("--json", action="store_true", help="print the verdict as JSON")
     check.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE",
                        help="fsspec storage option for the checkpoint and the trial location (repeatable)")
@@ -52,7 +56,8 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         launcher=SparkLauncherHook(master=args.master, spark_home=args.spark_home or None),
         conf=_conf(args.conf), storage=CheckpointStorageHook(**storage_options(args.storage_option)),
         trial_root=args.trial_location, live_locations={f"live location {i + 1}": u for i, u in enumerate(args.live)},
-        batches=args.batches, timeout=args.timeout, migrated=not args.no_migrated)
+        batches=args.batches, timeout=args.timeout, migrated=not args.no_migrated,
+        carry_state=not args.no_state)
     if args.json:
         out.write(json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n")
     else:

@@ -9,15 +9,19 @@
 3. launches, detached through :class:`SparkLauncherHook`, the new version twice with
    ``spark.ckpt.trial=true``, its output under the trial location and a bounded number of
    batches: **in place** on the copy (resuming) and **migrated** on an empty checkpoint at the
-   handover of the last committed batch (``startingOffsets``);
+   handover of the last committed batch (``startingOffsets``) — for a stateful old query with
+   the state of that batch, exported from the copy as the upgrade's ``export_state`` step does
+   (:func:`~airflow_ckpt_provider.hooks.state_export.export_checkpoint_state`) and given as
+   ``spark.ckpt.initialStatePath``;
 4. waits for both to end (killed after ``timeout``), reads each driver's trial record, exit
    code and log tail, and deletes the trial location — whatever happened;
 5. classifies (:func:`~airflow_ckpt_provider.checkpoint.compat.classify`), comparing the stateful
    operators the old version recorded with the in-place trial's.
 
 Nothing is written to the old checkpoint, the new checkpoint or a live sink; Spark's Kafka
-source commits no consumer-group offsets and a trial drops ``kafka.group.id``. The exported
-state is not given to the migrated trial: it starts with empty state.
+source commits no consumer-group offsets and a trial drops ``kafka.group.id``. With
+``carry_state=False`` (the upgrade will not carry the state) the migrated trial starts with
+empty state, as the new version then will.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +54,11 @@ from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.transfer import copy_tree
+from airflow_ckpt_provider.hooks import state_export
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import DriverState
-from airflow_ckpt_provider.spark.control import CONTROL_DIR
+from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH, CONTROL_DIR
 from airflow_ckpt_provider.spark.trial import (
     CONF_TRIAL,
     CONF_TRIAL_BATCHES,
@@ -131,6 +136,7 @@ def check_upgrade(
     timeout: float = 600.0,
     poll_interval: float = 1.0,
     migrated: bool = True,
+    carry_state: bool = True,
     contract_check: bool = True,
 ) -> CompatibilityVerdict:
     """Try ``new_application`` in place and migrated on copies of ``old_checkpoint`` (see the
@@ -141,9 +147,13 @@ def check_upgrade(
     uses besides the old checkpoint (new checkpoint, sinks): an overlap is refused;
     ``batches``: how many batches each trial runs; ``timeout``: how long a trial may take (then
     it is killed and counts as not proven); ``migrated``: also run the migrated trial;
-    ``contract_check``: refuse a ``.py`` job whose source does not follow the trial contract.
+    ``carry_state``: give the migrated trial the old query's state (exported from the copy into
+    the trial location; nothing to export for a stateless query); ``contract_check``: refuse a
+    ``.py`` job whose source does not follow the trial contract.
     Raises :class:`TrialRefused` before anything starts, or after a trial that ran without
-    honouring the contract (its files are deleted)."""
+    honouring the contract (its files are deleted); the state export's refusals and
+    :class:`StateExportFailed` when the state cannot be carried (as the upgrade's export step
+    would fail after the stop) — the trial files are deleted."""
     storage = storage or CheckpointStorageHook()
     if contract_check:
         sources = application_sources(new_application)
@@ -162,6 +172,10 @@ def check_upgrade(
         copied = copy_tree(old_fs, old_path, trial_fs, copy_dst, skip=_skip_in_copy)
         log.info("trial: copied the old checkpoint (%s files, %s bytes) to %s", len(copied),
                  f"{sum(size for size, _ in copied.values()):,}", copy_dst)
+        state = None
+        if migrated and carry_state:  # before the in-place trial writes to the copy
+            state = _export_state(launcher, storage, f"{root}/in_place/checkpoint", f"{root}/state", conf=conf,
+                                  timeout=timeout, poll_interval=poll_interval)
         kinds = [TrialKind.IN_PLACE] + ([TrialKind.MIGRATED] if migrated else [])
         for kind in kinds:
             trial_uri = f"{root}/{kind.value}"
@@ -169,6 +183,8 @@ def check_upgrade(
             trial_conf = {**dict(conf or {}), CONF_TRIAL: "true", CONF_TRIAL_SINK: f"{trial_uri}/sink",
                           CONF_TRIAL_BATCHES: str(batches)}
             starting = _starting_offsets(handover) if kind is TrialKind.MIGRATED else None
+            if kind is TrialKind.MIGRATED and state is not None:
+                trial_conf[CONF_INITIAL_STATE_PATH] = state.location
             log.info("trial %s: launching %s on %s%s", kind.value, new_application, checkpoint,
                      f" at {starting}" if starting else " (resuming the copy)")
             handle = launcher.launch(new_application, checkpoint_uri=checkpoint, application_args=application_args,
@@ -195,8 +211,33 @@ def check_upgrade(
                            action="Its trial files were deleted; make the job follow the trial contract (docs "
                                   "'Spark side'). Nothing of the live job was touched.", path=new_application)
     verdict = classify(results[0], results[1] if len(results) > 1 else None, old_operators=old_ops)
+    if state is not None:
+        verdict = replace(verdict, state_batch=state.batch, state_rows=state.rows)
     log.info("compatibility of %s with %s: %s", new_application, old_checkpoint, verdict.headline())
     return verdict
+
+
+@dataclass(frozen=True)
+class _TrialState:
+    location: str
+    batch: int
+    rows: int
+
+
+def _export_state(launcher: SparkLauncherHook, storage: CheckpointStorageHook, checkpoint: str, target: str, *,
+                  conf: Mapping[str, str] | None, timeout: float, poll_interval: float) -> _TrialState | None:
+    """The copy's state after its last committed batch, exported to ``target`` for the migrated
+    trial; None when there is none to carry (a stateless query, no committed batch)."""
+    plan, manifest = state_export.export_checkpoint_state(
+        checkpoint_uri=checkpoint, export_uri=target, launcher=launcher, conf=conf, storage=storage,
+        timeout=timeout, poll_interval=poll_interval)
+    if manifest is None:
+        log.info("trial: no state to carry (%s): the migrated trial starts with empty state",
+                 "no committed batch" if plan.stateful else "a stateless query")
+        return None
+    log.info("trial: the migrated trial gets the old query's state after batch %s (%s rows)", manifest.batch_id,
+             f"{manifest.rows:,}")
+    return _TrialState(target, manifest.batch_id, manifest.rows)
 
 
 def _starting_offsets(handover: Handover) -> str:

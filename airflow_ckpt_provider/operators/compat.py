@@ -30,7 +30,8 @@ class CompatibilityCheckOperator(BaseOperator):
 
     Runs :func:`~airflow_ckpt_provider.hooks.compat.check_upgrade`: the new version started
     (detached, with ``spark.ckpt.trial=true``) on a COPY of the old checkpoint and on an empty one
-    at the handover, each for ``batches`` batches with its output under the trial location, then
+    at the handover (with the old query's state, exported from the copy, unless ``carry_state``
+    is off), each for ``batches`` batches with its output under the trial location, then
     stopped and deleted. The old checkpoint, the live sinks and Kafka's consumer groups are not
     touched. Returns (XCom) :meth:`CompatibilityVerdict.to_dict` plus ``summary_md`` (Markdown
     for an approval). Raises :class:`TrialRefused` (the job does not follow the trial contract,
@@ -45,6 +46,7 @@ class CompatibilityCheckOperator(BaseOperator):
     :param trial_root: where the trials run (default: a local temp folder; for cluster launches one the driver reaches)
     :param batches: batches each trial runs
     :param migrated: also try the new version on an empty checkpoint at the handover
+    :param carry_state: give the migrated trial the old query's state, as the upgrade's ``export_state`` will
     :param fail_if_does_not_start: fail the task when the new version does not start
     :param master: spark-submit ``--master`` of the trials (or ``spark_conn_id``)
     :param deploy_mode: ``client`` or ``cluster``
@@ -58,7 +60,7 @@ class CompatibilityCheckOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
                                       "live_locations", "trial_root", "master", "deploy_mode", "spark_conn_id",
-                                      "spark_home", "spark_binary", "storage_conn_id", "enabled")
+                                      "spark_home", "spark_binary", "storage_conn_id", "enabled", "carry_state")
     ui_color = "#f4f0e0"
 
     def __init__(
@@ -72,6 +74,7 @@ class CompatibilityCheckOperator(BaseOperator):
         trial_root: str = "",
         batches: int = 2,
         migrated: bool = True,
+        carry_state: bool | str = True,
         fail_if_does_not_start: bool = True,
         master: str | None = "local[2]",
         deploy_mode: str | None = None,
@@ -94,6 +97,7 @@ class CompatibilityCheckOperator(BaseOperator):
         self.trial_root = trial_root
         self.batches = int(batches)
         self.migrated = bool(migrated)
+        self.carry_state = carry_state
         self.fail_if_does_not_start = bool(fail_if_does_not_start)
         self.master = master
         self.deploy_mode = deploy_mode
@@ -126,7 +130,8 @@ class CompatibilityCheckOperator(BaseOperator):
             application_args=[str(a) for a in args] if not isinstance(args, str) else [],
             launcher=self.launcher_hook, conf={str(k): str(v) for k, v in conf.items()}, storage=self.storage_hook,
             trial_root=self.trial_root or None, live_locations={str(k): str(v) for k, v in live.items() if v},
-            batches=self.batches, timeout=self.trial_timeout, migrated=self.migrated)
+            batches=self.batches, timeout=self.trial_timeout, migrated=self.migrated,
+            carry_state=flag(self.carry_state, "carry_state"))
         for line in verdict.describe():
             self.log.info("compatibility: %s", line)
         if self.fail_if_does_not_start and not verdict.new_version_starts:

@@ -2,7 +2,7 @@
 
 For each change: an old version (launched with spark-submit) drains a topic into its sink and
 is stopped; more records arrive; ``check_upgrade`` tries the new version on copies and gives its
-verdict; then what REALLY happens is observed: the new version, launched normally, restarted on
+verdict (the migrated trial of a stateful old version with its state, as the upgrade carries it); then what REALLY happens is observed: the new version, launched normally, restarted on
 another copy of the real checkpoint — does it commit a new batch, or fail, with which Spark
 error? The verdict must match that reality (and for a change Spark accepts silently though its
 guide forbids it, the verdict must name the rule while the restart runs). After every check the
@@ -54,12 +54,15 @@ class Case:
     silent: bool = False
     #: the new version does not start at all
     crashes: bool = False
+    #: the new version continues the old state: the migrated trial must be given it
+    seeded: bool = False
 
 
 CASES = [
     Case("filter added", "stateless", "filter", None),
     Case("projection changed, same schema", "stateless", "projection", None),
     Case("aggregation key changed", "agg", "agg_key", Rule.STATE_KEY_SCHEMA),
+    Case("aggregate added, old state carried", "agg", "agg_seeded", Rule.STATE_VALUE_SCHEMA, seeded=True),
     Case("dedup columns changed", "dedup", "dedup_cols", Rule.STATE_KEY_SCHEMA),
     Case("a source added", "stateless", "two_sources", Rule.SOURCE_CHANGED),
     Case("stream-stream join type changed", "join", "join_left_outer", Rule.JOIN_TYPE, silent=True),
@@ -203,6 +206,13 @@ def test_verdict_matches_what_a_restart_does(case: Case, kafka, hook, old_versio
     if not ran:  # the same Spark error as the real restart, with both sides named
         assert verdict.error_class and verdict.error_class == spark_error(log)[0]
         assert verdict.old and verdict.new and verdict.old != verdict.new
+    if case.seeded:  # the migrated trial started from the old state: one count per key the old version saw
+        assert verdict.state_batch == committed(checkpoint), verdict.to_json()
+        assert verdict.state_rows == RECORDS, verdict.to_json()
+    elif case.old != "stateless":  # stateful: its state went to the migrated trial too
+        assert verdict.state_batch is not None, verdict.to_json()
+    else:
+        assert verdict.state_batch is None, verdict.to_json()
 
 
 def test_refusals_start_nothing(kafka, hook, old_versions, tmp_path: Path,  # noqa: ANN001

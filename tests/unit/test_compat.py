@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from airflow_ckpt_provider.checkpoint.compat import (
@@ -17,7 +21,9 @@ from airflow_ckpt_provider.checkpoint.compat import (
     spark_error,
 )
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, TrialRefused
-from airflow_ckpt_provider.spark.trial import parse_stateful_operators
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.jobs import DriverState
+from airflow_ckpt_provider.spark.trial import TRIAL_RECORD, parse_stateful_operators
 
 WRAP = ("[STREAM_FAILED] Query [id = 74c78bbd-4366-427f-b609-6eede63c354f, runId = b141cfd9-7e07-4c76-bc93-"
         "a52ce9233397] terminated with exception: ")
@@ -200,7 +206,6 @@ SCHEMA = classify(failed(TrialKind.IN_PLACE, KEY), ok(TrialKind.MIGRATED))
 def test_cli_check_upgrade(monkeypatch: pytest.MonkeyPatch, verdict: CompatibilityVerdict, code: int,
                            says: str) -> None:
     import io
-    import json
 
     from airflow_ckpt_provider.cli import main
 
@@ -213,10 +218,12 @@ def test_cli_check_upgrade(monkeypatch: pytest.MonkeyPatch, verdict: Compatibili
     (call,) = calls
     assert call["application_args"] == ["--sink", "/data/out"] and call["batches"] == 3
     assert call["live_locations"] == {"live location 1": "/data/out"} and call["old_checkpoint"] == "/data/ckpt"
+    assert call["carry_state"] is True
     out = io.StringIO()
-    main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--json"], stdout=out,
+    main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--json", "--no-state"], stdout=out,
          stderr=io.StringIO())
     assert CompatibilityVerdict.from_json(json.loads(out.getvalue())) == verdict
+    assert calls[1]["carry_state"] is False
 
 
 def test_operator_refuses_a_version_that_does_not_start_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) \
@@ -230,9 +237,102 @@ def test_operator_refuses_a_version_that_does_not_start_and_can_be_switched_off(
     with pytest.raises(NewVersionDoesNotStart, match="deliberate crash"):
         op.execute({})
     assert calls[0]["live_locations"] == {"sink": "/out"} and calls[0]["conf"] == {"spark.x": "1"}
+    assert calls[0]["carry_state"] is True
+    no_state = CompatibilityCheckOperator(task_id="e", old_checkpoint_uri="/ckpt", new_application="v2.py",
+                                          carry_state="False", fail_if_does_not_start=False)
+    no_state.execute({})
+    assert calls[1]["carry_state"] is False  # the DAG's carry_state param, rendered
     fake_check(monkeypatch, SCHEMA, "airflow_ckpt_provider.operators.compat")
     result = op.execute({})
     assert result["rule"] == "state_key_schema" and "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in result["summary_md"]
     off = CompatibilityCheckOperator(task_id="d", old_checkpoint_uri="/ckpt", new_application="v2.py",
                                      enabled="False")
     assert off.execute({})["skipped"] == "switched off"
+
+
+def test_the_migrated_trial_given_the_old_state_says_so() -> None:
+    verdict = CompatibilityVerdict(in_place_ok=False, migrated_ok=True, rule=Rule.STATE_VALUE_SCHEMA,
+                                   state_batch=7, state_rows=1234)
+    assert verdict.headline().endswith("at the handover with the old query's state")
+    assert verdict.describe()[-1] == ("migrated trial given the old query's state after batch 7 (1,234 rows), "
+                                      "as the upgrade will give it")
+    assert CompatibilityVerdict.from_json(verdict.to_json()) == verdict
+    empty = CompatibilityVerdict(in_place_ok=False, migrated_ok=True, rule=Rule.STATE_VALUE_SCHEMA)
+    assert "state" not in empty.headline().split(";")[-1] and CompatibilityVerdict.from_json(empty.to_json()) == empty
+
+
+class TrialLauncher:
+    """A launcher at the hook boundary: each launch "runs" its trial at once, writing the trial
+    record a job following the contract writes; remembers each launch's conf."""
+
+    def __init__(self) -> None:
+        self.launches: list[dict[str, Any]] = []
+
+    def launch(self, application: str, *, checkpoint_uri: str, conf: dict[str, str], name: str,
+               **kwargs: Any) -> LaunchHandle:
+        self.launches.append({"application": application, "checkpoint": checkpoint_uri, "conf": dict(conf),
+                              "name": name})
+        record = Path(checkpoint_uri) / TRIAL_RECORD
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"contract": True, "outputs": ["sink"], "batches": 1, "operators": []}))
+        return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=checkpoint_uri, app_name=name,
+                            started_at="2026-11-26T00:00:00+00:00", pid=4242)
+
+    def driver_state(self, handle: LaunchHandle) -> DriverState:
+        return DriverState.FINISHED
+
+    def log_tail(self, handle: LaunchHandle, lines: int) -> str:
+        return ""
+
+    def kill(self, handle: LaunchHandle) -> str:
+        return "killed"
+
+
+def spark_checkpoint(root: Path, *, stateful: bool) -> Path:
+    """A checkpoint as Spark 4.0 writes it after batch 0: offsets, commit, metadata (and, for a
+    stateful query, its state folder)."""
+    ckpt = root / "old"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "commits").mkdir()
+    (ckpt / "metadata").write_text('{"id":"5e5fa1e0-3c7a-4c57-9b42-0b6d38d1c0f4"}')
+    (ckpt / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+                                        '{"t":{"0":5,"1":3}}')
+    (ckpt / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    if stateful:
+        (ckpt / "state" / "0" / "0").mkdir(parents=True)
+        (ckpt / "state" / "0" / "0" / "1.delta").write_bytes(b"\0")
+    return ckpt
+
+
+@pytest.mark.parametrize("carry_state", [True, False])
+def test_the_migrated_trial_gets_the_state_the_upgrade_carries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                carry_state: bool) -> None:
+    from airflow_ckpt_provider.checkpoint.state import StateExportPlan
+    from airflow_ckpt_provider.hooks import compat as hook
+    from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
+
+    old = spark_checkpoint(tmp_path, stateful=True)
+    exports: list[dict[str, Any]] = []
+
+    def export(*, checkpoint_uri: str, export_uri: str, **kwargs: Any) -> tuple[Any, Any]:
+        # the copy, complete, before any trial ran on it
+        assert (Path(checkpoint_uri) / "commits" / "0").is_file() and launcher.launches == []
+        exports.append({"checkpoint": checkpoint_uri, "export": export_uri})
+        manifest = type("Manifest", (), {"batch_id": 0, "rows": 42})()
+        return StateExportPlan(checkpoint_uri=checkpoint_uri, query_id=None, batch_id=0, operators=(0,)), manifest
+
+    monkeypatch.setattr(hook.state_export, "export_checkpoint_state", export)
+    launcher = TrialLauncher()
+    verdict = hook.check_upgrade(old_checkpoint=str(old), new_application="v2.jar", launcher=launcher,  # type: ignore[arg-type]
+                                 trial_root=str(tmp_path / "trials"), carry_state=carry_state, poll_interval=0.01)
+    in_place, migrated = launcher.launches
+    assert CONF_INITIAL_STATE_PATH not in in_place["conf"]  # in place, the state is the copy's own
+    if carry_state:
+        assert exports[0]["checkpoint"] == in_place["checkpoint"]
+        assert migrated["conf"][CONF_INITIAL_STATE_PATH] == exports[0]["export"]
+        assert (verdict.state_batch, verdict.state_rows) == (0, 42)
+    else:
+        assert exports == [] and CONF_INITIAL_STATE_PATH not in migrated["conf"]
+        assert verdict.state_batch is None
+    assert verdict.in_place_ok is True and verdict.migrated_ok is True
+    assert list((tmp_path / "trials").iterdir()) == [], "the trial files, the export among them, are deleted"

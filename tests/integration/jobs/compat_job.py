@@ -3,8 +3,10 @@ spark-submit: ``compat_job.py VARIANT BOOTSTRAP TOPIC SINK``. It follows the tri
 output location from ``sink_location`` and its query run by ``GracefulStop``.
 
 Variants (old versions): ``stateless``, ``agg``, ``dedup``, ``join``; (new versions) ``filter``
-and ``projection`` (of stateless), ``agg_key``, ``dedup_cols``, ``two_sources`` (a second Kafka
-source), ``join_left_outer``, ``crash`` (fails before its query starts).
+and ``projection`` (of stateless), ``agg_key``, ``agg_seeded`` (of agg: a second aggregate, a new
+state value schema, that continues the old counts from the exported state given as
+``spark.ckpt.initialStatePath``), ``dedup_cols``, ``two_sources`` (a second Kafka source),
+``join_left_outer``, ``crash`` (fails before its query starts).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_ckpt_provider.spark import GracefulStop, checkpoint_location, read_kafka, sink_location
+from airflow_ckpt_provider.spark.state import aggregate_seed_stream
 
 
 def columns(frame: DataFrame) -> DataFrame:
@@ -38,6 +41,12 @@ def build(spark: SparkSession, variant: str, bootstrap: str, topic: str) -> tupl
         return records.groupBy("key").agg(F.count("*").alias("n")), "update"
     if variant == "agg_key":
         return records.groupBy("key", "partition").agg(F.count("*").alias("n")), "update"
+    if variant == "agg_seeded":  # agg's count per key continued from its state, plus the latest offset
+        rows = records.select("key", F.lit(1).cast("long").alias("n"), F.col("offset").alias("latest"))
+        seed = aggregate_seed_stream(spark, [("n", "count")], key=["key"])
+        if seed is not None:
+            rows = rows.unionByName(seed.withColumn("latest", F.lit(None).cast("long")))
+        return rows.groupBy("key").agg(F.sum("n").alias("n"), F.max("latest").alias("latest")), "update"
     if variant == "dedup":
         return records.dropDuplicates(["key"]).select("topic", "partition", "offset", "key"), "append"
     if variant == "dedup_cols":
