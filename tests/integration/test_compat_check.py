@@ -148,26 +148,38 @@ def old_checkpoint(variant: str, cache: dict[str, tuple[Path, str]], kafka: Any,
     return cache[variant]
 
 
-def restart_reality(launcher: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, variant: str,
-                    bootstrap: str, topic: str, work: Path) -> tuple[bool, str]:
-    """What really happens when ``variant`` restarts on (a copy of) ``checkpoint``, as a normal
-    run: (it committed a new batch, its driver log's Spark error when it failed)."""
+@dataclass
+class Reality:
+    """The new version restarted, as a normal run, on a copy of the real checkpoint."""
+
+    handle: LaunchHandle
+    copy: Path
+    before: int | None
+
+
+def start_reality(launcher: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, variant: str,
+                  bootstrap: str, topic: str, work: Path) -> Reality:
+    """Restart ``variant`` on a copy of ``checkpoint`` (it runs beside the trials: they use copies too)."""
     copy = work / "reality-checkpoint"
     fs = fsspec.filesystem("file")
     copy_tree(fs, str(checkpoint), fs, str(copy), skip=lambda rel: rel.startswith("_ckpt"))
-    before = committed(copy)
     handle = launcher.launch(str(JOB), checkpoint_uri=str(copy), conf=spark_conf(),
                              application_args=[variant, bootstrap, topic, str(work / "reality-sink")],
                              name=f"compat-reality-{variant}")
     handles.append(handle)
+    return Reality(handle, copy, committed(copy))
 
+
+def restart_outcome(launcher: SparkLauncherHook, reality: Reality, variant: str) -> tuple[bool, str]:
+    """What really happened: (it committed a new batch, its driver log's Spark error when it failed)."""
     def decided() -> bool:
-        return launcher.driver_state(handle).alive is False or (committed(copy) or -1) > (before or -1)
+        return launcher.driver_state(reality.handle).alive is False or \
+            (committed(reality.copy) or -1) > (reality.before or -1)
 
-    wait_for(decided, f"restart of {variant} commits or fails", launcher, handle)
-    ran = (committed(copy) or -1) > (before or -1)
-    launcher.kill(handle)
-    return ran, "" if ran else launcher.log_tail(handle, 400)
+    wait_for(decided, f"restart of {variant} commits or fails", launcher, reality.handle)
+    ran = (committed(reality.copy) or -1) > (reality.before or -1)
+    launcher.kill(reality.handle)
+    return ran, "" if ran else launcher.log_tail(reality.handle, 400)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -177,6 +189,8 @@ def test_verdict_matches_what_a_restart_does(case: Case, kafka, hook, old_versio
     checkpoint, topic = old_checkpoint(case.old, old_versions, kafka, hook, tmp_path_factory.getbasetemp())
     before = file_digests(checkpoint)
     trial_root = tmp_path_factory.mktemp("trials")
+    reality = start_reality(launcher, handles, checkpoint, case.new, kafka.bootstrap_servers, topic,
+                            tmp_path_factory.mktemp("reality"))
 
     verdict = check_upgrade(old_checkpoint=str(checkpoint), new_application=str(JOB),
                             application_args=[case.new, kafka.bootstrap_servers, topic, "/nonexistent/live-sink"],
@@ -186,8 +200,7 @@ def test_verdict_matches_what_a_restart_does(case: Case, kafka, hook, old_versio
     assert file_digests(checkpoint) == before, "a trial changed the live checkpoint"
     assert list(trial_root.iterdir()) == [], "the trial files must be deleted"
     assert not Path("/nonexistent/live-sink").exists()
-    ran, log = restart_reality(launcher, handles, checkpoint, case.new, kafka.bootstrap_servers, topic,
-                               tmp_path_factory.mktemp("reality"))
+    ran, log = restart_outcome(launcher, reality, case.new)
     print(f"{case.name}: verdict {verdict.headline()}; restart on the real checkpoint "
           f"{'commits' if ran else 'fails: ' + '/'.join(spark_error(log))[:300]}")
 

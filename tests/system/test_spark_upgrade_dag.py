@@ -1,5 +1,8 @@
 """A major Spark upgrade through the reference DAG: v1 on Spark 3.5 (its own virtualenv, `make
 spark35`), v2 on Spark 4.0, producer running; and the rollback that restarts v1 on Spark 3.5.
+Both run the cold DAG (``stream_upgrade_cold``: one driver at a time, v2 launched after the stop
+and the archive), so these are also its end-to-end tests: its steps in their order, 0 lost, 0
+duplicated.
 
 The versions get their Spark from the DAG's ``old_spark`` / ``new_spark`` params
 (:meth:`SparkInstall.dag_settings`). The jobs trigger every 5 s: a Spark 3.5 driver on a loaded
@@ -63,7 +66,7 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     v1 = demo.start(timeout=600)
     assert driver_log_spark(v1.log_path) == demo.old_spark.version  # type: ignore[union-attr]
     # the export runs on the new Spark: Spark 3.5 wrote no operator metadata, its layout names the store
-    run = demo.upgrade_with_dag(v1, carry_state=True)
+    run = demo.upgrade_with_dag(v1, dag_id="stream_upgrade_cold", carry_state=True)
     assert run.state == "success", states(run)
     running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
     audit = demo.finish(demo.new_cp)
@@ -76,6 +79,12 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     # the checkpoint Spark 3.5 wrote was read, handed over and archived
     report = read_dag_report(demo.archive_root)
     assert report is not None and report["outcome"] == "upgraded", report
+    cold = ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"]
+    started = {s["name"]: s["started_at"] for s in report["steps"] if s["state"] == "success"}
+    assert sorted(cold, key=lambda name: started[name]) == cold, f"the cold steps in their order: {started}"
+    assert "start_standby" not in started
+    down = report["downtime_by_step"]
+    assert abs(sum(down.values()) - report["downtime_s"]) < 0.01 and down.get("graceful_stop", 0) > 0, down
     handover = CheckpointReader(str(demo.old_cp)).handover()
     assert report["handover"]["batch_id"] == handover.batch_id
     archived = Path(report["archive"])
