@@ -143,7 +143,8 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                                       "old_checkpoint_uri", "handover", "starting_offsets", "handover_json",
                                       "sink_path", "initial_state",
                                       "master", "deploy_mode", "master_ui_url", "log_dir",
-                                      "spark_conn_id", "spark_binary", "spark_home", *JOURNAL_FIELDS)
+                                      "spark_conn_id", "spark_binary", "spark_home", "storage_conn_id",
+                                      *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
     ui_color = "#fdf2e8"
 
@@ -585,7 +586,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
-                                      *JOURNAL_FIELDS)
+                                      "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#e8fde9"
 
     def __init__(

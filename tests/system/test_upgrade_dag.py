@@ -70,7 +70,8 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo) -
     handover = CheckpointReader(str(demo.old_cp)).handover()
     assert report["handover"]["batch_id"] == handover.batch_id
     assert report["downtime_s"] is not None and report["downtime_s"] > 0
-    done = [s["name"] for s in report["steps"] if s["state"] == "success" and s["name"] != "approve"]
+    done = [s["name"] for s in report["steps"]
+            if s["state"] == "success" and s["name"] not in ("approve", "compatibility_check")]
     assert done[:len(first_steps) + 1] == ["preflight", *first_steps], done  # in the order of the mode
     started = {s["name"]: s["started_at"] for s in report["steps"]}
     assert sorted(first_steps, key=lambda name: started[name]) == first_steps, "steps ran in this order"
@@ -104,8 +105,9 @@ def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Pat
     got = states(again)
     assert again.state == "success", got
     assert got["preflight"] == got["report"] == "success", got
+    # the decisions run (compatibility_check decides, in its own task, not to run its trials)
     ran = {name: state for name, state in got.items()
-           if name not in ("plan", "preflight", "approval_gate", "rollback_gate", "report")}
+           if name not in ("plan", "preflight", "compatibility_check", "approval_gate", "rollback_gate", "report")}
     assert set(ran.values()) == {"skipped"}, f"nothing may run again: {ran}"
 
     after = digests(stored)

@@ -233,3 +233,7 @@ def test_every_step_reads_and_writes_through_the_storage_connection(dags: dict, 
             "rollback_restart_old", "rollback_restart_forward", "report"} <= touching
     missing = {key: value for key, value in wired.items() if value != "{{ params.storage_conn_id }}"}
     assert not missing, f"steps not given the storage connection: {missing}"
+    # given as a template, it must be rendered: an operator that does not template the field gets
+    # the text "{{ params.storage_conn_id }}" as a connection id
+    unrendered = sorted(key for key in wired if key[1] not in dags[dag_id].get_task(key[0]).template_fields)
+    assert not unrendered, f"steps that would get the template's text as a connection id: {unrendered}"
