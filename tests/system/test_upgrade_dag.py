@@ -1,17 +1,16 @@
 """The reference DAG, end to end, with producers running: the exactly-once proof and its control.
 
-Every Kafka (partition, offset) the broker holds once producers stopped is looked up in the
-sink that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the standby upgrade
+Every Kafka (partition, offset) the broker holds once producers stopped is looked up in the sink
+that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the standby upgrade
 (``stream_upgrade``; the cold one, ``stream_upgrade_cold``, is the Spark upgrade's system test).
-The negative control runs the same harness with a naive relaunch and must show loss or
-duplicates, proving the check can fail. A second run of the standby upgrade with the same conf
-does nothing and leaves the first report byte-identical. Then what happens when it goes wrong
-(a v2 that crashes once released is rolled back in the fault-injection and isolated-triggerer
-tests): a v2 that cannot start (refused before the stop, by the compatibility check or by the
-standby's own start), a stop that fails while the
-standby waits (the standby exits, v1 runs on untouched), and a rollback after v2 committed
-batches: restored, the sink's duplicates are exactly the offsets the report predicted; forward
-(stateless v1 on a fresh checkpoint from v2's handover), nothing lost and nothing twice.
+The negative control runs the same harness with a naive relaunch and must show loss, proving the
+check can fail. A second run of the standby upgrade with the same conf does nothing and leaves the
+first report byte-identical. Then what happens when it goes wrong (a v2 that crashes once released
+is rolled back in the fault-injection and isolated-triggerer tests): a v2 that cannot start
+(refused by the compatibility check before the stop), a stop that fails while the standby waits
+(the standby exits, v1 runs on untouched), and a rollback after v2 committed batches: restored,
+the sink's duplicates are exactly the offsets the report predicted; forward (stateless v1 on a
+fresh checkpoint from v2's handover), nothing lost and nothing twice.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_repor
 pytestmark = pytest.mark.system
 
 JOBS = Path(__file__).parent / "jobs"
-CRASHING_V2 = JOBS / "crash_on_start.py"
 CRASHING_IN_TRIAL = JOBS / "crash_in_trial.py"
 V1_WITHOUT_GRACEFUL_STOP = JOBS / "stream_without_graceful_stop.py"
 STATELESS_V1 = JOBS / "stateless_v1.py"
@@ -124,31 +122,18 @@ def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Pat
     assert {entry["run_id"] for entry in journal_after.run_log[len(journal_before.run_log):]} == {again.run_id}
 
 
-@pytest.mark.parametrize(("starting_offsets", "expect"), [("latest", "lost"), ("earliest", "duplicated")])
-def test_naive_relaunch_is_caught(demo: UpgradeDemo, starting_offsets: str, expect: str) -> None:
-    """Negative control: the same audit fails when v2 starts from latest or earliest."""
+def test_naive_relaunch_is_caught(demo: UpgradeDemo) -> None:
+    """Negative control: the same audit fails when v2 starts from latest (Spark's default for a new
+    checkpoint): records are lost. The audit's duplicate count fails where records are processed
+    twice: the restore rollback below and the rewind (tests/system/test_rewind_dag.py) expect
+    exactly the duplicates their reports predict."""
+    starting_offsets, expect = "latest", "lost"
     v1 = demo.start()
     demo.naive_upgrade(v1, starting_offsets)
     audit = demo.finish(demo.new_cp)
     assert audit.produced > 500
     assert getattr(audit, expect) > 0, audit
     assert not audit.ok
-
-
-def test_a_version_that_cannot_start_is_refused_before_anything_stops(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
-    v1 = demo.start()
-    run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_V2))
-
-    got = states(run)
-    assert run.state == "failed", got
-    assert got["start_standby"] == "failed" and got["graceful_stop"] == "upstream_failed", got
-    assert got["rollback_stop_new"] == "success" and got["rollback_restart_old"] == "skipped", got
-    assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
-    assert spark_files(demo.new_cp) == []
-    last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
-    demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
-    audit = demo.finish(demo.old_cp)
-    assert audit.lost == 0 and audit.duplicated == 0, audit
 
 
 def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_home,  # noqa: ANN001
