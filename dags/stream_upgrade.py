@@ -21,6 +21,17 @@ under ``<archive_root>/<stream>/_state/<upgrade id>``) and the new version gets 
 query the step exports nothing and says so. The old checkpoint is only read: a rollback is as
 without it.
 
+In place (``mode="auto"``): when the compatibility check proved the new version runs on a copy
+of the old checkpoint (in place OK) and it resumes where the old one stops, ``choose_path`` picks
+a plain restart instead of the migration: after the approval, graceful stop -> handover (the
+last committed batch N, for the checks and the report) -> verified archive of the old checkpoint
+(never removed: the new version goes on writing it) -> the new version restarted ON the old
+checkpoint -> verify (it committed batch N+1, which started where N ended, as the same query).
+No new checkpoint, no offsets handed over, no state export: Spark resumes the query. If a step
+after the stop fails, the new version is stopped and the old version restarted on the same
+checkpoint, where it resumes after the last batch either committed: nothing is processed twice.
+``mode="new_checkpoint"`` (the default) always migrates; the path step says why it chose.
+
 Rollback: when a step after a completed stop fails, stop the new version, work out from its
 checkpoint what it processed (``rollback_handover``: the offsets the old version will process a
 second time, per partition, in the report), then restart the old version: with
@@ -56,10 +67,11 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Asset, Param, chain, task
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, rollback_plan
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, UpgradeSteps, rollback_plan
+from airflow_ckpt_provider.checkpoint.path import UpgradeMode
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
-from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator
+from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator, UpgradePathOperator, path_of
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import (
     HandoverVerifyOperator,
@@ -111,6 +123,9 @@ PARAMS: dict[str, Param] = {
     "accept_data_loss": Param(False, type="boolean",
                               description="start where records are skipped (a later start, or offsets Kafka no "
                                           "longer retains start at the earliest retained)"),
+    "mode": Param(UpgradeMode.NEW_CHECKPOINT.value, enum=[m.value for m in UpgradeMode],
+                  description="new_checkpoint: always the migration to the new checkpoint; auto: a plain restart "
+                              "on the old checkpoint when the compatibility check says in place OK"),
     "carry_state": Param(True, type="boolean",
                          description="export a stateful old query's state at the handover for the new version "
                                      "(spark.ckpt.initialStatePath); off: the new version starts with empty state"),
@@ -133,7 +148,12 @@ UPGRADE = {
                            "archive"],
     RelaunchMode.COLD: ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"],
 }
-STEPS = {mode: ["preflight", "compatibility_check", "approve", *steps, *ROLLBACK] for mode, steps in UPGRADE.items()}
+#: The steps of an in-place upgrade (``mode="auto"`` and in place OK), in the order they run, and
+#: of its rollback (the old version restarted on the same checkpoint).
+IN_PLACE = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
+IN_PLACE_ROLLBACK = ["in_place_rollback_stop", "in_place_rollback_restart"]
+STEPS = {mode: ["preflight", "compatibility_check", "choose_path", "approve", *steps, *IN_PLACE, *ROLLBACK,
+                *IN_PLACE_ROLLBACK] for mode, steps in UPGRADE.items()}
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
@@ -150,6 +170,9 @@ NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_han
 #: Where the new version starts (a StartChoice as JSON) and the consent it needs, for preflight and handover.
 START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
              accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
+#: The in-place restart's LaunchHandle, for its rollback's stop.
+IN_PLACE_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='in_place_restart', key='launch_handle') %}"
+                   "{{ handle | tojson if handle else '' }}")
 #: The compatibility check runs unless switched off, or the run resumes or repeats an upgrade under way or done.
 CHECK_ENABLED = ("{% set found = ti.xcom_pull(task_ids='preflight') or {} %}"
                  "{{ params.check_compatibility and not found.get('resuming') and not found.get('already_done') }}")
@@ -248,13 +271,14 @@ def build_stream_upgrade_dag(
             if found.get("already_done"):
                 return []
             resuming = bool(found.get("resuming"))
-            return "approve" if params and params["require_approval"] and not resuming else upgrade[0]
+            return "approve" if params and params["require_approval"] and not resuming else "take_path"
 
         approve = ApprovalOperator(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
             body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}\n\n"
-                 "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}",
+                 "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}\n\n"
+                 "{{ (ti.xcom_pull(task_ids='choose_path') or {}).get('summary_md', '') }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
 
@@ -273,6 +297,18 @@ def build_stream_upgrade_dag(
             carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
             **spark_of("new"),
         )
+        # in place or a new checkpoint: decided before the approval (which shows it), recorded in the journal
+        choose_path = UpgradePathOperator(
+            task_id="choose_path", mode="{{ params.mode }}", verdict=compatibility_check.output,
+            start=START["start"], journal=JOURNAL, journal_conn_id=STORAGE_CONN,
+        )
+
+        @task.branch(trigger_rule="none_failed_min_one_success")
+        def take_path(ti: Any = None) -> str:
+            """After the approval (or without one): the first step of the path ``choose_path`` chose."""
+            chosen = path_of(ti.xcom_pull(task_ids="choose_path") if ti else None)
+            return IN_PLACE[0] if chosen is not None and chosen.in_place else upgrade[0]
+
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], **spark_of("new"),
@@ -385,6 +421,10 @@ def build_stream_upgrade_dag(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             step_task_ids=steps, upgrade_task_ids=upgrade, handover_task_id="extract_handover",
+            in_place=UpgradeSteps(steps=tuple(IN_PLACE), stop="in_place_stop", handover="in_place_handover",
+                                  archive="in_place_archive", state_export=None,
+                                  rollback=("in_place_rollback_restart",)),
+            path_task_id="choose_path",
             archive_task_id="archive", approval_task_id="approve",
             rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
             rollback_handover_task_id="rollback_handover",
@@ -392,12 +432,81 @@ def build_stream_upgrade_dag(
             trigger_rule="all_done", archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
 
+        # the in-place path: stop, handover (batch N), verified archive, the new version ON the old
+        # checkpoint, verify it resumed after N; its rollback restarts the old version on the same checkpoint
+        in_place_stop = GracefulStopOperator(
+            task_id="in_place_stop", checkpoint_uri="{{ params.old_checkpoint }}",
+            launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
+            quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
+            fail_if_no_heartbeat=True, **JOURNALED, **STOP_RETRY,
+        )
+        in_place_handover = CheckpointHandoverOperator(
+            task_id="in_place_handover", checkpoint_uri="{{ params.old_checkpoint }}",
+            kafka_conn_id="{{ params.kafka_conn_id }}", **JOURNALED,
+        )
+        in_place_archive = CheckpointArchiveOperator(
+            task_id="in_place_archive", checkpoint_uri="{{ params.old_checkpoint }}",
+            archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
+            handover=in_place_handover.output, reason="in-place restart as {{ params.new_application }}",
+            remove_source=False, upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
+            archive_conn_id=STORAGE_CONN, **JOURNALED,
+        )
+        in_place_restart = StreamLaunchOperator(
+            task_id="in_place_restart", application="{{ params.new_application }}",
+            application_args=planned["new_application_args"], **spark_of("new"),
+            checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
+            sink_path="{{ params.new_sink_path or '' }}",
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
+        )
+        in_place_verify = HandoverVerifyOperator(
+            task_id="in_place_verify", handover=in_place_handover.output, checkpoint_uri="{{ params.old_checkpoint }}",
+            in_place=True, progress_window_s=progress_window_s, poll_interval=poll_interval, **JOURNALED,
+            **STOP_RETRY,
+        )
+
+        @task.branch(trigger_rule="all_done")
+        def in_place_rollback_gate(ti: Any = None) -> list[str]:
+            """Roll back an in-place restart when its stop completed and a later step failed."""
+            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
+            plan = rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
+                                 done_step="in_place_verify")
+            return ["in_place_rollback_stop"] if plan.stop_new else []
+
+        in_place_rollback_stop = GracefulStopOperator(
+            task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
+            launch_handle=IN_PLACE_HANDLE, stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
+            **JOURNALED, journal_phase="rollback", **STOP_RETRY,
+        )
+
+        @task.branch
+        def in_place_restart_gate(ti: Any = None) -> list[str]:
+            """Restart the old version only when this run stopped it (a failed stop leaves it as it is)."""
+            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
+            plan = rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
+                                 done_step="in_place_verify")
+            return ["in_place_rollback_restart"] if plan.restart_old else []
+
+        in_place_rollback_restart = StreamLaunchOperator(
+            task_id="in_place_rollback_restart", application="{{ params.old_application }}",
+            application_args=planned["old_application_args"], **spark_of("old"),
+            checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            **JOURNALED, journal_phase="rollback",
+        )
+
         tasks = {"start_standby": start_standby, "graceful_stop": graceful_stop, "extract_handover": extract,
                  "export_state": export_state, "archive": archive, "relaunch": relaunch, "verify": verify}
         ordered = [tasks[name] for name in upgrade]
         gate = approval_gate()
-        chain(planned, preflight, compatibility_check, gate, [approve, ordered[0]])
-        chain(approve, *ordered)
+        path_gate = take_path()
+        chain(planned, preflight, compatibility_check, choose_path, gate, [approve, path_gate])
+        chain(approve, path_gate, [ordered[0], in_place_stop])
+        chain(*ordered)
+        chain(in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify)
+        in_place_path = [in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify]
+        gate_in_place = in_place_rollback_gate()
+        in_place_path >> gate_in_place
+        chain(gate_in_place, in_place_rollback_stop, in_place_restart_gate(), in_place_rollback_restart)
         gate_rollback = rollback_gate()
         ordered >> gate_rollback
         gate_restart = restart_gate()
@@ -405,6 +514,7 @@ def build_stream_upgrade_dag(
         gate_restart >> rollback_restart_forward
         # not below the gates: a branch skips its direct children
         [ordered[-1], rollback_restart_old, rollback_restart_forward] >> report
+        [in_place_verify, in_place_rollback_restart] >> report
     return dag
 
 

@@ -816,3 +816,8 @@ class NewVersionDoesNotStart(CompatibilityError):
 class InvalidVerdict(CompatibilityError, ValueError):
     summary = "invalid compatibility verdict"
     default_action = "Pass the JSON a compatibility check returned (CompatibilityVerdict.to_json)."
+
+
+class InvalidUpgradePath(CompatibilityError, ValueError):
+    summary = "invalid upgrade path"
+    default_action = "Pass the result of the path step (UpgradePathOperator's XCom, PathChoice.to_json)."

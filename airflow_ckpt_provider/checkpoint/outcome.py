@@ -128,3 +128,24 @@ def upgrade_outcome(
     if any(states.get(step) == TaskState.SUCCESS for step in restarts):
         return ROLLED_BACK
     return FAILED
+
+
+@dataclass(frozen=True)
+class UpgradeSteps:
+    """The task ids of one path through an upgrade, for its report: ``steps`` in the order they
+    run (all succeeded: upgraded), the graceful ``stop``, the ``handover`` (its HandoverResult),
+    the ``archive``, the ``state_export`` (None: the path exports none) and the restarts of the
+    old version a ``rollback`` runs (one succeeded: rolled back)."""
+
+    steps: tuple[str, ...]
+    stop: str | None = "graceful_stop"
+    handover: str = "extract_handover"
+    archive: str = "archive"
+    state_export: str | None = "export_state"
+    rollback: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "rollback", tuple(self.rollback))
+        if not self.steps:
+            raise ValueError("UpgradeSteps needs at least one step")

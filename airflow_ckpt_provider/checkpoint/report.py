@@ -56,6 +56,8 @@ class UpgradeReport:
     state_export: Mapping[str, Any] | None = None
     #: the compatibility check's verdict (CompatibilityVerdict dict without its trials and log tail)
     compatibility: Mapping[str, Any] | None = None
+    #: the upgrade path chosen (PathChoice.describe()), "" when no path step ran
+    path: str = ""
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +132,8 @@ class UpgradeReport:
                           f"after batch {export.get('batch_id')}: {export.get('stores', 0)} stores, "
                           f"{export.get('rows', 0):,} rows, {export.get('bytes', 0):,} bytes in "
                           f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"))
+        if self.path:
+            facts.append(("upgrade path", self.path))
         if self.compatibility:
             facts.append(("compatibility check", str(self.compatibility.get("headline") or "-")))
         if self.rollback:

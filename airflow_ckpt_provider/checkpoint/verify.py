@@ -45,7 +45,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.spark.control import CONTROL_DIR
 
@@ -241,6 +241,42 @@ def verify_start(
         )
     return VerifyResult(snapshot.uri, snapshot.query_id, index, starting_offsets, recorded, parts,
                         snapshot.last_committed_batch)
+
+
+def verify_resume(reader: CheckpointReader, handover: Handover, *, source: int | str | None = None) -> VerifyResult:
+    """Verify that a version restarted ON the old checkpoint (an in-place upgrade) resumed right
+    after the handover's batch N: the checkpoint has committed batch N+1, batch N+1 started where
+    the handover says N ended (``offsets/N`` unchanged: nothing re-planned or rewritten), and the
+    query id is the old one (a checkpoint whose ``metadata`` was replaced is another query).
+    Raises :class:`NotStartedYet` (nothing committed after N), :class:`StartMismatch` (every
+    differing partition named) or :class:`SourceNotKafka`."""
+    if handover.batch_id is None:
+        raise NotStartedYet(found="a handover of a query that committed nothing",
+                            expected="a handover at a committed batch to resume after", path=reader.uri)
+    snapshot = reader.snapshot()
+    last = snapshot.last_committed_batch
+    if last is None or last <= handover.batch_id:
+        raise NotStartedYet(found=f"last committed batch {last}, the handover's is {handover.batch_id}",
+                            expected=f"batch {handover.batch_id + 1} committed by the restarted version",
+                            path=reader.uri)
+    handed = handover.kafka_offsets(source)
+    start = reader.batch_start(handover.batch_id + 1)
+    recorded = start.kafka_offsets(source)
+    parts = compare_starts(recorded, handed, handover=handed)
+    if handover.query_id and snapshot.query_id and handover.query_id != snapshot.query_id:
+        raise StartMismatch(details=(), found=f"query id {snapshot.query_id} in {reader.uri}/metadata",
+                            expected=f"the old query's id {handover.query_id}: an in-place restart resumes the "
+                                     "same query", path=reader.uri)
+    bad = [p for p in parts if not p.ok]
+    if bad:
+        raise StartMismatch(
+            details=tuple((p.topic, p.partition, p.handed_over, p.recorded, p.status) for p in bad),
+            found="; ".join(p.describe() for p in bad[:10]),
+            expected=f"batch {handover.batch_id + 1} to start where the handover's batch {handover.batch_id} ended",
+            path=reader.uri)
+    index = (handover.source(source).index if source is not None
+             else next(s.index for s in handover.sources if s.kafka is not None))
+    return VerifyResult(snapshot.uri, snapshot.query_id, index, handed, recorded, parts, last)
 
 
 def _location(fs: Any, path: str) -> tuple[str, str]:

@@ -10,10 +10,13 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.handover import flag
+from airflow_ckpt_provider.operators.handover import flag, start_choice
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -144,4 +147,57 @@ class CompatibilityCheckOperator(BaseOperator):
         return {**verdict.to_dict(), "summary_md": verdict_markdown(verdict)}
 
 
-__all__ = ["CompatibilityCheckOperator", "verdict_markdown"]
+class UpgradePathOperator(JournaledStep, BaseOperator):
+    """Choose the upgrade's path: the new version on a new checkpoint (the migration), or a plain
+    restart of it on the old checkpoint (in place).
+
+    :func:`~airflow_ckpt_provider.checkpoint.path.choose_path`: ``mode`` ``new_checkpoint`` always
+    migrates; ``auto`` restarts in place only when ``verdict`` (the compatibility check's result)
+    says in place OK and the new version resumes where the old one stops (``start``). Returns
+    (XCom) :meth:`PathChoice.to_dict` plus ``summary_md`` (a line for the approval). With
+    ``journal`` the choice is recorded: a resumed upgrade keeps the path its first run took, even
+    when its compatibility check does not run again. Raises ``ValueError`` for an unknown mode.
+
+    :param mode: ``new_checkpoint`` or ``auto`` (templated)
+    :param verdict: the compatibility check's XCom (dict or JSON; empty or ``skipped``: it did not run)
+    :param start: where the new version starts (a StartChoice, its JSON or dict; empty: resume)
+    """
+
+    template_fields: Sequence[str] = ("mode", "verdict", "start", *JOURNAL_FIELDS)
+    ui_color = "#f4f0e0"
+
+    def __init__(self, *, mode: str = UpgradeMode.NEW_CHECKPOINT.value, verdict: Mapping[str, Any] | str | None = None,
+                 start: Mapping[str, Any] | str | None = None, journal: str | None = None,
+                 journal_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.init_journal(journal, journal_conn_id, UPGRADE_PHASE)
+        self.mode = mode
+        self.verdict = verdict
+        self.start = start
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self.run_step(context, lambda start, journal: self.choose())
+
+    def choose(self) -> dict[str, Any]:
+        """The choice, logged and returned with its Markdown line."""
+        raw = self.verdict
+        if isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}"):
+            raw = None
+        found = None
+        if raw is not None:
+            value = raw if isinstance(raw, Mapping) else CompatibilityVerdict.from_json(raw).to_dict()
+            if not value.get("skipped"):
+                found = CompatibilityVerdict.from_json(value)
+        choice = choose_path(self.mode, found, start_mode=start_choice(self.start).mode)
+        self.log.info("%s", choice.describe())
+        return {**choice.to_dict(), "summary_md": f"**{choice.describe()}**\n"}
+
+
+def path_of(value: Mapping[str, Any] | str | None) -> PathChoice | None:
+    """The path step's XCom as a :class:`PathChoice` (None when it did not run)."""
+    if not value:
+        return None
+    return PathChoice.from_json(value)
+
+
+__all__ = ["CompatibilityCheckOperator", "UpgradePathOperator", "path_of", "verdict_markdown"]

@@ -30,7 +30,7 @@ from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.state import StateExport
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_start
+from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_resume, verify_start
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -583,6 +583,11 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     arrive in that window). Raises :class:`StartMismatch` naming partitions and offsets,
     :class:`NotStartedYet`, or :class:`NoProgress`. Returns :meth:`VerifyResult.to_dict`.
     With ``journal`` a verification already done for this upgrade returns its result.
+
+    With ``in_place=True`` the new version was restarted ON the old checkpoint (``checkpoint_uri``,
+    an in-place upgrade): instead of ``sources/<i>/0`` the check is that it committed the batch
+    after the handover's, that this batch started where the handover's ended and that the query
+    id is the old one (:func:`~airflow_ckpt_provider.checkpoint.verify.verify_resume`).
     """
 
     template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
@@ -600,6 +605,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         poll_interval: float = 2.0,
         source: int | str | None = None,
         storage_conn_id: str | None = None,
+        in_place: bool = False,
         journal: str | None = None,
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
@@ -607,6 +613,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
+        self.in_place = bool(in_place)
         if progress_window_s < 0:
             raise ValueError("progress_window_s must be >= 0")
         self.handover = handover
@@ -621,6 +628,14 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def verify(self) -> VerifyResult:
         """The start check alone (no waiting)."""
         given = HandoverResult.from_json(self.handover)
+        if self.in_place:
+            fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
+            resumed = verify_resume(CheckpointReader(self.checkpoint_uri, fs=fs), given.handover, source=self.source)
+            for part in resumed.partitions:
+                self.log.info("%s", part.describe())
+            self.log.info("the restarted version resumed on %s: batch %s started where the handover's batch %s "
+                          "ended", self.checkpoint_uri, (given.handover.batch_id or 0) + 1, given.handover.batch_id)
+            return resumed
         accepted = given.accepted_loss
         text = _offsets_text(self.starting_offsets) if self.starting_offsets else None
         if text in ("earliest", "latest"):
@@ -645,7 +660,8 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def check_start(self, context: Context) -> dict[str, Any]:
         """Verify the start, then defer for the progress window (or return at once without one)."""
         result = self.verify()
-        self.log.info("the new query started exactly at the handover (%d partitions)", len(result.partitions))
+        if not self.in_place:
+            self.log.info("the new query started exactly at the handover (%d partitions)", len(result.partitions))
         if self.progress_window_s == 0:
             return result.to_dict()
         after = result.last_committed_batch if result.last_committed_batch is not None else -1

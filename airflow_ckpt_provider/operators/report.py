@@ -13,11 +13,19 @@ from airflow.sdk import BaseOperator, Context
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed
 from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
-from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, UPGRADED, TaskState, upgrade_outcome
+from airflow_ckpt_provider.checkpoint.outcome import (
+    ALREADY_DONE,
+    REJECTED,
+    UPGRADED,
+    TaskState,
+    UpgradeSteps,
+    upgrade_outcome,
+)
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.operators.timing import STARTED, step_error, step_timings, task_states
 
@@ -41,6 +49,11 @@ class UpgradeReportOperator(BaseOperator):
     ``compatibility check`` fact, with the rule, the operator and both sides in its own section.
     The notes say where the graceful stop's time went (``stop_task_id``'s StopResult timeline:
     the driver seeing the request, the batch boundary, the acknowledgement, the quiet check).
+
+    ``path_task_id``'s choice (:class:`UpgradePathOperator`) is the ``upgrade path`` fact; when it
+    chose the in-place restart, the report is of ``in_place``'s steps (:class:`UpgradeSteps`): its
+    steps decide the outcome, its handover and archive are shown, the "new" checkpoint is the old
+    one and its batches after the handover's are the new version's.
 
     With ``journal`` (the upgrade journal's URI) the report lists the upgrade id, its runs and
     the steps taken over from earlier runs, then closes the journal with the outcome and where
@@ -73,6 +86,8 @@ class UpgradeReportOperator(BaseOperator):
         stop_task_id: str | None = "graceful_stop",
         state_export_task_id: str | None = "export_state",
         compatibility_task_id: str | None = None,
+        path_task_id: str | None = None,
+        in_place: UpgradeSteps | None = None,
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         journal: str | None = None,
@@ -97,6 +112,8 @@ class UpgradeReportOperator(BaseOperator):
         self.stop_task_id = stop_task_id
         self.state_export_task_id = state_export_task_id
         self.compatibility_task_id = compatibility_task_id
+        self.path_task_id = path_task_id
+        self.in_place = in_place
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
 
@@ -107,6 +124,11 @@ class UpgradeReportOperator(BaseOperator):
         preflight = (ti.xcom_pull(task_ids=self.preflight_task_id) or {}) if self.preflight_task_id else {}
         if isinstance(preflight, dict) and preflight.get("already_done"):
             return self._already_done(context, preflight, steps)
+        path = path_of(ti.xcom_pull(task_ids=self.path_task_id)) if self.path_task_id else None
+        in_place = path is not None and path.in_place and self.in_place is not None
+        if in_place:
+            assert self.in_place is not None
+            self._take(self.in_place)
         rejected = self._rejected(ti, airflow_states)
         if rejected:  # the approval ended by skipping its downstream: it did not fail
             steps = [replace(s, state="rejected") if s.name == self.approval_task_id else s for s in steps]
@@ -132,6 +154,11 @@ class UpgradeReportOperator(BaseOperator):
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old_batches = self._history(storage, self.old_checkpoint_uri, notes)
         new_batches = self._history(storage, self.new_checkpoint_uri, notes) if outcome != REJECTED else []
+        if in_place:  # one checkpoint: the new version's batches are those after the handover's
+            last_old = (extract.get("handover") or {}).get("batch_id")
+            cut = last_old if isinstance(last_old, int) else max((b.batch_id for b in old_batches), default=-1)
+            new_batches = [b for b in old_batches if b.batch_id > cut] if outcome != REJECTED else []
+            old_batches = [b for b in old_batches if b.batch_id <= cut]
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=self.new_checkpoint_uri,
@@ -142,6 +169,7 @@ class UpgradeReportOperator(BaseOperator):
             start_plan=extract.get("start_plan"),
             rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
             state_export=self._state_export(ti), compatibility=self._compatibility(ti),
+            path=path.describe() if path is not None else "",
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -154,6 +182,15 @@ class UpgradeReportOperator(BaseOperator):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _take(self, steps: UpgradeSteps) -> None:
+        """Report on the in-place path: its steps, handover, archive, stop and rollback, and one
+        checkpoint (the old one, which the new version goes on)."""
+        self.upgrade_task_ids = list(steps.steps)
+        self.handover_task_id, self.archive_task_id = steps.handover, steps.archive
+        self.stop_task_id, self.state_export_task_id = steps.stop, steps.state_export
+        self.rollback_task_id, self.rollback_handover_task_id = list(steps.rollback), None
+        self.new_checkpoint_uri = self.old_checkpoint_uri
 
     def _state_export(self, ti: Any) -> dict[str, Any] | None:
         value = ti.xcom_pull(task_ids=self.state_export_task_id) if self.state_export_task_id else None

@@ -10,7 +10,9 @@ is rolled back in the fault-injection and isolated-triggerer tests): a v2 that c
 (refused by the compatibility check before the stop), a stop that fails while the standby waits
 (the standby exits, v1 runs on untouched), and a rollback after v2 committed batches: restored,
 the sink's duplicates are exactly the offsets the report predicted; forward (stateless v1 on a
-fresh checkpoint from v2's handover), nothing lost and nothing twice.
+fresh checkpoint from v2's handover), nothing lost and nothing twice. With ``mode="auto"`` and a
+change Spark allows on the same checkpoint, the upgrade is a plain restart on the old checkpoint,
+with the same proof.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import hashlib
 from pathlib import Path
 
 import fsspec
+import pyarrow.dataset as ds
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.journal import JournalRecord
+from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.audit import read_sink_records
 from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
@@ -35,6 +39,7 @@ V1_WITHOUT_GRACEFUL_STOP = JOBS / "stream_without_graceful_stop.py"
 STATELESS_V1 = JOBS / "stateless_v1.py"
 V2_IGNORING_THE_HANDOVER = JOBS / "ignore_handover.py"
 V2_CRASHING_AFTER_ONE_BATCH = JOBS / "crash_after_first_batch.py"
+V1_WITH_A_COLUMN = Path(__file__).parents[2] / "dags" / "jobs" / "stream_v1_1.py"
 
 
 def states(run) -> dict[str, str]:  # noqa: ANN001
@@ -105,7 +110,8 @@ def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Pat
     assert got["preflight"] == got["report"] == "success", got
     # the decisions run (compatibility_check decides, in its own task, not to run its trials)
     ran = {name: state for name, state in got.items()
-           if name not in ("plan", "preflight", "compatibility_check", "approval_gate", "rollback_gate", "report")}
+           if name not in ("plan", "preflight", "compatibility_check", "choose_path", "approval_gate", "rollback_gate",
+                           "in_place_rollback_gate", "report")}
     assert set(ran.values()) == {"skipped"}, f"nothing may run again: {ran}"
 
     after = digests(stored)
@@ -242,3 +248,34 @@ def test_forward_rollback_processes_nothing_twice(airflow_home, demo: UpgradeDem
     assert audit.produced > 1000
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples
+
+
+def test_auto_mode_restarts_in_place_when_the_check_allows_it(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    """mode auto, v1 -> v1.1 (a column added after the deduplication, allowed on the same
+    checkpoint): the compatibility check says in place OK, so v1.1 is restarted ON v1's checkpoint
+    after a verified archive — no new checkpoint, no offsets, the deduplication state goes on —
+    and every record is in the sink exactly once, v1.1's from the batch after the handover's."""
+    v1 = demo.start()
+    run = demo.upgrade_with_dag(v1, new_application=str(V1_WITH_A_COLUMN), mode="auto", check_compatibility=True)
+    got = states(run)
+    assert run.state == "success", got
+    in_place = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
+    assert {got[t] for t in ("choose_path", *in_place)} == {"success"}, got
+    migration = ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify", "archive"]
+    assert {got[t] for t in migration} == {"skipped"}, got
+    assert not demo.new_cp.exists(), "no new checkpoint"
+    report = read_dag_report(demo.archive_root) or {}
+    assert report["outcome"] == "upgraded" and report["new_checkpoint"] == str(demo.old_cp), report
+    assert "in place OK" in report["compatibility"]["headline"], report["compatibility"]
+    assert "plain restart of the new version on the old checkpoint" in report["path"], report["path"]
+    handover = report["handover"]["batch_id"]
+    assert [b["batch_id"] for b in report["new_batches"]][:1] == [handover + 1], report["new_batches"]
+    archived = CheckpointReader(str(Path(report["archive"]) / DATA_DIR)).handover()
+    assert archived.batch_id == handover, "the archive holds the checkpoint as it was stopped"
+
+    audit = demo.finish(demo.old_cp)
+    assert audit.produced > 1000, "the producer must have run through the upgrade"
+    assert audit.lost == 0, audit.lost_examples
+    assert audit.duplicated == 0, audit.duplicated_examples
+    versions = ds.dataset(str(demo.sink), format="parquet").to_table(columns=["version"]).column("version")
+    assert set(versions.to_pylist()) == {"v1", "v1.1"}, "v1.1 wrote the batches after the restart"

@@ -31,21 +31,23 @@ def test_manual_and_asset_triggered_variants(dags: dict) -> None:
 
 
 @pytest.mark.parametrize(("dag_id", "chain"), [
-    ("stream_upgrade", ["preflight", "compatibility_check", "approval_gate", "approve", "start_standby", "graceful_stop", "extract_handover",
-                        "export_state", "relaunch", "verify", "archive"]),
-    ("stream_upgrade_cold", ["preflight", "compatibility_check", "approval_gate", "approve", "graceful_stop", "extract_handover",
-                             "export_state", "archive", "relaunch", "verify"]),
+    ("stream_upgrade", ["preflight", "compatibility_check", "choose_path", "approval_gate", "approve", "take_path",
+                        "start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
+                        "archive"]),
+    ("stream_upgrade_cold", ["preflight", "compatibility_check", "choose_path", "approval_gate", "approve", "take_path",
+                             "graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"]),
 ])
 def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[str]) -> None:
     dag = dags[dag_id]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    first = chain[4]  # the step after the approval: the approval gate may skip to it
-    assert first in dag.get_task("approval_gate").downstream_task_ids
-    assert dag.get_task(first).trigger_rule == "none_failed_min_one_success"
+    # the path's branch after the approval: the approval gate may skip to it
+    assert "take_path" in dag.get_task("approval_gate").downstream_task_ids
+    assert dag.get_task("take_path").trigger_rule == "none_failed_min_one_success"
+    assert dag.get_task("take_path").downstream_task_ids == {chain[6], "in_place_stop"}
     gate = dag.get_task("rollback_gate")
     assert gate.trigger_rule == "all_done"
-    assert gate.upstream_task_ids == set(chain[4:])
+    assert gate.upstream_task_ids == set(chain[6:])
     assert gate.downstream_task_ids == {"rollback_stop_new"}, "a branch skips every direct child"
     assert dag.get_task("rollback_stop_new").downstream_task_ids == {"rollback_handover"}
     assert dag.get_task("rollback_handover").downstream_task_ids == {"restart_gate"}
@@ -209,7 +211,8 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     check = dag.get_task("compatibility_check")
     assert isinstance(check, CompatibilityCheckOperator) and check.fail_if_does_not_start
     assert dag.get_task("preflight").downstream_task_ids == {"compatibility_check"}
-    assert check.downstream_task_ids == {"approval_gate"}
+    assert check.downstream_task_ids == {"choose_path"}
+    assert dag.get_task("choose_path").downstream_task_ids == {"approval_gate"}
     assert "params.check_compatibility" in check.enabled and "resuming" in check.enabled
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert "compatibility_check" in dag.get_task("approve").body
@@ -237,3 +240,43 @@ def test_every_step_reads_and_writes_through_the_storage_connection(dags: dict, 
     # the text "{{ params.storage_conn_id }}" as a connection id
     unrendered = sorted(key for key in wired if key[1] not in dags[dag_id].get_task(key[0]).template_fields)
     assert not unrendered, f"steps that would get the template's text as a connection id: {unrendered}"
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: str) -> None:
+    """mode auto: a path of its own after the approval — stop, handover, archive that never removes
+    the old checkpoint, the NEW version on the OLD checkpoint, a resume check; its rollback
+    restarts the OLD version on the same checkpoint."""
+    from airflow_ckpt_provider.checkpoint.outcome import UpgradeSteps
+    from airflow_ckpt_provider.operators.compat import UpgradePathOperator
+
+    dag = dags[dag_id]
+    assert dag.params["mode"] == "new_checkpoint", "the migration stays the default"
+    assert dag.params.get_param("mode").schema["enum"] == ["new_checkpoint", "auto"]
+    path = dag.get_task("choose_path")
+    assert isinstance(path, UpgradePathOperator) and "params.mode" in path.mode and path.journal
+    assert "choose_path" in dag.get_task("approve").body, "the approval says which path the upgrade takes"
+    steps = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
+    for upstream, downstream in zip(steps, steps[1:], strict=False):
+        assert dag.get_task(upstream).downstream_task_ids >= {downstream}, (upstream, downstream)
+    assert dag.get_task("in_place_stop").upstream_task_ids == {"take_path"}
+    assert dag.get_task("in_place_archive").remove_source is False, "the new version goes on writing it"
+    restart = dag.get_task("in_place_restart")
+    assert restart.allow_existing_checkpoint and "params.old_checkpoint" in restart.checkpoint_uri
+    assert "params.new_application" in restart.application and not restart.old_checkpoint_uri
+    assert restart.handover is None, "no offsets: Spark resumes the query on its checkpoint"
+    verify = dag.get_task("in_place_verify")
+    assert verify.in_place and "params.old_checkpoint" in verify.checkpoint_uri
+    gate = dag.get_task("in_place_rollback_gate")
+    assert gate.trigger_rule == "all_done" and gate.upstream_task_ids == set(steps)
+    assert gate.downstream_task_ids == {"in_place_rollback_stop"}
+    assert "in_place_restart" in dag.get_task("in_place_rollback_stop").launch_handle
+    back = dag.get_task("in_place_rollback_restart")
+    assert back.allow_existing_checkpoint and "params.old_application" in back.application
+    assert "params.old_checkpoint" in back.checkpoint_uri and back.journal_phase == "rollback"
+    report = dag.get_task("report")
+    assert report.path_task_id == "choose_path"
+    assert report.in_place == UpgradeSteps(steps=tuple(steps), stop="in_place_stop", handover="in_place_handover",
+                                           archive="in_place_archive", state_export=None,
+                                           rollback=("in_place_rollback_restart",))
+    assert {"in_place_verify", "in_place_rollback_restart"} <= report.upstream_task_ids

@@ -1,0 +1,145 @@
+"""The upgrade's path (checkpoint/path.py, UpgradePathOperator), the in-place resume check
+(verify_resume) and the report of an in-place upgrade, on synthetic checkpoints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, Rule
+from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath, NotStartedYet, StartMismatch
+from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
+from airflow_ckpt_provider.checkpoint.outcome import UpgradeSteps
+from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, UpgradePath, choose_path
+from airflow_ckpt_provider.checkpoint.verify import EXACT, OVERLAP, verify_resume
+from airflow_ckpt_provider.operators.compat import UpgradePathOperator
+from airflow_ckpt_provider.operators.timing import ENDED, STARTED
+from tests.unit.conftest import kafka_json, write_checkpoint
+from tests.unit.test_journaled_operators import INTENT, ReportTI, context
+
+IN_PLACE_OK = CompatibilityVerdict(in_place_ok=True, migrated_ok=True)
+NEEDS_NEW = CompatibilityVerdict(in_place_ok=False, migrated_ok=True, rule=Rule.STATE_KEY_SCHEMA, operator="0 agg")
+NOT_PROVEN = CompatibilityVerdict(in_place_ok=None, migrated_ok=True)
+
+
+@pytest.mark.parametrize(("mode", "verdict", "start", "path", "said"), [
+    ("new_checkpoint", IN_PLACE_OK, "resume", UpgradePath.NEW_CHECKPOINT, "always a new checkpoint"),
+    ("auto", IN_PLACE_OK, "resume", UpgradePath.IN_PLACE, "in place OK"),
+    ("auto", NEEDS_NEW, "resume", UpgradePath.NEW_CHECKPOINT, "state key schema changed (grouping"),
+    ("auto", NOT_PROVEN, "resume", UpgradePath.NEW_CHECKPOINT, "in place not proven"),
+    ("auto", None, "resume", UpgradePath.NEW_CHECKPOINT, "did not run"),
+    ("auto", IN_PLACE_OK, "rewind_to_batch", UpgradePath.NEW_CHECKPOINT, "rewind_to_batch start needs a new"),
+    ("auto", IN_PLACE_OK, "at_time", UpgradePath.NEW_CHECKPOINT, "at_time start needs a new checkpoint"),
+])
+def test_auto_restarts_in_place_only_when_the_check_proved_it(mode: str, verdict: CompatibilityVerdict | None,
+                                                              start: str, path: UpgradePath, said: str) -> None:
+    choice = choose_path(mode, verdict, start_mode=start)
+    assert choice.path is path and said in choice.reason, choice.reason
+    assert choice.mode is UpgradeMode(mode)
+    assert PathChoice.from_json(choice.to_json()) == choice
+    assert ("plain restart" in choice.describe()) is (path is UpgradePath.IN_PLACE)
+
+
+def test_bad_modes_and_choices_are_refused() -> None:
+    with pytest.raises(ValueError, match="'sometimes' is not a valid UpgradeMode"):
+        choose_path("sometimes", IN_PLACE_OK)
+    with pytest.raises(InvalidUpgradePath, match="PathChoice JSON") as caught:
+        PathChoice.from_json('{"path": "sideways", "reason": "?"}')
+    assert "sideways" in str(caught.value)
+
+
+def test_the_path_step_reads_the_check_and_keeps_its_choice_across_runs(tmp_path: Path) -> None:
+    """A resumed upgrade takes the path its first run took: its check does not run again."""
+    journal = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path), "orders", "up-1"))
+    journal.open(INTENT, "up-1", run_id="run-1")
+
+    def step(verdict: Any, journaled: bool = True) -> UpgradePathOperator:
+        return UpgradePathOperator(task_id="choose_path", mode="auto", verdict=verdict, start="",
+                                   journal=journal.uri if journaled else None)
+
+    assert step({"skipped": "switched off", "summary_md": ""}, journaled=False).execute(
+        context("run-0"))["path"] == "new checkpoint"  # type: ignore[arg-type]
+    first = step({**IN_PLACE_OK.to_dict(), "summary_md": "..."}).execute(context("run-1"))  # type: ignore[arg-type]
+    assert first["path"] == "in place" and first["in_place"] is True and "plain restart" in first["summary_md"]
+    again = step(json.dumps({"skipped": "resuming"})).execute(context("run-2"))  # type: ignore[arg-type]
+    assert again["path"] == "in place", "the recorded choice, not a new one"
+    assert journal.read().steps["choose_path"].done
+
+
+def resumed_checkpoint(root: Path, *, last: int = 5, rewrite: dict[int, int] | None = None,
+                       query_id: str | None = None) -> str:
+    """A checkpoint with batches 0..``last`` committed; ``rewrite`` changes offsets/3's end per partition."""
+    def sources(batch: int) -> list[str | None]:
+        ends = {0: 10 * (batch + 1), 1: 20 * (batch + 1)}
+        if batch == 3 and rewrite:
+            ends.update(rewrite)
+        return [kafka_json({"events": ends})]
+
+    kwargs = {"query_id": query_id} if query_id else {}
+    write_checkpoint(str(root), batches=range(last + 1), sources=sources, **kwargs)
+    return str(root)
+
+
+def handover_at(uri: str, batch: int) -> Handover:
+    """The handover of the checkpoint as it was when batch ``batch`` was the last committed."""
+    reader = CheckpointReader(uri)
+    return replace(handover_from_snapshot(reader.snapshot()), batch_id=batch, sources=reader.offset_entry(batch).sources)
+
+
+def test_an_in_place_restart_is_verified_by_the_batch_after_the_handover(tmp_path: Path) -> None:
+    uri = resumed_checkpoint(tmp_path / "cp")
+    result = verify_resume(CheckpointReader(uri), handover_at(uri, 3))
+    assert result.ok and result.last_committed_batch == 5
+    assert [(p.partition, p.recorded, p.status) for p in result.partitions] == [(0, 40, EXACT), (1, 80, EXACT)]
+
+
+def test_no_batch_after_the_handover_is_not_started(tmp_path: Path) -> None:
+    uri = resumed_checkpoint(tmp_path / "cp", last=3)
+    with pytest.raises(NotStartedYet, match="last committed batch 3, the handover's is 3"):
+        verify_resume(CheckpointReader(uri), handover_at(uri, 3))
+
+
+def test_a_rewritten_offset_log_or_another_query_is_refused(tmp_path: Path) -> None:
+    before = handover_at(resumed_checkpoint(tmp_path / "before"), 3)
+    rewritten = resumed_checkpoint(tmp_path / "rewritten", rewrite={1: 70})
+    with pytest.raises(StartMismatch) as caught:
+        verify_resume(CheckpointReader(rewritten), before)
+    assert caught.value.details == (("events", 1, 80, 70, OVERLAP),)
+    other = resumed_checkpoint(tmp_path / "other", query_id="3f0c2b1e-0000-4000-8000-00000000abcd")
+    with pytest.raises(StartMismatch, match="query id 3f0c2b1e-0000-4000-8000-00000000abcd"):
+        verify_resume(CheckpointReader(other), before)
+
+
+def test_the_report_of_an_in_place_upgrade(tmp_path: Path) -> None:
+    """Its steps decide the outcome; one checkpoint, its batches after the handover's the new
+    version's; the path is a fact; the migration's steps (skipped) do not count."""
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    uri = resumed_checkpoint(tmp_path / "cp")
+    steps = ("in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify")
+    op = UpgradeReportOperator(
+        task_id="report", stream_name="orders", old_checkpoint_uri=uri, new_checkpoint_uri=str(tmp_path / "v2"),
+        step_task_ids=["graceful_stop", "relaunch", *steps], upgrade_task_ids=["graceful_stop", "relaunch"],
+        handover_task_id="extract_handover", archive_task_id="archive", path_task_id="choose_path",
+        in_place=UpgradeSteps(steps=steps, stop="in_place_stop", handover="in_place_handover",
+                              archive="in_place_archive", state_export=None, rollback=("in_place_rollback_restart",)))
+    archive = tmp_path / "archive" / "orders" / "a1"
+    xcoms: dict[tuple[str, str], Any] = {(s, STARTED): "2026-11-26T10:00:00.000+00:00" for s in steps}
+    xcoms |= {(s, ENDED): {"state": "success", "at": "2026-11-26T10:00:01.000+00:00"} for s in steps}
+    xcoms |= {("choose_path", "return_value"): choose_path("auto", IN_PLACE_OK).to_dict(),
+              ("in_place_handover", "return_value"): {"handover": handover_at(uri, 3).to_dict()},
+              ("in_place_archive", "return_value"): {"location": str(archive)}}
+    result = op.execute(context("run-1", ReportTI(xcoms)))  # type: ignore[arg-type]
+    assert result["outcome"] == "upgraded" and result["new_checkpoint"] == uri == result["old_checkpoint"]
+    assert [b["batch_id"] for b in result["old_batches"]] == [0, 1, 2, 3]
+    assert [b["batch_id"] for b in result["new_batches"]] == [4, 5]
+    assert result["archive"] == str(archive) and result["handover"]["batch_id"] == 3
+    md = (archive / "report" / "upgrade-report.md").read_text()
+    assert "| upgrade path | upgrade path: a plain restart of the new version on the old checkpoint" in md
