@@ -464,13 +464,15 @@ def build_stream_upgrade_dag(
             **STOP_RETRY,
         )
 
+        def plan_in_place_rollback(ti: Any) -> Any:
+            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
+            return rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
+                                 done_step="in_place_verify")
+
         @task.branch(trigger_rule="all_done")
         def in_place_rollback_gate(ti: Any = None) -> list[str]:
             """Roll back an in-place restart when its stop completed and a later step failed."""
-            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
-            plan = rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
-                                 done_step="in_place_verify")
-            return ["in_place_rollback_stop"] if plan.stop_new else []
+            return ["in_place_rollback_stop"] if plan_in_place_rollback(ti).stop_new else []
 
         in_place_rollback_stop = GracefulStopOperator(
             task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -481,10 +483,7 @@ def build_stream_upgrade_dag(
         @task.branch
         def in_place_restart_gate(ti: Any = None) -> list[str]:
             """Restart the old version only when this run stopped it (a failed stop leaves it as it is)."""
-            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
-            plan = rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
-                                 done_step="in_place_verify")
-            return ["in_place_rollback_restart"] if plan.restart_old else []
+            return ["in_place_rollback_restart"] if plan_in_place_rollback(ti).restart_old else []
 
         in_place_rollback_restart = StreamLaunchOperator(
             task_id="in_place_rollback_restart", application="{{ params.old_application }}",
