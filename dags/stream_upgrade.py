@@ -303,6 +303,8 @@ def build_stream_upgrade_dag(
             start=START["start"], journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 
+        # after "approve", or after the gate without an approval; a "Reject" skips it, and with it every
+        # step: they keep the default all_success (their other upstream, plan, succeeded)
         @task.branch(trigger_rule="none_failed_min_one_success")
         def take_path(ti: Any = None) -> str:
             """After the approval (or without one): the first step of the path ``choose_path`` chose."""
@@ -314,15 +316,13 @@ def build_stream_upgrade_dag(
             application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
-            trigger_rule="none_failed_min_one_success", **JOURNALED,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED,
         ) if mode is RelaunchMode.STANDBY else None
         graceful_stop = GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
             fail_if_no_heartbeat=True,  # never start v2 beside an idle v1 that cannot be seen
-            trigger_rule="none_failed_min_one_success" if start_standby is None else "all_success",
             **JOURNALED, **STOP_RETRY,
         )
         extract = CheckpointHandoverOperator(

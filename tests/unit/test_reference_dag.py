@@ -45,6 +45,7 @@ def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[
     assert "take_path" in dag.get_task("approval_gate").downstream_task_ids
     assert dag.get_task("take_path").trigger_rule == "none_failed_min_one_success"
     assert dag.get_task("take_path").downstream_task_ids == {chain[6], "in_place_stop"}
+    assert dag.get_task("approve").downstream_task_ids == {"take_path"}, "a Reject skips take_path"
     gate = dag.get_task("rollback_gate")
     assert gate.trigger_rule == "all_done"
     assert gate.upstream_task_ids == set(chain[6:])
@@ -280,3 +281,18 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
                                            archive="in_place_archive", state_export=None,
                                            rollback=("in_place_rollback_restart",))
     assert {"in_place_verify", "in_place_rollback_restart"} <= report.upstream_task_ids
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_a_skipped_path_branch_skips_every_step(dags: dict, dag_id: str) -> None:
+    """A "Reject" skips take_path (the approval's only child). Every step after it must then be
+    skipped too: each keeps the default trigger rule, all_success, although it also depends on
+    ``plan``'s XCom (a rule like none_failed_min_one_success would run it on plan's success)."""
+    dag = dags[dag_id]
+    steps = ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify",
+             "in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
+    steps += [] if dag_id.endswith("_cold") else ["start_standby"]
+    assert {name: dag.get_task(name).trigger_rule for name in steps} == dict.fromkeys(steps, "all_success")
+    for name in steps:
+        upstream = dag.get_task(name).upstream_task_ids
+        assert upstream & {"take_path", *steps}, f"{name} must come after take_path: {upstream}"
