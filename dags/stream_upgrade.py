@@ -297,10 +297,11 @@ def build_stream_upgrade_dag(
             carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
             **spark_of("new"),
         )
-        # in place or a new checkpoint: decided before the approval (which shows it), recorded in the journal
+        # in place or a new checkpoint: decided before the approval (which shows it); a resumed upgrade
+        # goes on along the path its journal records
         choose_path = UpgradePathOperator(
             task_id="choose_path", mode="{{ params.mode }}", verdict=compatibility_check.output,
-            start=START["start"], journal=JOURNAL, journal_conn_id=STORAGE_CONN,
+            start=START["start"], in_place_steps=IN_PLACE, journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 
         # after "approve", or after the gate without an approval; a "Reject" skips it, and with it every

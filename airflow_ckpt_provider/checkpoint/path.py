@@ -5,13 +5,14 @@ The user chooses a :class:`UpgradeMode`: ``new_checkpoint`` always migrates; ``a
 place when, and only when, the compatibility check proved it on a copy of the old checkpoint
 (:attr:`CompatibilityVerdict.in_place_ok` true) and the new version resumes where the old one
 stopped. Anything else (no verdict, a verdict that needs a new checkpoint or proved nothing, a
-rewind or another start) migrates, and :class:`PathChoice` says why.
+rewind or another start) migrates, and :class:`PathChoice` says why. A resumed upgrade goes on
+along the path whose steps its journal records (:func:`resumed_path`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,4 +92,17 @@ def choose_path(mode: UpgradeMode | str, verdict: CompatibilityVerdict | None, *
     return PathChoice(UpgradePath.NEW_CHECKPOINT, f"mode auto; the compatibility check: {verdict.headline()}", mode)
 
 
-__all__ = ["PathChoice", "UpgradeMode", "UpgradePath", "choose_path"]
+def resumed_path(recorded: Collection[str], in_place_steps: Collection[str],
+                 mode: UpgradeMode | str = UpgradeMode.NEW_CHECKPOINT) -> PathChoice | None:
+    """The path of an upgrade whose journal records the steps ``recorded`` (started or done):
+    in place when one of them is an ``in_place_steps`` step, a new checkpoint when another step
+    was recorded, None when nothing was (the choice is then made afresh)."""
+    mode = UpgradeMode(mode)
+    if set(recorded) & set(in_place_steps):
+        return PathChoice(UpgradePath.IN_PLACE, "resuming the in-place restart the upgrade's journal records", mode)
+    if recorded:
+        return PathChoice(UpgradePath.NEW_CHECKPOINT, "resuming the migration the upgrade's journal records", mode)
+    return None
+
+
+__all__ = ["PathChoice", "UpgradeMode", "UpgradePath", "choose_path", "resumed_path"]

@@ -10,13 +10,12 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
-from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path
+from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import journal_at
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -147,50 +146,57 @@ class CompatibilityCheckOperator(BaseOperator):
         return {**verdict.to_dict(), "summary_md": verdict_markdown(verdict)}
 
 
-class UpgradePathOperator(JournaledStep, BaseOperator):
+class UpgradePathOperator(BaseOperator):
     """Choose the upgrade's path: the new version on a new checkpoint (the migration), or a plain
     restart of it on the old checkpoint (in place).
 
     :func:`~airflow_ckpt_provider.checkpoint.path.choose_path`: ``mode`` ``new_checkpoint`` always
     migrates; ``auto`` restarts in place only when ``verdict`` (the compatibility check's result)
-    says in place OK and the new version resumes where the old one stops (``start``). Returns
-    (XCom) :meth:`PathChoice.to_dict` plus ``summary_md`` (a line for the approval). With
-    ``journal`` the choice is recorded: a resumed upgrade keeps the path its first run took, even
-    when its compatibility check does not run again. Raises ``ValueError`` for an unknown mode.
+    says in place OK and the new version resumes where the old one stops (``start``). With
+    ``journal`` a resumed upgrade goes on along the path its journal records
+    (:func:`~airflow_ckpt_provider.checkpoint.path.resumed_path`: one of ``in_place_steps``
+    recorded: in place; another step: the migration). The choice is not a side effect and is not
+    recorded itself, so a rejected upgrade starts afresh. Returns (XCom) :meth:`PathChoice.to_dict`
+    plus ``summary_md`` (a line for the approval). Raises ``ValueError`` for an unknown mode.
 
     :param mode: ``new_checkpoint`` or ``auto`` (templated)
     :param verdict: the compatibility check's XCom (dict or JSON; empty or ``skipped``: it did not run)
     :param start: where the new version starts (a StartChoice, its JSON or dict; empty: resume)
+    :param in_place_steps: the task ids of the in-place path's steps, to recognise it in the journal
+    :param journal: the upgrade journal's URI (templated; read only)
+    :param journal_conn_id: Airflow connection of the journal's storage
     """
 
-    template_fields: Sequence[str] = ("mode", "verdict", "start", *JOURNAL_FIELDS)
+    template_fields: Sequence[str] = ("mode", "verdict", "start", "journal", "journal_conn_id")
     ui_color = "#f4f0e0"
 
     def __init__(self, *, mode: str = UpgradeMode.NEW_CHECKPOINT.value, verdict: Mapping[str, Any] | str | None = None,
-                 start: Mapping[str, Any] | str | None = None, journal: str | None = None,
-                 journal_conn_id: str | None = None, **kwargs: Any) -> None:
+                 start: Mapping[str, Any] | str | None = None, in_place_steps: Sequence[str] = (),
+                 journal: str | None = None, journal_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.init_journal(journal, journal_conn_id, UPGRADE_PHASE)
         self.mode = mode
         self.verdict = verdict
         self.start = start
+        self.in_place_steps = list(in_place_steps)
+        self.journal = journal
+        self.journal_conn_id = journal_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        return self.run_step(context, lambda start, journal: self.choose())
-
-    def choose(self) -> dict[str, Any]:
-        """The choice, logged and returned with its Markdown line."""
-        raw = self.verdict
-        if isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}"):
-            raw = None
-        found = None
-        if raw is not None:
-            value = raw if isinstance(raw, Mapping) else CompatibilityVerdict.from_json(raw).to_dict()
-            if not value.get("skipped"):
-                found = CompatibilityVerdict.from_json(value)
-        choice = choose_path(self.mode, found, start_mode=start_choice(self.start).mode)
+        journal = journal_at(self.journal, self.journal_conn_id)
+        recorded = list(journal.read().steps) if journal is not None and journal.exists() else []
+        choice = resumed_path(recorded, self.in_place_steps, self.mode)
+        if choice is None:
+            choice = choose_path(self.mode, self._verdict(), start_mode=start_choice(self.start).mode)
         self.log.info("%s", choice.describe())
         return {**choice.to_dict(), "summary_md": f"**{choice.describe()}**\n"}
+
+    def _verdict(self) -> CompatibilityVerdict | None:
+        """The check's verdict; None when it did not run."""
+        raw = self.verdict
+        if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
+            return None
+        value = raw if isinstance(raw, Mapping) else CompatibilityVerdict.from_json(raw).to_dict()
+        return None if value.get("skipped") else CompatibilityVerdict.from_json(value)
 
 
 def path_of(value: Mapping[str, Any] | str | None) -> PathChoice | None:

@@ -55,22 +55,32 @@ def test_bad_modes_and_choices_are_refused() -> None:
     assert "sideways" in str(caught.value)
 
 
-def test_the_path_step_reads_the_check_and_keeps_its_choice_across_runs(tmp_path: Path) -> None:
-    """A resumed upgrade takes the path its first run took: its check does not run again."""
+def test_the_path_step_reads_the_check_and_a_resumed_upgrade_keeps_its_path(tmp_path: Path) -> None:
+    """The check's verdict decides a fresh upgrade; a resumed one goes on along the path its
+    journal records (its check does not run again); the choice itself writes nothing, so a
+    rejected upgrade (nothing recorded) starts afresh."""
     journal = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path), "orders", "up-1"))
     journal.open(INTENT, "up-1", run_id="run-1")
+    in_place = ["in_place_stop", "in_place_restart"]
 
-    def step(verdict: Any, journaled: bool = True) -> UpgradePathOperator:
-        return UpgradePathOperator(task_id="choose_path", mode="auto", verdict=verdict, start="",
-                                   journal=journal.uri if journaled else None)
+    def step(verdict: Any) -> dict[str, Any]:
+        op = UpgradePathOperator(task_id="choose_path", mode="auto", verdict=verdict, start="",
+                                 in_place_steps=in_place, journal=journal.uri)
+        return op.execute(context("run-1"))  # type: ignore[arg-type]
 
-    assert step({"skipped": "switched off", "summary_md": ""}, journaled=False).execute(
-        context("run-0"))["path"] == "new checkpoint"  # type: ignore[arg-type]
-    first = step({**IN_PLACE_OK.to_dict(), "summary_md": "..."}).execute(context("run-1"))  # type: ignore[arg-type]
+    assert step({"skipped": "switched off", "summary_md": ""})["path"] == "new checkpoint"
+    first = step({**IN_PLACE_OK.to_dict(), "summary_md": "..."})
     assert first["path"] == "in place" and first["in_place"] is True and "plain restart" in first["summary_md"]
-    again = step(json.dumps({"skipped": "resuming"})).execute(context("run-2"))  # type: ignore[arg-type]
-    assert again["path"] == "in place", "the recorded choice, not a new one"
-    assert journal.read().steps["choose_path"].done
+    assert journal.read().steps == {}, "a choice is not a side effect: a rejection starts afresh"
+    journal.begin("in_place_stop", run_id="run-1")
+    again = step(json.dumps({"skipped": "resuming"}))
+    assert again["path"] == "in place" and "resuming the in-place restart" in again["reason"]
+    other = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path), "other", "up-2"))
+    other.open(INTENT, "up-2", run_id="run-1")
+    other.begin("graceful_stop", run_id="run-1")
+    op = UpgradePathOperator(task_id="choose_path", mode="auto", verdict={**IN_PLACE_OK.to_dict()},
+                             in_place_steps=in_place, journal=other.uri)
+    assert op.execute(context("run-2"))["path"] == "new checkpoint", "a migration under way goes on"  # type: ignore[arg-type]
 
 
 def resumed_checkpoint(root: Path, *, last: int = 5, rewrite: dict[int, int] | None = None,

@@ -254,8 +254,10 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     dag = dags[dag_id]
     assert dag.params["mode"] == "new_checkpoint", "the migration stays the default"
     assert dag.params.get_param("mode").schema["enum"] == ["new_checkpoint", "auto"]
+    steps = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
     path = dag.get_task("choose_path")
     assert isinstance(path, UpgradePathOperator) and "params.mode" in path.mode and path.journal
+    assert path.in_place_steps == steps, "a resumed upgrade recognises its path in the journal"
     assert "choose_path" in dag.get_task("approve").body, "the approval says which path the upgrade takes"
     steps = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
     for upstream, downstream in zip(steps, steps[1:], strict=False):
