@@ -74,7 +74,7 @@ def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo) -
     assert report["handover"]["batch_id"] == handover.batch_id
     assert report["downtime_s"] is not None and report["downtime_s"] > 0
     done = [s["name"] for s in report["steps"]
-            if s["state"] == "success" and s["name"] not in ("approve", "compatibility_check")]
+            if s["state"] == "success" and s["name"] not in ("approve", "compatibility_check", "choose_path")]
     assert done[:len(first_steps) + 1] == ["preflight", *first_steps], done  # in the order of the mode
     started = {s["name"]: s["started_at"] for s in report["steps"]}
     assert sorted(first_steps, key=lambda name: started[name]) == first_steps, "steps ran in this order"
