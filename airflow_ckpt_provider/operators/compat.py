@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
-from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, NewVersionDoesNotStart
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -195,7 +196,13 @@ class UpgradePathOperator(BaseOperator):
         raw = self.verdict
         if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
             return None
-        value = raw if isinstance(raw, Mapping) else CompatibilityVerdict.from_json(raw).to_dict()
+        try:
+            value = raw if isinstance(raw, Mapping) else json.loads(raw)
+        except ValueError:
+            raise InvalidVerdict(found=f"verdict text that is not JSON: {str(raw)[:80]!r}",
+                                 expected="the compatibility check's XCom") from None
+        if not isinstance(value, Mapping):
+            raise InvalidVerdict(found=f"a verdict of type {type(value).__name__}", expected="a JSON object")
         return None if value.get("skipped") else CompatibilityVerdict.from_json(value)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, Rule
-from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath, NotStartedYet, StartMismatch
+from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath, InvalidVerdict, NotStartedYet, StartMismatch
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.outcome import UpgradeSteps
@@ -69,6 +69,10 @@ def test_the_path_step_reads_the_check_and_a_resumed_upgrade_keeps_its_path(tmp_
         return op.execute(context("run-1"))  # type: ignore[arg-type]
 
     assert step({"skipped": "switched off", "summary_md": ""})["path"] == "new checkpoint"
+    assert step(json.dumps({"skipped": "switched off"}))["path"] == "new checkpoint", "the XCom as rendered JSON"
+    assert step(json.dumps(IN_PLACE_OK.to_dict()))["path"] == "in place"
+    with pytest.raises(InvalidVerdict, match="not JSON"):
+        step("{'in_place_ok': True}")
     first = step({**IN_PLACE_OK.to_dict(), "summary_md": "..."})
     assert first["path"] == "in place" and first["in_place"] is True and "plain restart" in first["summary_md"]
     assert journal.read().steps == {}, "a choice is not a side effect: a rejection starts afresh"
