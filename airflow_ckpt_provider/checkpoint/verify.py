@@ -230,17 +230,22 @@ def verify_start(
     before = handover.kafka_offsets() if isinstance(handover, Handover) else handover
     parts = compare_starts(recorded, starting_offsets, handover=before, broker=broker,
                            accepted_loss=frozenset(accepted_loss))
+    _refuse_mismatches(parts, expected="every partition to start exactly at the handed-over offset (partitions "
+                                        "added since: at earliest)", path=snapshot.uri)
+    return VerifyResult(snapshot.uri, snapshot.query_id, index, starting_offsets, recorded, parts,
+                        snapshot.last_committed_batch)
+
+
+def _refuse_mismatches(parts: tuple[PartitionStart, ...], *, expected: str, path: str) -> None:
+    """:class:`StartMismatch` naming every partition of ``parts`` that is not ok (the first ten in
+    the message); nothing when all are."""
     bad = [p for p in parts if not p.ok]
     if bad:
         shown = "; ".join(p.describe() for p in bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
         raise StartMismatch(
             details=tuple((p.topic, p.partition, p.given if p.given is not None else p.handed_over,
                            p.recorded, p.status) for p in bad),
-            found=shown, expected="every partition to start exactly at the handed-over offset "
-            "(partitions added since: at earliest)", path=snapshot.uri,
-        )
-    return VerifyResult(snapshot.uri, snapshot.query_id, index, starting_offsets, recorded, parts,
-                        snapshot.last_committed_batch)
+            found=shown, expected=expected, path=path)
 
 
 def verify_resume(reader: CheckpointReader, handover: Handover, *, source: int | str | None = None) -> VerifyResult:
@@ -267,13 +272,8 @@ def verify_resume(reader: CheckpointReader, handover: Handover, *, source: int |
         raise StartMismatch(details=(), found=f"query id {snapshot.query_id} in {reader.uri}/metadata",
                             expected=f"the old query's id {handover.query_id}: an in-place restart resumes the "
                                      "same query", path=reader.uri)
-    bad = [p for p in parts if not p.ok]
-    if bad:
-        raise StartMismatch(
-            details=tuple((p.topic, p.partition, p.handed_over, p.recorded, p.status) for p in bad),
-            found="; ".join(p.describe() for p in bad[:10]),
-            expected=f"batch {handover.batch_id + 1} to start where the handover's batch {handover.batch_id} ended",
-            path=reader.uri)
+    _refuse_mismatches(parts, expected=f"batch {handover.batch_id + 1} to start where the handover's batch "
+                                        f"{handover.batch_id} ended", path=reader.uri)
     index = (handover.source(source).index if source is not None
              else next(s.index for s in handover.sources if s.kafka is not None))
     return VerifyResult(snapshot.uri, snapshot.query_id, index, handed, recorded, parts, last)

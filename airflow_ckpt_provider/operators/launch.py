@@ -628,8 +628,8 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def verify(self) -> VerifyResult:
         """The start check alone (no waiting)."""
         given = HandoverResult.from_json(self.handover)
+        fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
         if self.in_place:
-            fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
             resumed = verify_resume(CheckpointReader(self.checkpoint_uri, fs=fs), given.handover, source=self.source)
             for part in resumed.partitions:
                 self.log.info("%s", part.describe())
@@ -641,7 +641,6 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         if text in ("earliest", "latest"):
             raise InvalidOffsets(found=f"startingOffsets {text!r}", expected="per-partition offsets JSON to verify")
         starting = KafkaOffsets.from_json(text) if text else given.offsets(self.source)
-        fs, _ = CheckpointStorageHook(storage_conn_id=self.storage_conn_id).filesystem(self.checkpoint_uri)
         snapshot = CheckpointReader(self.checkpoint_uri, fs=fs).snapshot(include_initial=True)
         broker = None
         if self.kafka_conn_id:

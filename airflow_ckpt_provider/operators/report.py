@@ -153,12 +153,13 @@ class UpgradeReportOperator(BaseOperator):
 
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old_batches = self._history(storage, self.old_checkpoint_uri, notes)
-        new_batches = self._history(storage, self.new_checkpoint_uri, notes) if outcome != REJECTED else []
-        if in_place:  # one checkpoint: the new version's batches are those after the handover's
+        if in_place:  # one checkpoint, read once: the new version's batches are those after the handover's
             last_old = (extract.get("handover") or {}).get("batch_id")
             cut = last_old if isinstance(last_old, int) else max((b.batch_id for b in old_batches), default=-1)
             new_batches = [b for b in old_batches if b.batch_id > cut] if outcome != REJECTED else []
             old_batches = [b for b in old_batches if b.batch_id <= cut]
+        else:
+            new_batches = self._history(storage, self.new_checkpoint_uri, notes) if outcome != REJECTED else []
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=self.new_checkpoint_uri,
