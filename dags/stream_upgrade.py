@@ -106,6 +106,10 @@ PARAMS: dict[str, Param] = {
     "new_application": Param("", type="string", description="the new version"),
     "new_application_args": Param([], type="array"),
     "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
+    "sink": Param({}, type="object",
+                  description="the job's sink, read to decide what it holds (docs \"Sinks\"): {\"kind\": delta | "
+                              "delta_foreach_batch | file | kafka | foreach_batch, \"location\": table or path, "
+                              "\"txn_app_id\": a constant Delta txnAppId}; {}: not declared (at-least-once)"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
     "check_compatibility": Param(True, type="boolean",
@@ -185,6 +189,8 @@ JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN
 #: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
 STATE_EXPORT = ("{{ params.archive_root.rstrip('/') }}/{{ params.stream_name }}/_state/"
                 "{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}")
+#: The job's sink declaration (a SinkSpec as JSON), for the preflight and the verification.
+SINK = "{{ params.sink | tojson }}"
 #: The fresh checkpoint of a forward rollback.
 ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
 
@@ -260,7 +266,7 @@ def build_stream_upgrade_dag(
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
             carry_state="{{ params.carry_state }}", storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN,
-            **START,
+            sink=SINK, **START,
         )
 
         @task.branch
@@ -357,7 +363,7 @@ def build_stream_upgrade_dag(
                     else StandbyReleaseOperator(standby_handle=start_standby.output, **launch_args))
         verify = HandoverVerifyOperator(
             task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}", progress_window_s=progress_window_s,
+            kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, progress_window_s=progress_window_s,
             poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
 

@@ -57,10 +57,10 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """A real local-mode SparkSession with the Maven-resolved Kafka connector."""
-    from airflow_ckpt_provider.local.spark import local_spark_session
+    """A real local-mode SparkSession with the Maven-resolved Kafka connector and Delta Lake."""
+    from airflow_ckpt_provider.local.spark import delta_spark_conf, local_spark_session
 
-    session = local_spark_session("ckpt-tests")
+    session = local_spark_session("ckpt-tests", extra=delta_spark_conf())
     yield session
     session.stop()
 

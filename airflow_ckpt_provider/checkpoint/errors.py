@@ -502,6 +502,48 @@ class FileSinkHazard(CheckpointError):
     )
 
 
+class InvalidSinkSpec(CheckpointError):
+    summary = "invalid sink declaration"
+    default_action = (
+        "Declare the sink as {\"kind\": one of delta, delta_foreach_batch, file, kafka, foreach_batch, "
+        "\"location\": the table or output path, \"txn_app_id\": the txnAppId a constant-id Delta writer "
+        "uses} (the reference DAG's sink param; docs \"Sinks\"). Nothing was changed."
+    )
+
+
+class DeltaWritesSkipped(CheckpointError):
+    """Delta's idempotent writes would drop the new version's batches (delta-io/delta#1141)."""
+
+    summary = "Delta would skip the new version's writes"
+    default_action = (
+        "A new checkpoint numbers its batches from 0 again, and Delta skips every write whose txnVersion is "
+        "not above the version it recorded for that txnAppId. Write with "
+        "airflow_ckpt_provider.spark.delta_txn_options(spark, checkpoint, batch_id) (txnAppId = the "
+        "checkpoint's query id, new with every checkpoint), or give the new version a txnAppId the table has "
+        "never seen and declare it as the sink's new_txn_app_id. Nothing was stopped or changed."
+    )
+
+
+class SinkLogUnreadable(CheckpointError):
+    summary = "the sink's own record cannot be read"
+    default_action = (
+        "Check the sink location and its credentials (the storage connection); the provider reads the "
+        "sink's log to decide what the sink holds. Nothing was changed."
+    )
+
+
+class SinkNotDelivered(CheckpointError):
+    """Verify on the sink: the new query committed batches the sink does not hold."""
+
+    summary = "the sink does not hold the new version's batches"
+    default_action = (
+        "The new query commits batches its sink threw away or never received: the upgrade fails and rolls "
+        "back before the old checkpoint is archived. Read the sink's log (docs \"Sinks\"), fix the writer "
+        "(for Delta idempotent writes: a txnAppId new with the checkpoint) and upgrade again with an empty "
+        "new checkpoint."
+    )
+
+
 class LaunchFailed(CheckpointError):
     """The job could not be submitted or died before its first commit; ``log_tail`` holds the end of its log."""
 

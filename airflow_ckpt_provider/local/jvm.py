@@ -36,8 +36,10 @@ SPARK35_KAFKA = "spark35-kafka"
 HDFS = "hdfs"
 #: Hadoop's S3A connector and the AWS SDK v2 modules it uses, for Spark writing to s3a:// (local/s3.py).
 S3A = "s3a"
+#: Delta Lake's Spark jars (delta-spark, delta-storage), for Delta sinks (local/spark.py ``delta_spark_conf``).
+DELTA = "delta"
 #: What ``make jvm`` (a fetch without components) resolves.
-COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A)
+COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A, DELTA)
 #: Fetched only when named (``make spark35``, ``make hdfs``): not every user needs them.
 OPTIONAL_COMPONENTS = (SPARK35_KAFKA, HDFS)
 _STAMP = ".resolved"

@@ -216,6 +216,17 @@ def local_spark_conf(
     return conf
 
 
+def delta_spark_conf() -> dict[str, str]:
+    """The conf of a session that writes Delta tables: Delta's jars (``make jvm`` resolves them; as
+    ``extra`` of :func:`local_spark_conf` they are added to the connector's) and Delta's session
+    extension and catalog, without which Delta refuses to write."""
+    return {
+        "spark.jars": ",".join(str(path) for path in jvm.jars(jvm.DELTA)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
 def spark_submit_conf_args(conf: Mapping[str, str]) -> list[str]:
     """``["--conf", "k=v", ...]`` for spark-submit, master and app name excluded (own flags)."""
     args: list[str] = []

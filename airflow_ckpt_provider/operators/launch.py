@@ -37,6 +37,7 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.sinks import SinkDelivery, SinkSpec, verify_sink
 from airflow_ckpt_provider.spark.control import (
     CONF_INITIAL_STATE_PATH,
     CONF_STANDBY,
@@ -588,10 +589,16 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     an in-place upgrade): instead of ``sources/<i>/0`` the check is that it committed the batch
     after the handover's, that this batch started where the handover's ended and that the query
     id is the old one (:func:`~airflow_ckpt_provider.checkpoint.verify.verify_resume`).
+
+    ``sink`` (a :class:`~airflow_ckpt_provider.sinks.SinkSpec`, mapping or JSON, as the
+    preflight's): the sink is verified too, before the progress window — for a Delta sink every
+    batch the new query committed must be in the table's log under the new version's appId,
+    else :class:`SinkNotDelivered` (a sink that skips or loses the new version's writes fails the
+    upgrade, which rolls back before the archive). The result's ``sink`` says what was checked.
     """
 
     template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
-                                      "storage_conn_id", *JOURNAL_FIELDS)
+                                      "storage_conn_id", "sink", *JOURNAL_FIELDS)
     ui_color = "#e8fde9"
 
     def __init__(
@@ -606,6 +613,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         source: int | str | None = None,
         storage_conn_id: str | None = None,
         in_place: bool = False,
+        sink: SinkSpec | Mapping[str, Any] | str | None = None,
         journal: str | None = None,
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
@@ -614,6 +622,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
         self.in_place = bool(in_place)
+        self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         if progress_window_s < 0:
             raise ValueError("progress_window_s must be >= 0")
         self.handover = handover
@@ -656,21 +665,44 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any] | None:
         return self.run_step(context, lambda start, journal: self.check_start(context))
 
+    def verify_sink(self, result: VerifyResult) -> SinkDelivery:
+        """The sink check alone: the sink holds the batches the new query committed (see the class
+        docstring); not checked for an in-place restart (same query, same sink record)."""
+        spec = SinkSpec.from_value(self.sink)
+        if self.in_place or not spec.declared:
+            return SinkDelivery(spec, app_id=None, note="in place: same query" if self.in_place else "no sink declared")
+        given = HandoverResult.from_json(self.handover).handover
+        storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
+        fs, root = storage.filesystem(self.checkpoint_uri)
+        sink_fs, sink_path = storage.filesystem(spec.location) if spec.kind.is_delta else (None, spec.location)
+        delivery = verify_sink(sink_fs, sink_path, spec, new_query_id=result.query_id,
+                               committed=committed_batches(fs, root), old_query_id=given.query_id,
+                               handover_batch=given.batch_id, uri=spec.location)
+        if delivery.checked:
+            self.log.info("the sink %s holds the new query's batch(es) %s (appId %s; table versions %s)",
+                          spec.location, ", ".join(map(str, delivery.batches)), delivery.app_id,
+                          ", ".join(map(str, delivery.batches.values())))
+        else:
+            self.log.warning("sink %s: %s", spec.describe(), delivery.note)
+        return delivery
+
     def check_start(self, context: Context) -> dict[str, Any]:
-        """Verify the start, then defer for the progress window (or return at once without one)."""
+        """Verify the start and the sink, then defer for the progress window (or return at once
+        without one)."""
         result = self.verify()
         if not self.in_place:
             self.log.info("the new query started exactly at the handover (%d partitions)", len(result.partitions))
+        value = {**result.to_dict(), "sink": self.verify_sink(result).to_dict()}
         if self.progress_window_s == 0:
-            return result.to_dict()
+            return value
         after = result.last_committed_batch if result.last_committed_batch is not None else -1
-        context["ti"].xcom_push(key="start_verified", value=result.to_dict())
+        context["ti"].xcom_push(key="start_verified", value=value)
         self.defer(
             trigger=LaunchTrigger(checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.progress_window_s,
                                   min_batch=after + 1, poll_interval=self.poll_interval,
                                   storage_conn_id=self.storage_conn_id),
             method_name="execute_complete",
-            kwargs={"result": result.to_dict(), "after": after},
+            kwargs={"result": value, "after": after},
             timeout=timedelta(seconds=self.progress_window_s + DEFER_GRACE_S),
         )
 

@@ -45,6 +45,7 @@ from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
+from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -56,6 +57,14 @@ class UpgradePreflightOperator(BaseOperator):
     checkpoint is the old one or is not empty, the new sink path already has
     ``_spark_metadata`` (file sink), the archive location overlaps the checkpoint or the stream
     name is unsafe as a folder name.
+
+    ``sink`` declares the job's sink (:class:`~airflow_ckpt_provider.sinks.SinkSpec`: a mapping or
+    its JSON, e.g. ``{"kind": "delta", "location": "s3a://lake/events"}``; docs "Sinks"). For a
+    Delta sink the table's own log is read: a new version writing Delta idempotent writes under a
+    constant ``txnAppId`` the table already recorded is refused (:class:`DeltaWritesSkipped`:
+    Delta would skip its batches); the approver is told whether the sink is exact or
+    at-least-once, and the old query's last batch the table holds. A ``file`` sink's location is
+    checked like ``new_sink_path``.
 
     With ``journal=True`` (default) it then opens the upgrade journal next to the archives
     (:mod:`~airflow_ckpt_provider.checkpoint.journal`) and takes the stream's lock
@@ -96,7 +105,8 @@ class UpgradePreflightOperator(BaseOperator):
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
     "journal": its URI or "", "resuming": bool, "steps_done": [...], "start_plan": StartPlan dict
-    or None, "already_done": bool, "first_report": the finished upgrade's report folder or ""}``. The
+    or None, "already_done": bool, "first_report": the finished upgrade's report folder or "",
+    "sink": SinkFinding dict}``. The
     offsets are those of NOW; the upgrade takes them again after the graceful stop.
     """
 
@@ -104,7 +114,7 @@ class UpgradePreflightOperator(BaseOperator):
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
         "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "carry_state", "rollback_mode",
-        "rollback_checkpoint_uri",
+        "rollback_checkpoint_uri", "sink",
     )
     ui_color = "#eef7ee"
 
@@ -132,9 +142,11 @@ class UpgradePreflightOperator(BaseOperator):
         rollback_mode: str = RollbackMode.RESTORE.value,
         rollback_checkpoint_uri: str = "",
         carry_state: bool | str = True,
+        sink: SinkSpec | Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         self.carry_state = carry_state
         self.rollback_mode = rollback_mode
         self.rollback_checkpoint_uri = rollback_checkpoint_uri
@@ -210,7 +222,11 @@ class UpgradePreflightOperator(BaseOperator):
             if choice.batch is not None:
                 start_warning = self._rewind_warning(reader, choice.batch)
         state = self._state_line(reader, choice)
+        spec = SinkSpec.from_value(self.sink)
+        if spec.kind is SinkKind.FILE and sink is None:
+            sink = storage.filesystem(spec.location)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
+        found_sink = self._sink_finding(storage, spec, handover.query_id)
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
@@ -226,7 +242,7 @@ class UpgradePreflightOperator(BaseOperator):
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
             relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan, start_warning=start_warning,
         ))
-        summary += f"\n\n{state}\n\n{rollback}"
+        summary += f"\n\n{state}\n\n{found_sink.line}\n\n{rollback}"
         value: dict[str, Any] = {
             "summary_md": summary,
             "handover": handover.to_dict(),
@@ -235,12 +251,24 @@ class UpgradePreflightOperator(BaseOperator):
             "old_query_running": running,
             "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [], "already_done": False,
             "first_report": "", "start_plan": start_plan.to_dict() if start_plan is not None else None,
+            "sink": found_sink.to_dict(),
         }
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
+
+    def _sink_finding(self, storage: CheckpointStorageHook, spec: SinkSpec, old_query_id: str | None) -> SinkFinding:
+        """What the sink's own record says (Delta: its log), logged; refuses what Delta would skip."""
+        fs, path = storage.filesystem(spec.location) if spec.kind.is_delta else (None, spec.location)
+        finding = inspect_sink(fs, path, spec, old_query_id=old_query_id, uri=spec.location)
+        self.log.info("sink %s: %s", spec.describe(), "exact (its own record is read)" if finding.exact
+                      else "at-least-once (the provider cannot read what it holds)")
+        if finding.old_last_batch is not None:
+            self.log.info("the table holds the old query's batches up to %d (appId %s, table version %s)",
+                          finding.old_last_batch, finding.old_app_id, finding.table_version)
+        return finding
 
     def _state_line(self, reader: CheckpointReader, choice: StartChoice) -> str:
         """What happens to the old query's state, for the approver; refuses what the export would."""

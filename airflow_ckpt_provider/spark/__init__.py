@@ -6,11 +6,14 @@ package's standard-library-only modules (the driver has no Airflow).
 * :class:`GracefulStop`: stop between two batches on request (:mod:`.graceful_stop`);
 * :func:`await_handover`: a standby launch waits here for its release (:mod:`.standby`);
 * :func:`sink_location`, :func:`is_dry_run`: the trial contract of the compatibility check
-  (:mod:`.trial`).
+  (:mod:`.trial`);
+* :func:`delta_txn_options`: Delta idempotent writes whose txnAppId is new with each checkpoint
+  (:mod:`.delta`).
 """
 
 from __future__ import annotations
 
+from airflow_ckpt_provider.spark.delta import delta_txn_options
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import (
            checkpoint_location,
@@ -21,5 +24,5 @@ from airflow_ckpt_provider.spark.kafka import (
 from airflow_ckpt_provider.spark.standby import await_handover, is_standby
 from airflow_ckpt_provider.spark.trial import is_dry_run, sink_location
 
-__all__ = ["GracefulStop", "await_handover", "checkpoint_location", "handed_over_starting_offsets", "handover_json",
-           "is_dry_run", "is_standby", "read_kafka", "sink_location"]
+__all__ = ["GracefulStop", "await_handover", "checkpoint_location", "delta_txn_options", "handed_over_starting_offsets",
+           "handover_json", "is_dry_run", "is_standby", "read_kafka", "sink_location"]

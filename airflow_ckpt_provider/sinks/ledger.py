@@ -1,0 +1,170 @@
+"""The sink ledger: what the sink's own record says it holds, before the stop and after the switch.
+
+:func:`assess_sink` and :func:`judge_delivery` are pure decisions over values;
+:func:`inspect_sink` and :func:`verify_sink` read the sink's record (:class:`~.delta.DeltaLog`)
+and call them.
+
+* Preflight (:func:`inspect_sink`): for Delta, the table's ``txn`` entries. A new version that
+  writes with a CONSTANT txnAppId the table already recorded would have its batches 0..v skipped
+  by Delta (its batch ids restart at 0): :class:`DeltaWritesSkipped`, before anything stops. The
+  finding tells the approver whether the sink is exact or at-least-once, and the old query's last
+  batch the table holds.
+* Verify (:func:`verify_sink`): every batch the new query committed (the first
+  :data:`MAX_VERIFIED_BATCHES`) must be in the table's log as ``txn(new appId, batch)``; a
+  batch the query committed and the table does not hold fails the upgrade
+  (:class:`SinkNotDelivered`), which rolls back before the old checkpoint is archived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.sinks.delta import DeltaLog, DeltaTxn
+from airflow_ckpt_provider.sinks.spec import SinkKind, SinkSpec
+
+#: How many of the new query's committed batches verify looks for in the sink's log.
+MAX_VERIFIED_BATCHES = 50
+#: How many of the newest Delta commits verify reads to find them.
+MAX_SCANNED_COMMITS = 1000
+
+
+@dataclass(frozen=True)
+class SinkFinding:
+    """The preflight's finding: whether the sink is ``exact`` (the provider reads its record),
+    the table version read, the old query's appId and the last of its batches the sink holds,
+    and the approver's line (Markdown)."""
+
+    spec: SinkSpec
+    exact: bool
+    line: str
+    table_version: int | None = None
+    old_app_id: str | None = None
+    old_last_batch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sink": self.spec.to_dict(), "exact": self.exact, "line": self.line,
+                "table_version": self.table_version, "old_app_id": self.old_app_id,
+                "old_last_batch": self.old_last_batch}
+
+
+@dataclass(frozen=True)
+class SinkDelivery:
+    """Verify's finding: the new query's batches the sink holds, by table version."""
+
+    spec: SinkSpec
+    app_id: str | None
+    batches: Mapping[int, int] = field(default_factory=dict)
+    checked: bool = False
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sink": self.spec.to_dict(), "app_id": self.app_id, "checked": self.checked,
+                "batches": {str(b): v for b, v in sorted(self.batches.items())}, "note": self.note}
+
+
+def assess_sink(spec: SinkSpec, *, txns: Mapping[str, DeltaTxn], table_version: int | None,
+                old_query_id: str | None, uri: str) -> SinkFinding:
+    """Decide the preflight's sink finding from the table's latest ``txn`` per appId (Delta kinds).
+
+    Raises :class:`DeltaWritesSkipped` when the new version writes with a constant txnAppId that
+    the table recorded at version >= 0: Delta would skip its batches up to that version."""
+    if not spec.declared:
+        return SinkFinding(spec, exact=False, line=(
+            "**Sink:** not declared: the provider cannot read what the sink holds; a batch the stop cuts may "
+            "be written again (declare the `sink` param: docs \"Sinks\")."))
+    if spec.kind is SinkKind.FILE:
+        return SinkFinding(spec, exact=True, line=(
+            f"**Sink:** file sink at `{spec.location}`: the new version must write where no `_spark_metadata` "
+            "is (checked), so none of its batches is skipped."))
+    if not spec.kind.is_delta:
+        return SinkFinding(spec, exact=False, line=(
+            f"**Sink: at-least-once** ({spec.kind}): the provider cannot read what this sink holds; a batch the "
+            "stop cuts may be written again (the report names its input range)."))
+    constant = spec.constant_new_app_id
+    if constant and constant in txns and txns[constant].version >= 0:
+        recorded = txns[constant]
+        raise DeltaWritesSkipped(
+            found=(f"the Delta table records txnAppId {constant!r} at txnVersion {recorded.version} (table version "
+                   f"{recorded.table_version}), and the new version writes with the same txnAppId: Delta would skip "
+                   f"its batches 0-{recorded.version}"),
+            expected="a txnAppId the table has not recorded for the new version (its batch ids start at 0)",
+            path=uri)
+    old_app_id = spec.old_app_id(old_query_id)
+    old = txns.get(old_app_id) if old_app_id else None
+    held = (f"the old query's last batch in the table: {old.version} (table version {old.table_version})"
+            if old else "the table records no batch of the old query yet")
+    new_id = f"txnAppId `{constant}`" if constant else "the new query's id"
+    return SinkFinding(spec, exact=True, table_version=table_version, old_app_id=old_app_id,
+                       old_last_batch=old.version if old else None, line=(
+                           f"**Sink:** {spec.describe()}: exact — the table records every batch by appId and "
+                           f"batch id; {held}. The new version writes under {new_id}; verify checks the table "
+                           "holds its batches."))
+
+
+def judge_delivery(spec: SinkSpec, *, app_id: str, committed: Sequence[int], recorded: Mapping[int, int],
+                   latest: DeltaTxn | None, uri: str) -> SinkDelivery:
+    """Every batch in ``committed`` (the new query's) must be in ``recorded`` (batch -> table
+    version of its ``txn``); else :class:`SinkNotDelivered` naming the batches."""
+    missing = [b for b in committed if b not in recorded]
+    if missing:
+        why = (f"; the table's latest txn for {app_id!r} is version {latest.version} (table version "
+               f"{latest.table_version}), so Delta skipped the new query's lower batch ids"
+               if latest is not None and latest.version >= max(missing) else "")
+        raise SinkNotDelivered(
+            found=(f"the new query committed batch(es) {_list(missing)} and the Delta table holds no txn for "
+                   f"appId {app_id!r} at those versions{why}"),
+            expected=f"txn({app_id!r}, batch) in the table's log for every committed batch of the new query",
+            path=uri)
+    return SinkDelivery(spec, app_id=app_id, batches={b: recorded[b] for b in committed}, checked=True)
+
+
+def inspect_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, old_query_id: str | None,
+                 uri: str | None = None) -> SinkFinding:
+    """The preflight's :class:`SinkFinding` (reads the Delta log for Delta kinds)."""
+    if not spec.kind.is_delta or fs is None:
+        return assess_sink(spec, txns={}, table_version=None, old_query_id=old_query_id, uri=uri or path)
+    delta = DeltaLog(fs, path, uri=uri)
+    listing = delta.listing()
+    txns = delta.transactions(listing)
+    return assess_sink(spec, txns=txns, table_version=listing.latest, old_query_id=old_query_id,
+                       uri=uri or path)
+
+
+def verify_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, new_query_id: str | None,
+                committed: Sequence[int], old_query_id: str | None = None, handover_batch: int | None = None,
+                uri: str | None = None) -> SinkDelivery:
+    """Verify's :class:`SinkDelivery`: the sink holds the new query's first committed batches
+    (Delta kinds; other kinds are not checked and say so).
+
+    When both versions write under the same appId (a constant txnAppId), a ``txn`` whose version
+    is at most the handover batch is the OLD query's: Delta records an appId's versions in
+    increasing order, so the new query's batches up to that id can never be recorded; the scan
+    stops there."""
+    app_id = spec.new_app_id(new_query_id)
+    if not spec.kind.is_delta or fs is None or not app_id:
+        note = "not checked: the provider cannot read this sink's record" if spec.declared else "no sink declared"
+        return SinkDelivery(spec, app_id=app_id, note=note)
+    shared = app_id == spec.old_app_id(old_query_id)
+    wanted = sorted(committed)[:MAX_VERIFIED_BATCHES]
+    delta = DeltaLog(fs, path, uri=uri)
+    recorded: dict[int, int] = {}
+    latest: DeltaTxn | None = None
+    for txn in delta.recent_txns(app_id, max_commits=MAX_SCANNED_COMMITS):
+        latest = latest or txn
+        if shared and handover_batch is not None and txn.version <= handover_batch:
+            break
+        if txn.version in wanted:
+            recorded.setdefault(txn.version, txn.table_version)
+        if len(recorded) == len(wanted):
+            break
+    return judge_delivery(spec, app_id=app_id, committed=wanted, recorded=recorded, latest=latest, uri=uri or path)
+
+
+def _list(numbers: Sequence[int]) -> str:
+    shown = ", ".join(map(str, numbers[:12]))
+    return shown + (f" and {len(numbers) - 12} more" if len(numbers) > 12 else "")

@@ -1,0 +1,221 @@
+"""Delta Lake as the sink, for real: Kafka -> Spark (default trigger) -> Delta, moved to a new checkpoint.
+
+Each case runs version 1 into a Delta table until the table's log has a Parquet checkpoint,
+stops it between batches, hands its last committed batch over to version 2 on a NEW checkpoint
+and counts every Kafka (partition, offset) in the table, with a producer writing while version 2
+starts and runs:
+
+* foreachBatch with Delta idempotent writes and a CONSTANT ``txnAppId`` (Delta's documented
+  pattern): the naive upgrade loses records — the negative control; the provider's preflight
+  refuses it before anything stops, and verify on the sink fails it;
+* the same writes with :func:`~airflow_ckpt_provider.spark.delta_txn_options` (txnAppId = the
+  checkpoint's query id): 0 lost, 0 duplicated, preflight and verify pass;
+* the Delta streaming sink: the preflight reads the old query's last batch from the table's own
+  log, verify finds every batch of the new query there; 0 lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
+from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
+from airflow_ckpt_provider.local.records import ContinuousProducer
+from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
+from airflow_ckpt_provider.sinks.delta import DeltaLog
+from airflow_ckpt_provider.spark import delta_txn_options
+from tests.integration.streams import batch_ids
+
+pytestmark = pytest.mark.integration
+
+LOCAL = fsspec.filesystem("file")
+#: New tables here write a Parquet checkpoint every 4 commits (Delta's default: 10), and version 1
+#: runs past one, so the log is read from a checkpoint and the commits after it.
+CHECKPOINT_INTERVAL = 4
+OLD_BATCHES = 6
+#: Generous bounds for a loaded machine: they only end a broken run.
+DEADLINE_S = 600.0
+
+Writer = Callable[[Any, str, str], Any]  # (frame, checkpoint, table) -> a started query
+
+
+@pytest.fixture(autouse=True)
+def delta_checkpoints_every_few_commits(spark) -> Iterator[None]:
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    spark.conf.set(key, str(CHECKPOINT_INTERVAL))
+    yield
+    spark.conf.unset(key)
+
+
+def constant_txn(app_id: str) -> Writer:
+    def start(frame: Any, checkpoint: str, table: str) -> Any:
+        def write(batch: Any, batch_id: int) -> None:
+            (batch.write.format("delta").option("txnAppId", app_id).option("txnVersion", batch_id)
+             .mode("append").save(table))
+
+        return frame.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint).start()
+
+    return start
+
+
+def checkpoint_txn(frame: Any, checkpoint: str, table: str) -> Any:
+    spark = frame.sparkSession
+
+    def write(batch: Any, batch_id: int) -> None:
+        batch.write.format("delta").options(**delta_txn_options(spark, checkpoint, batch_id)).mode("append").save(table)
+
+    return frame.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint).start()
+
+
+def streaming_sink(frame: Any, checkpoint: str, table: str) -> Any:
+    return frame.writeStream.format("delta").option("checkpointLocation", checkpoint).start(table)
+
+
+def records(spark: Any, bootstrap: str, topic: str, starting_offsets: str = "earliest") -> Any:
+    return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", starting_offsets)
+            .option("failOnDataLoss", "true").load().selectExpr("topic", "partition", "offset"))
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached in {DEADLINE_S:.0f} s: {what}"
+        time.sleep(0.2)
+
+
+def committed(checkpoint: Path) -> list[int]:
+    return batch_ids(checkpoint / "commits") if (checkpoint / "commits").is_dir() else []
+
+
+def stop_between_batches(query: Any, producer: ContinuousProducer) -> int:
+    """Stop the producer, let the query process everything, then stop it: with no new data the
+    default trigger plans no batch, so no batch is cut. Returns the records produced."""
+    produced = producer.stop()
+    query.processAllAvailable()
+    query.stop()
+    return produced
+
+
+def audit(spark: Any, table: str, bootstrap: str, topic: str) -> tuple[int, int, int]:
+    """(records in Kafka, lost, duplicated) of the table against the topic's log end."""
+    ends = KafkaBroker(bootstrap).view([topic]).partitions(topic)
+    expected = {(p, o) for p, (_, end) in ends.items() for o in range(end)}
+    seen = Counter((row.partition, row.offset) for row in spark.read.format("delta").load(table).collect())
+    return len(expected), len(expected - set(seen)), sum(n - 1 for n in seen.values() if n > 1)
+
+
+@pytest.fixture
+def kafka_connection(kafka, monkeypatch: pytest.MonkeyPatch) -> str:
+    conn = {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_DELTA_KAFKA", json.dumps(conn))
+    return "ckpt_delta_kafka"
+
+
+def preflight(spec: SinkSpec, old_cp: Path, tmp: Path, kafka_conn_id: str) -> dict[str, Any]:
+    """The provider's preflight, as the reference DAG runs it, while version 1 runs."""
+    operator = UpgradePreflightOperator(
+        task_id="preflight", stream_name="orders", old_checkpoint_uri=str(old_cp),
+        new_checkpoint_uri=str(tmp / "new-cp"), archive_root=str(tmp / "archive"), kafka_conn_id=kafka_conn_id,
+        sink=spec.to_json(), journal=False)
+    return operator.execute({"run_id": "manual__delta"})  # type: ignore[arg-type]
+
+
+def upgrade(spark: Any, kafka: Any, topic: str, tmp: Path, old: Writer, new: Writer,
+            spec: SinkSpec, kafka_conn_id: str) -> dict[str, Any]:
+    """Version 1 with ``old`` to the table; the preflight (its sink finding, or its refusal) while
+    version 1 runs; a clean stop; version 2 with ``new`` from the handover while a producer runs;
+    then verify's sink finding (or its error) and the audit."""
+    bootstrap = kafka.bootstrap_servers
+    old_cp, new_cp, table = tmp / "old-cp", tmp / "new-cp", spec.location
+    producer = ContinuousProducer(bootstrap, topic, rate=300).start()
+    v1 = old(records(spark, bootstrap, topic), str(old_cp), table)
+    wait_for(lambda: len(committed(old_cp)) >= OLD_BATCHES, f"{OLD_BATCHES} batches of version 1")
+    outcome: dict[str, Any] = {}
+    try:
+        outcome["preflight"] = preflight(spec, old_cp, tmp, kafka_conn_id)
+    except DeltaWritesSkipped as exc:
+        outcome["refused"] = exc
+    assert not (tmp / "new-cp").exists() and not (tmp / "archive").exists(), "the preflight changes nothing"
+    stop_between_batches(v1, producer)
+    reader = CheckpointReader(str(old_cp))
+    handover = reader.handover()
+    assert handover.in_flight_batch is None and handover.batch_id == committed(old_cp)[-1]
+    outcome["handover"] = handover
+    if "refused" not in outcome:
+        outcome["finding"] = inspect_sink(LOCAL, table, spec, old_query_id=handover.query_id)
+
+    producer = ContinuousProducer(bootstrap, topic, rate=300).start()  # records arrive during the switch
+    time.sleep(1.0)
+    start = reconcile(handover.kafka_offsets(), KafkaBroker(bootstrap).view([topic])).starting_offsets
+    v2 = new(records(spark, bootstrap, topic, start.to_json()), str(new_cp), table)
+    wait_for(lambda: len(committed(new_cp)) >= 3, "3 batches of version 2")
+    stop_between_batches(v2, producer)
+    new_query_id = CheckpointReader(str(new_cp)).snapshot().query_id
+    try:
+        outcome["delivery"] = verify_sink(LOCAL, table, spec, new_query_id=new_query_id, committed=committed(new_cp),
+                                          old_query_id=handover.query_id, handover_batch=handover.batch_id)
+    except SinkNotDelivered as exc:
+        outcome["not_delivered"] = exc
+    outcome["kafka"], outcome["lost"], outcome["duplicated"] = audit(spark, table, bootstrap, topic)
+    return outcome
+
+
+def test_constant_txn_app_id_loses_records_and_the_provider_refuses_it(kafka, kafka_connection, spark, new_topic,
+                                                                       tmp_path) -> None:
+    topic = new_topic(3)
+    table = str(tmp_path / "orders")
+    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=table, txn_app_id="orders-writer")
+    outcome = upgrade(spark, kafka, topic, tmp_path, constant_txn("orders-writer"), constant_txn("orders-writer"),
+                      spec, kafka_connection)
+
+    listing = DeltaLog(LOCAL, table).listing()
+    assert listing.checkpoints, "version 1 ran past a Delta checkpoint (its txn is read from Parquet)"
+    refused = outcome["refused"]
+    assert "'orders-writer' at txnVersion" in refused.found and "Delta would skip its batches 0-" in refused.found
+    # what the table recorded when the preflight ran, while version 1 still ran
+    skipped_up_to = int(refused.found.split("batches 0-")[1])
+    assert 0 < skipped_up_to <= outcome["handover"].batch_id
+    # the negative control: the same upgrade, run anyway, loses records and nothing else says so
+    assert outcome["kafka"] > 0 and outcome["lost"] > 0, outcome
+    assert "batch(es) 0" in outcome["not_delivered"].found, outcome["not_delivered"]
+
+
+def test_txn_app_id_from_the_checkpoint_is_exact(kafka, kafka_connection, spark, new_topic, tmp_path) -> None:
+    topic = new_topic(3)
+    table = str(tmp_path / "orders")
+    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=table)
+    outcome = upgrade(spark, kafka, topic, tmp_path, checkpoint_txn, checkpoint_txn, spec, kafka_connection)
+    assert outcome["preflight"]["sink"]["exact"] and "exact" in outcome["preflight"]["summary_md"]
+
+    finding = outcome["finding"]
+    assert finding.exact and finding.old_app_id == outcome["handover"].query_id
+    assert finding.old_last_batch == outcome["handover"].batch_id
+    delivery = outcome["delivery"]
+    assert delivery.checked and sorted(delivery.batches) == committed(tmp_path / "new-cp")
+    assert outcome["kafka"] > 0 and (outcome["lost"], outcome["duplicated"]) == (0, 0), outcome
+
+
+def test_delta_streaming_sink_is_read_from_its_log(kafka, kafka_connection, spark, new_topic, tmp_path) -> None:
+    topic = new_topic(3)
+    table = str(tmp_path / "events")
+    spec = SinkSpec(kind=SinkKind.DELTA, location=table)
+    outcome = upgrade(spark, kafka, topic, tmp_path, streaming_sink, streaming_sink, spec, kafka_connection)
+    assert outcome["preflight"]["sink"]["old_app_id"] == outcome["handover"].query_id
+
+    finding = outcome["finding"]
+    assert finding.exact and finding.old_last_batch == outcome["handover"].batch_id
+    assert DeltaLog(LOCAL, table).transactions()[outcome["handover"].query_id].version == outcome["handover"].batch_id
+    delivery = outcome["delivery"]
+    assert delivery.checked and sorted(delivery.batches) == committed(tmp_path / "new-cp")
+    assert outcome["kafka"] > 0 and (outcome["lost"], outcome["duplicated"]) == (0, 0), outcome
