@@ -80,6 +80,8 @@ ERROR_CLASS_RULES: dict[str, Rule] = {
     "STATE_STORE_VALUE_ROW_FORMAT_VALIDATION_FAILURE": Rule.STATE_VALUE_SCHEMA,
     "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": Rule.OPERATOR_CHANGED,
     "STATE_STORE_INVALID_CONFIG_AFTER_RESTART": Rule.STATE_CONFIG,
+    # a stateful operator the old checkpoint has no state for: its first state file is missing
+    "CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS": Rule.OPERATOR_ADDED,
 }
 
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
@@ -90,6 +92,9 @@ _VALUE_SCHEMAS = re.compile(r"Existing value_schema=(.*?) and new value_schema=(
 _EVOLUTION = re.compile(r"new value_schema=(.*?) and old value_schema=(.*?)(?:\s*Please|\n|$)", re.S)
 _OPS = re.compile(r"Stateful operators in the metadata: \[(.*?)\]; Stateful operators in current batch: \[(.*?)\]",
                   re.S)
+#: the state store file a restart looked for ("delta file" is Spark's name for a state store
+#: change file, nothing to do with Delta Lake) and the operator it belongs to
+_MISSING_STATE = re.compile(r"(?P<file>\S+/state/(?P<op>\d+)/\d+/\d+\.delta)")
 _OP_ITEM = re.compile(r"OperatorId:\s*(\d+)\s*->\s*OperatorName:\s*([A-Za-z0-9_]+)")
 #: lines of Spark's, the JVM's and spark-submit's own logging (not the job's words)
 _SPARK_LOG_LINE = re.compile(r"^\s*(\d{2,4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}|WARNING: |Using Spark's|To adjust logging|"
@@ -345,6 +350,13 @@ def read_failure(text: str) -> SparkFailure | None:
         old, new = m.group(1).strip(), m.group(2).strip()
     elif error_class == "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION" and (m := _EVOLUTION.search(flat)):
         new, old = m.group(1).strip(), m.group(2).strip()
+    elif error_class == "CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS":
+        found = _MISSING_STATE.search(flat)
+        operator = found.group("op") if found else ""
+        where = f" ({found.group('file')} is missing)" if found else ""
+        old = (f"no state for stateful operator {operator or '?'} in the old checkpoint{where}; Spark calls a "
+               "state store change file a 'delta file': this is not about Delta Lake")
+        new = f"stateful operator {operator or '?'} (added by the new version)"
     elif rule is Rule.OPERATOR_CHANGED and (m := _OPS.search(flat)):
         before, after = _op_items(m.group(1)), _op_items(m.group(2))
         rule, operator = _operator_rule(before, after)

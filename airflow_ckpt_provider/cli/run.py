@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--starting-offsets", metavar="JSON",
                         help='startingOffsets for a fresh checkpoint: "earliest", "latest" or offsets JSON')
     launch.add_argument("--conf", type=conf_pair, action="append", default=[], metavar="KEY=VALUE",
-                        help="Spark conf (repeatable); wins over the defaults")
+                        help="Spark conf (repeatable); wins over the defaults, except spark.jars: added to the "
+                             "Kafka connector's on a local master")
     launch.add_argument("--master", default=DEFAULT_MASTER, help=f"spark-submit --master (default {DEFAULT_MASTER})")
     launch.add_argument("--name", help="application name (default: the file name without extension)")
     launch.add_argument("--spark-binary", metavar="PATH",
@@ -73,16 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def launch_conf(master: str, overrides: list[tuple[str, str]], name: str) -> dict[str, str]:
     """The Spark conf of a ``ckpt launch``: local defaults on a ``local`` master, the driver's Python,
-    then ``overrides``. :class:`JarsMissing` on a local master before ``make jvm``."""
-    conf: dict[str, str] = {}
-    if master.startswith("local"):
-        from airflow_ckpt_provider.local.spark import local_spark_conf
+    then ``overrides`` — except that ``spark.jars`` given there (Delta's, for example) are ADDED to
+    the Kafka connector's, which the job needs as much. :class:`JarsMissing` on a local master
+    before ``make jvm``."""
+    if not master.startswith("local"):
+        return dict(overrides)
+    from airflow_ckpt_provider.local.spark import local_spark_conf
 
-        conf = local_spark_conf(name, master=master)
-        conf.pop("spark.app.name")
-        conf.pop("spark.master")
-        conf["spark.pyspark.python"] = sys.executable
-    conf.update(dict(overrides))
+    conf = local_spark_conf(name, master=master, extra=dict(overrides))
+    conf.pop("spark.app.name")
+    conf.pop("spark.master")
+    conf.setdefault("spark.pyspark.python", sys.executable)
     return conf
 
 

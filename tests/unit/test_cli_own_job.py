@@ -143,3 +143,15 @@ def test_printed_connection_is_one_the_kafka_hook_reads() -> None:
     assert client_config_from_connection(None, None, None, None, conn["extra"]) == {
         "bootstrap_servers": ["127.0.0.1:41234"]}
     assert stack.running()  # a live process group (this test's own)
+
+
+def test_launch_conf_adds_given_jars_to_the_connectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ckpt_provider.cli.run import launch_conf
+    from airflow_ckpt_provider.local import spark as local_spark
+
+    monkeypatch.setattr(local_spark, "connector_jars", lambda version=local_spark.SPARK40: ["/j/kafka.jar"])
+    conf = launch_conf("local[2]", [("spark.jars", "/j/delta.jar"), ("spark.sql.shuffle.partitions", "4")], "job")
+    assert conf["spark.jars"] == "/j/kafka.jar,/j/delta.jar"
+    assert conf["spark.sql.shuffle.partitions"] == "4" and "spark.master" not in conf
+    # a cluster master gets exactly what was given
+    assert launch_conf("spark://h:7077", [("spark.jars", "/j/delta.jar")], "job") == {"spark.jars": "/j/delta.jar"}

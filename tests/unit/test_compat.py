@@ -43,6 +43,10 @@ OPS = (WRAP + "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streami
        "operator of existing streaming query.\nStateful operators in the metadata: [(OperatorId: 0 -> OperatorName: "
        "stateStoreSave)]; Stateful operators in current batch: [(OperatorId: 0 -> OperatorName: dedupe)]. "
        "SQLSTATE: 42K03")
+MISSING_STATE = (WRAP + "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS] An error occurred during loading "
+                 "state. Error reading delta file file:/tmp/ck/state/1/0/1.delta of HDFSStateStoreProvider[id = "
+                 "(op=1,part=0),dir = file:/tmp/ck/state/1/0]: file:/tmp/ck/state/1/0/1.delta does not exist. "
+                 "SQLSTATE: 58030")
 SOURCES = ("java.lang.AssertionError: assertion failed: There are [1] sources in the checkpoint offsets and now "
            "there are [2] sources requested by the query. Cannot continue.")
 
@@ -56,6 +60,10 @@ SOURCES = ("java.lang.AssertionError: assertion failed: There are [1] sources in
      "(OperatorId: 0 -> OperatorName: stateStoreSave)", "(OperatorId: 0 -> OperatorName: dedupe)",
      "0: stateStoreSave -> dedupe"),
     (SOURCES, "ASSERTION_FAILED", Rule.SOURCE_CHANGED, "1 source(s)", "2 source(s)", ""),
+    (MISSING_STATE, "CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS", Rule.OPERATOR_ADDED,
+     "no state for stateful operator 1 in the old checkpoint (file:/tmp/ck/state/1/0/1.delta is missing); Spark "
+     "calls a state store change file a 'delta file': this is not about Delta Lake",
+     "stateful operator 1 (added by the new version)", "1"),
     ("Traceback (most recent call last):\nRuntimeError: deliberate crash", "", Rule.UNKNOWN, "", "", ""),
 ])
 def test_spark_errors_name_the_rule_and_both_sides(text: str, error_class: str, rule: Rule, old: str, new: str,
