@@ -50,11 +50,11 @@ from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
-    CLEAN,
     DRIVER,
     HEARTBEAT,
     STOP_ACK,
     STOP_REQUEST,
+    STOPPED_OUTCOMES,
     DriverRecord,
     Heartbeat,
     StopAck,
@@ -681,7 +681,7 @@ def finish_stop(
     """After the wait: escalate on timeout (``kill`` returns what it did), then check the quiet.
 
     The quiet check lasts ``quiet_period`` seconds, or ``acknowledged_quiet_period`` (when
-    given) after a clean acknowledgement whose last planned batch is still the checkpoint's:
+    given) after a clean (or held) acknowledgement whose last planned batch is still the checkpoint's:
     the driver wrote it after ``query.stop()`` returned, so that query writes nothing more, and
     the check only looks for an unknown second writer. Either way it waits for a supervised
     driver's exit.
@@ -709,7 +709,7 @@ def finish_stop(
         log.warning("the query ended without acknowledging request %s", request_id)
         outcome = StopOutcome.NOT_RUNNING
     quiet = quiet_period
-    if acknowledged_quiet_period is not None and ack is not None and ack.outcome == CLEAN \
+    if acknowledged_quiet_period is not None and ack is not None and ack.outcome in STOPPED_OUTCOMES \
             and ack.last_planned_batch == control.batch_state().last_planned_batch:
         quiet = min(quiet_period, acknowledged_quiet_period)
     state = wait_quiet(control, quiet, poll_interval=poll_interval, missed_beats=missed_beats)

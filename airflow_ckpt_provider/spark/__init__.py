@@ -7,6 +7,8 @@ package's standard-library-only modules (the driver has no Airflow).
 * :func:`await_handover`: a standby launch waits here for its release (:mod:`.standby`);
 * :func:`sink_location`, :func:`is_dry_run`: the trial contract of the compatibility check
   (:mod:`.trial`);
+* :func:`foreach_batch`: the job's foreachBatch function behind the stop gate, so a stop needs no
+  idle moment between batches (:mod:`.gate`);
 * :func:`delta_txn_options`: Delta idempotent writes whose txnAppId is new with each checkpoint
   (:mod:`.delta`).
 """
@@ -14,6 +16,7 @@ package's standard-library-only modules (the driver has no Airflow).
 from __future__ import annotations
 
 from airflow_ckpt_provider.spark.delta import delta_txn_options
+from airflow_ckpt_provider.spark.gate import foreach_batch
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import (
            checkpoint_location,
@@ -24,5 +27,5 @@ from airflow_ckpt_provider.spark.kafka import (
 from airflow_ckpt_provider.spark.standby import await_handover, is_standby
 from airflow_ckpt_provider.spark.trial import is_dry_run, sink_location
 
-__all__ = ["GracefulStop", "await_handover", "checkpoint_location", "delta_txn_options", "handed_over_starting_offsets",
-           "handover_json", "is_dry_run", "is_standby", "read_kafka", "sink_location"]
+__all__ = ["GracefulStop", "await_handover", "checkpoint_location", "delta_txn_options", "foreach_batch",
+           "handed_over_starting_offsets", "handover_json", "is_dry_run", "is_standby", "read_kafka", "sink_location"]

@@ -73,6 +73,7 @@ class AckOutcome(StrEnum):
 
     CLEAN = "clean"  # stopped between batches: last planned == last committed
     INTERRUPTED = "interrupted"  # a planned batch was cut short; its offsets must not be handed over
+    HELD = "held"  # the next batch was planned and held at the sink gate before it wrote: its offsets are not used
 
 
 class DriverStatus(StrEnum):
@@ -87,6 +88,9 @@ STANDBY = HeartbeatState.STANDBY
 STOPPED = HeartbeatState.STOPPED
 CLEAN = AckOutcome.CLEAN
 INTERRUPTED = AckOutcome.INTERRUPTED
+HELD = AckOutcome.HELD
+#: Outcomes of a driver that stopped its query and wrote nothing after: its ack's batches are final.
+STOPPED_OUTCOMES = frozenset({CLEAN, HELD})
 
 T = TypeVar("T", bound="_ControlRecord")
 log = logging.getLogger(__name__)

@@ -8,12 +8,18 @@ Use it instead of ``query.awaitTermination()``::
 
 While the query runs, a daemon thread refreshes ``_ckpt/heartbeat.json`` (state running) every
 ``heartbeat_interval`` seconds, and :meth:`GracefulStop.run` polls ``_ckpt/stop-request.json``.
-On a request it waits for a batch boundary — no trigger active, the last planned batch committed,
-and (for processing-time triggers) not too close to the next trigger — then calls
-``query.stop()``. A trigger can still start between that check and the stop; so afterwards it
-lists ``offsets/`` and ``commits/`` again and reports honestly: ``clean`` when the last planned
-batch is the last committed one, ``interrupted`` otherwise. It writes ``_ckpt/stop-ack.json``,
-then the heartbeat with state stopped, and returns.
+On a request it arms the query's :class:`~airflow_ckpt_provider.spark.gate.BatchGate`: a job
+whose ``foreachBatch`` function is wrapped by :func:`~airflow_ckpt_provider.spark.gate.foreach_batch`
+has its next batch held at the sink before it writes anything, so the stop needs no idle moment
+between batches (Spark's default trigger, a query catching up). Meanwhile it also watches for a
+batch boundary — no trigger active, the last planned batch committed, and (for processing-time
+triggers) not too close to the next trigger — and then calls ``query.stop()``. Afterwards it lists
+``offsets/`` and ``commits/`` again and reports honestly: ``clean`` when the last planned batch is
+the last committed one, ``held`` when the one after it was held at the gate (nothing of it was
+written), ``interrupted`` otherwise (a trigger started between the check and the stop: the batch
+was cut). While it waits it re-reads the request: a request withdrawn (removed or replaced) or
+expired meanwhile is not carried out — the query keeps running. It writes
+``_ckpt/stop-ack.json``, then the heartbeat with state stopped, and returns.
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
@@ -44,6 +50,7 @@ from airflow_ckpt_provider.spark.control import (
     CLEAN,
     CONTROL_DIR,
     HEARTBEAT,
+    HELD,
     INTERRUPTED,
     RUNNING,
     STOP_ACK,
@@ -57,6 +64,7 @@ from airflow_ckpt_provider.spark.control import (
     parse_record,
     pending_request,
 )
+from airflow_ckpt_provider.spark.gate import gate_for
 from airflow_ckpt_provider.spark.standby import standby_run_id
 from airflow_ckpt_provider.spark.trial import (
     OPERATORS_RECORD,
@@ -215,6 +223,20 @@ class HeartbeatWriter:
             self._thread.join(timeout=self.heartbeat.interval_s + 5)
 
 
+def driver_logging() -> None:
+    """Show the stop protocol in the driver log: under spark-submit nothing configures Python's
+    logging, so this package's INFO lines (request seen, batch held, boundary, ack) would be lost.
+    Adds a stderr handler to ``airflow_ckpt_provider.spark`` only when neither it nor the root
+    logger has one (a job that configures logging keeps its own)."""
+    package = logging.getLogger("airflow_ckpt_provider.spark")
+    if package.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+
+
 def _trigger_interval_s(query: Any) -> float | None:
     """The processing-time trigger interval of a classic query, None if unknown or another trigger."""
     try:
@@ -251,9 +273,11 @@ class GracefulStop:
     ) -> None:
         if heartbeat_interval <= 0 or poll_interval <= 0:
             raise ValueError("heartbeat_interval and poll_interval must be positive")
+        driver_logging()
         self.spark = spark
         self.query = query
         self.files = HadoopFiles(spark, checkpoint_location)
+        self.gate = gate_for(checkpoint_location)
         self.heartbeat_interval = float(heartbeat_interval)
         self.poll_interval = float(poll_interval)
         self.trigger_interval = trigger_interval if trigger_interval is not None else _trigger_interval_s(query)
@@ -287,27 +311,56 @@ class GracefulStop:
                 return False
         return not self.query.status.get("isTriggerActive", True)
 
-    def _stop_at_boundary(self, request: StopRequest) -> StopAck:
+    def _still_asked(self, request: StopRequest) -> str:
+        """"" while ``request`` stands; else why not ("withdrawn", "replaced", "expired")."""
+        current = self._request()
+        if current is None:
+            return "withdrawn"
+        if current.request_id != request.request_id:
+            return "replaced"
+        return "expired" if current.is_expired() else ""
+
+    def _stop_at_boundary(self, request: StopRequest) -> StopAck | None:
+        """Stop at the gate or at a batch boundary (see the module doc); None when the request was
+        withdrawn or expired before either came (the query keeps running)."""
         asked = time.monotonic()
         seen_at = utc_iso(timespec="milliseconds")
-        log.info("stop request %s (by %s): waiting for a batch boundary", request.request_id,
-                 request.requested_by or "unknown")
+        self.gate.arm(request.request_id)
+        log.info("stop request %s (by %s): %s", request.request_id, request.requested_by or "unknown",
+                 "holding the next batch at the sink gate" if self.gate.used else "waiting for a batch boundary")
+        next_check = asked + self.poll_interval
         while self.query.isActive:
-            if self._at_boundary():
+            if self.gate.held_batch is not None or self._at_boundary():
                 break
             if self.boundary_timeout is not None and time.monotonic() - asked > self.boundary_timeout:
                 log.warning("no batch boundary within %.1f s: stopping anyway", self.boundary_timeout)
                 break
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + self.poll_interval
+                why = self._still_asked(request)
+                if why:
+                    self.gate.disarm()
+                    log.warning("stop request %s was %s after %.1f s without a batch boundary: not stopping, "
+                                "the query keeps running", request.request_id, why, time.monotonic() - asked)
+                    return None
             time.sleep(min(0.05, self.poll_interval))
         boundary_at = utc_iso(timespec="milliseconds")
         self.query.stop()
+        held = self.gate.held_batch
         planned, committed = self.files.last_batch("offsets"), self.files.last_batch("commits")
-        clean = planned is None or planned == committed
+        if planned is None or planned == committed:
+            outcome = CLEAN
+        elif held is not None and planned == held and (committed if committed is not None else -1) == held - 1:
+            outcome = HELD
+            log.info("batch %d was planned and held at the sink gate before it wrote anything (Spark logs the "
+                     "query's end with the gate's error: expected)", held)
+        else:
+            outcome = INTERRUPTED
         ack = StopAck(
             request_id=request.request_id,
             query_id=str(self.query.id),
             run_id=self.run_id,
-            outcome=CLEAN if clean else INTERRUPTED,
+            outcome=outcome,
             last_committed_batch=committed,
             last_planned_batch=planned,
             stopped_at=utc_iso(timespec="milliseconds"),
@@ -389,6 +442,9 @@ class GracefulStop:
                     ignored = request.request_id
                     continue
                 ack = self._stop_at_boundary(request)
+                if ack is None:
+                    ignored = request.request_id
+                    continue
                 self.files.write(STOP_ACK, ack.to_json().encode())
                 break
         finally:

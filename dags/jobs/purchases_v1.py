@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from airflow_ckpt_provider.spark.gate import foreach_batch
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
 from airflow_ckpt_provider.spark.trial import sink_location
@@ -59,7 +60,7 @@ def run(transform: Callable[[SparkSession, DataFrame], DataFrame], version: str,
                      F.lit(version).alias("version")).write.mode("append").parquet(sink)
 
     query = (
-        transform(spark, records).writeStream.outputMode("update").foreachBatch(append)
+        transform(spark, records).writeStream.outputMode("update").foreachBatch(foreach_batch(append, checkpoint))
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime=args.trigger)
         .queryName(f"demo_purchases_{version}")

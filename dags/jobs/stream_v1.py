@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_ckpt_provider.spark.gate import foreach_batch
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.kafka import checkpoint_location, read_kafka
 from airflow_ckpt_provider.spark.trial import sink_location
@@ -59,7 +60,7 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
         batch.write.mode("append").parquet(sink)
 
     query = (
-        transform(records).writeStream.foreachBatch(append)
+        transform(records).writeStream.foreachBatch(foreach_batch(append, checkpoint))
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime=args.trigger)
         .queryName(f"demo_stream_{version}")

@@ -34,6 +34,7 @@ from tests.integration.streams import batch_ids
 pytestmark = pytest.mark.integration
 
 JOB = Path(__file__).parent / "jobs" / "stop_job.py"
+BUSY_JOB = Path(__file__).parent / "jobs" / "busy_job.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,19 +69,19 @@ class Job:
 
 
 @pytest.fixture
-def start_job(kafka, new_topic, tmp_path: Path) -> Iterator[Callable[[str], Job]]:  # noqa: ANN001
-    """Start stop_job.py in its own process group with a producer that keeps producing."""
+def start_job(kafka, new_topic, tmp_path: Path) -> Iterator[Callable[..., Job]]:  # noqa: ANN001
+    """Start stop_job.py (or ``script``) in its own process group with a producer that keeps producing."""
     started: list[tuple[Job, ContinuousProducer]] = []
 
-    def start(mode: str) -> Job:
-        topic = new_topic(2)
-        producer = ContinuousProducer(kafka.bootstrap_servers, topic, rate=100).start()
+    def start(mode: str, script: Path = JOB, rate: float = 100, partitions: int = 2) -> Job:
+        topic = new_topic(partitions)
+        producer = ContinuousProducer(kafka.bootstrap_servers, topic, rate=rate).start()
         base = tmp_path / mode
         base.mkdir()
         log = base / "job.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(JOB), kafka.bootstrap_servers, topic, str(base / "cp"), str(base / "sink"),
+                [sys.executable, str(script), kafka.bootstrap_servers, topic, str(base / "cp"), str(base / "sink"),
                  mode],
                 start_new_session=True, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
             )
@@ -158,6 +159,43 @@ def test_operator_stops_a_running_job_between_batches(airflow_home, start_job, t
 
     code, out, err = run_cli("stop", str(job.checkpoint), "--quiet-period", "1")
     assert code == 4 and "nothing to stop" in err
+
+
+def gaps_between_batches(checkpoint: Path) -> list[float]:
+    """Seconds from commit N being written to batch N+1 being planned (its batchTimestampMs)."""
+    gaps = []
+    for batch in batch_ids(checkpoint / "commits")[:-1]:
+        planned = json.loads((checkpoint / "offsets" / str(batch + 1)).read_text().split("\n")[1])["batchTimestampMs"]
+        gaps.append(planned / 1000 - (checkpoint / "commits" / str(batch)).stat().st_mtime)
+    return gaps
+
+
+def test_a_busy_default_trigger_stream_stops_at_the_sink_gate(start_job) -> None:  # noqa: ANN001
+    """Spark's default trigger, batches back to back (the producer outpaces maxOffsetsPerTrigger):
+    no idle moment between batches to stop in. The next batch is held at the job's foreachBatch
+    gate: acknowledged, never escalated, and the sink holds exactly the committed batches."""
+    job = start_job("gate", script=BUSY_JOB, rate=1500, partitions=3)
+    job.wait_for_batches(6, heartbeat=True)
+
+    code, out, err = run_cli("stop", str(job.checkpoint), "--timeout", "600", "--quiet-period", "1", "--json")
+    assert code == 0, err + job.log.read_text()[-3000:]
+    result = StopResult.from_json(out)
+    assert result.outcome.value == "graceful" and result.escalation is None, result
+    ack = StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+    assert ack.outcome == "held", ack
+    assert ack.last_planned_batch == ack.last_committed_batch + 1 == result.interrupted_batch
+    assert job.proc.wait(timeout=60) == 0, "the driver exits by itself after the stop"
+    log = job.log.read_text()
+    assert f"holding batch {ack.last_planned_batch} at the sink" in log, "the driver logs the stop protocol"
+
+    gaps = gaps_between_batches(job.checkpoint)
+    assert sorted(gaps)[len(gaps) // 2] < 1.0, f"the batches did not run back to back: {gaps}"
+
+    # the held batch wrote nothing: the sink holds exactly the committed offsets, once each
+    offsets = CheckpointReader(str(job.checkpoint)).handover().kafka_offsets()
+    rows = sink_rows(job.sink)
+    assert len(rows) == len(set(rows)) == offsets.total() > 0
+    assert set(rows) == {(p, o) for (_, p) in offsets.partitions() for o in range(offsets.get(job.topic, p))}
 
 
 def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: ANN001
