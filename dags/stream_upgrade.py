@@ -189,6 +189,8 @@ JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN
 #: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
 STATE_EXPORT = ("{{ params.archive_root.rstrip('/') }}/{{ params.stream_name }}/_state/"
                 "{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}")
+#: The Kafka connection: every launch and verification accepts an idle topic's caught-up query with it.
+KAFKA_CONN = "{{ params.kafka_conn_id }}"
 #: The job's sink declaration (a SinkSpec as JSON), for the preflight and the verification.
 SINK = "{{ params.sink | tojson }}"
 #: The fresh checkpoint of a forward rollback.
@@ -356,7 +358,8 @@ def build_stream_upgrade_dag(
             application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             handover=extract.output, initial_state=export_state.output, sink_path="{{ params.new_sink_path or '' }}",
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
+            **JOURNALED, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
@@ -412,16 +415,15 @@ def build_stream_upgrade_dag(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
             application_args=planned["old_application_args"], **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, journal_phase="rollback",
         )
         rollback_restart_forward = StreamLaunchOperator(
             task_id="rollback_restart_forward", application="{{ params.old_application }}",
-            application_args=planned["old_application_args"], conf=planned["spark_conf"],
+            application_args=planned["old_application_args"], **spark_of("old"),
             checkpoint_uri=ROLLBACK_CHECKPOINT, old_checkpoint_uri="{{ params.old_checkpoint }}",
             starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
-            master="{{ params.spark_master }}", deploy_mode="{{ params.spark_deploy_mode }}",
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, journal_phase="rollback",
         )
         report = UpgradeReportOperator(
@@ -462,13 +464,13 @@ def build_stream_upgrade_dag(
             task_id="in_place_restart", application="{{ params.new_application }}",
             application_args=planned["new_application_args"], **spark_of("new"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
-            sink_path="{{ params.new_sink_path or '' }}",
+            sink_path="{{ params.new_sink_path or '' }}", kafka_conn_id=KAFKA_CONN,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
         in_place_verify = HandoverVerifyOperator(
             task_id="in_place_verify", handover=in_place_handover.output, checkpoint_uri="{{ params.old_checkpoint }}",
-            in_place=True, progress_window_s=progress_window_s, poll_interval=poll_interval, **JOURNALED,
-            **STOP_RETRY,
+            in_place=True, kafka_conn_id=KAFKA_CONN, progress_window_s=progress_window_s, poll_interval=poll_interval,
+            **JOURNALED, **STOP_RETRY,
         )
 
         def plan_in_place_rollback(ti: Any) -> Any:
@@ -496,7 +498,7 @@ def build_stream_upgrade_dag(
             task_id="in_place_rollback_restart", application="{{ params.old_application }}",
             application_args=planned["old_application_args"], **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
-            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval,
+            first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, journal_phase="rollback",
         )
 

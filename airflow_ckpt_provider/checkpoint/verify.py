@@ -279,6 +279,19 @@ def verify_resume(reader: CheckpointReader, handover: Handover, *, source: int |
     return VerifyResult(snapshot.uri, snapshot.query_id, index, handed, recorded, parts, last)
 
 
+def unread_partitions(position: KafkaOffsets, broker: BrokerView) -> list[str]:
+    """The partitions of ``position``'s topics whose log end is past it — records the query has
+    not read yet — as ``"topic-p: at X, log end Y"``; empty when the query is caught up (an idle
+    topic). A partition the broker has and ``position`` lacks is read from 0 (added since)."""
+    unread = []
+    for topic in position.topics:
+        for partition, (_, log_end) in broker.partitions(topic).items():
+            at = position.get(topic, partition)
+            if log_end > (at if at is not None and at >= 0 else 0):
+                unread.append(f"{topic}-{partition}: at {_fmt(at)}, log end {log_end}")
+    return unread
+
+
 def _location(fs: Any, path: str) -> tuple[str, str]:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     path = fs._strip_protocol(path).rstrip("/") or "/"

@@ -137,6 +137,11 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     ``first_commit_timeout``) and returns the handle; :class:`StandbyReleaseOperator` starts its
     query later. A job that starts its query instead of waiting is killed:
     :class:`StandbyNotHonoured`.
+
+    With ``kafka_conn_id`` the wait also succeeds on an IDLE topic, where no batch can commit: once
+    the job's query runs and its position (the last committed batch, else the start Spark recorded
+    in ``sources/``) is the broker's log end on every partition (``caught_up`` in the log and the
+    trigger event). Without it an idle topic ends in :class:`FirstCommitTimeout`.
     """
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
@@ -145,7 +150,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                                       "sink_path", "initial_state",
                                       "master", "deploy_mode", "master_ui_url", "log_dir",
                                       "spark_conn_id", "spark_binary", "spark_home", "storage_conn_id",
-                                      *JOURNAL_FIELDS)
+                                      "kafka_conn_id", *JOURNAL_FIELDS)
     operator_extra_links = (SparkUILink(),)
     ui_color = "#fdf2e8"
 
@@ -184,10 +189,12 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         adopt_grace_s: float = 120.0,
         standby: bool = False,
         standby_timeout: float = DEFAULT_STANDBY_TIMEOUT_S,
+        kafka_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
+        self.kafka_conn_id = kafka_conn_id
         self.adopt_grace_s = float(adopt_grace_s)
         self.standby = bool(standby)
         if standby_timeout <= 0:
@@ -364,6 +371,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                 handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
                 storage_conn_id=self.storage_conn_id,
                 min_batch=min_batch, wait_for=LaunchWait.STANDBY if self.standby else LaunchWait.COMMIT,
+                kafka_conn_id=(self.kafka_conn_id or None) if not self.standby else None,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
@@ -424,13 +432,18 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             self.log.info("killed: %s", self.launcher_hook.kill(handle))
             raise StandbyNotHonoured(found=fired.evidence, path=self.checkpoint_uri,
                                      expected="a standby heartbeat and no batch before the release")
-        if reason is LaunchEvent.COMMITTED:
+        if reason in (LaunchEvent.COMMITTED, LaunchEvent.CAUGHT_UP):
             ui_url = self.launcher_hook.discover_ui_url(handle)
             handle = dataclasses.replace(handle, ui_url=ui_url)
             if ui_url:
                 context["ti"].xcom_push(key=SparkUILink().xcom_key, value=ui_url)
-            self.log.info("%s committed batch %s after %.1f s; it keeps running%s", handle.app_name,
-                          fired.batch, fired.waited_s, f" (Spark UI {ui_url})" if ui_url else "")
+            if reason is LaunchEvent.CAUGHT_UP:
+                self.log.info("%s runs and is caught up after %.1f s: nothing to read on an idle topic (%s); it "
+                              "commits its first batch when records arrive%s", handle.app_name, fired.waited_s,
+                              fired.evidence, f" (Spark UI {ui_url})" if ui_url else "")
+            else:
+                self.log.info("%s committed batch %s after %.1f s; it keeps running%s", handle.app_name,
+                              fired.batch, fired.waited_s, f" (Spark UI {ui_url})" if ui_url else "")
             return handle.to_dict()
         awaited = ("a standby heartbeat in _ckpt/heartbeat.json" if self.standby
                    else f"a first committed batch in {self.checkpoint_uri}/commits")
@@ -581,8 +594,10 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     (see :mod:`airflow_ckpt_provider.checkpoint.verify`); with ``kafka_conn_id`` partitions
     started at earliest are checked against the broker. Then, unless ``progress_window_s`` is
     0, defers until a batch newer than the current last commit is committed (new records must
-    arrive in that window). Raises :class:`StartMismatch` naming partitions and offsets,
-    :class:`NotStartedYet`, or :class:`NoProgress`. Returns :meth:`VerifyResult.to_dict`.
+    arrive in that window) — or, with ``kafka_conn_id``, until the query is seen caught up with the
+    broker's log end on an idle topic (the result's ``caught_up`` says so; no batch needed).
+    Raises :class:`StartMismatch` naming partitions and offsets, :class:`NotStartedYet`, or
+    :class:`NoProgress`. Returns :meth:`VerifyResult.to_dict`.
     With ``journal`` a verification already done for this upgrade returns its result.
 
     With ``in_place=True`` the new version was restarted ON the old checkpoint (``checkpoint_uri``,
@@ -700,7 +715,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         self.defer(
             trigger=LaunchTrigger(checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.progress_window_s,
                                   min_batch=after + 1, poll_interval=self.poll_interval,
-                                  storage_conn_id=self.storage_conn_id),
+                                  storage_conn_id=self.storage_conn_id, kafka_conn_id=self.kafka_conn_id or None),
             method_name="execute_complete",
             kwargs={"result": value, "after": after},
             timeout=timedelta(seconds=self.progress_window_s + DEFER_GRACE_S),
@@ -721,6 +736,10 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         if after is None:
             last = result.get("last_committed_batch")
             after = last if isinstance(last, int) else -1
+        if fired.reason is LaunchEvent.CAUGHT_UP:
+            self.log.info("no batch after %s, and none to run: the new query has read everything the broker has "
+                          "(idle topic): %s", after, fired.evidence)
+            return {**result, "progress_batches": [], "caught_up": fired.evidence}
         if fired.reason is not LaunchEvent.COMMITTED:
             raise NoProgress(found=f"no batch after {after} committed in {self.progress_window_s:.0f} s "
                              f"(job state {fired.state.value})",

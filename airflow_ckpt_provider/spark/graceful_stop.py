@@ -278,6 +278,7 @@ class GracefulStop:
         self.query = query
         self.files = HadoopFiles(spark, checkpoint_location)
         self.gate = gate_for(checkpoint_location)
+        self.gate.disarm()  # a query restarted in this process on the same checkpoint starts open
         self.heartbeat_interval = float(heartbeat_interval)
         self.poll_interval = float(poll_interval)
         self.trigger_interval = trigger_interval if trigger_interval is not None else _trigger_interval_s(query)
@@ -347,6 +348,7 @@ class GracefulStop:
         boundary_at = utc_iso(timespec="milliseconds")
         self.query.stop()
         held = self.gate.held_batch
+        self.gate.disarm()
         planned, committed = self.files.last_batch("offsets"), self.files.last_batch("commits")
         if planned is None or planned == committed:
             outcome = CLEAN

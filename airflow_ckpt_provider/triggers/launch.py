@@ -17,13 +17,18 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint.verify import unread_partitions
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
 from airflow_ckpt_provider.jobs.liveness import started_after as _after
+from airflow_ckpt_provider.spark.control import HeartbeatState
 
 __all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "LaunchWait", "committed_batches"]
 
@@ -32,6 +37,7 @@ class LaunchEvent(StrEnum):
     """Why the trigger fired; shared with the operators that resume on it."""
 
     COMMITTED = "committed"  # commits/N with N >= min_batch exists
+    CAUGHT_UP = "caught_up"  # no such commit, but the query runs and has read everything the broker has (idle topic)
     STANDBY = "standby"  # waiting for a standby: its standby heartbeat is there (the launch's own)
     NOT_STANDBY = "not_standby"  # waiting for a standby: the job started a query instead of waiting
     DIED = "died"  # the job ended before that
@@ -107,6 +113,11 @@ class LaunchTrigger(BaseTrigger):
     in state standby that started after the launch): ``standby``; a commit or a running query's
     heartbeat on the checkpoint is ``not_standby`` (the job does not wait for its handover).
 
+    With ``kafka_conn_id``, a commit wait also ends on an IDLE topic: ``caught_up`` when the job's
+    query runs (its running heartbeat, started after the launch), no batch is in flight, and its
+    position — the last committed batch's end, else the start Spark recorded in ``sources/`` — is
+    the broker's log end on every partition: there is nothing to commit until records arrive.
+
     Without a ``handle`` only the checkpoint is watched. A job whose liveness cannot be told from
     where the triggerer runs is waited for until the deadline (see :mod:`airflow_ckpt_provider.jobs.
     liveness`). Storage and status errors are retried until the deadline; blocking I/O runs in a
@@ -124,8 +135,10 @@ class LaunchTrigger(BaseTrigger):
         log_lines: int = 60,
         started_at: float | None = None,
         wait_for: str = LaunchWait.COMMIT,
+        kafka_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        self.kafka_conn_id = kafka_conn_id or None
         self.wait_for = LaunchWait(wait_for)
         self.checkpoint_uri = checkpoint_uri
         self.deadline = float(deadline)
@@ -150,6 +163,7 @@ class LaunchTrigger(BaseTrigger):
                 "started_at": self.started_at,
                 # only when not the default: a commit wait serializes as it did before standbys
                 **({"wait_for": self.wait_for.value} if self.wait_for is not LaunchWait.COMMIT else {}),
+                **({"kafka_conn_id": self.kafka_conn_id} if self.kafka_conn_id else {}),
             },
         )
 
@@ -183,6 +197,32 @@ class LaunchTrigger(BaseTrigger):
                            evidence=f"a running query's heartbeat (query {beat.query_id}): the job started its query "
                                     "without waiting for the handover")
 
+    def _caught_up(self, control: ControlFiles) -> LaunchTriggerEvent | None:
+        """The idle-topic answer of a commit wait (see the class docstring), or None."""
+        beat = control.heartbeat()
+        started = self.handle.get("started_at", "") if self.handle else ""
+        if beat is None or not beat.is_alive() or beat.state != HeartbeatState.RUNNING or (
+                started and not _after(beat.started_at, started)):
+            return None
+        reader = CheckpointReader(self.checkpoint_uri, fs=control.fs)
+        try:
+            snapshot = reader.snapshot(include_initial=True)
+            if snapshot.in_flight_batch is not None:
+                return None
+            position = handover_from_snapshot(snapshot).kafka_offsets()
+        except CheckpointError:  # nothing recorded yet (the query has not planned), or not Kafka
+            return None
+        from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+        broker = KafkaBrokerHook(kafka_conn_id=str(self.kafka_conn_id)).broker_view(position.topics)
+        if unread_partitions(position, broker):
+            return None
+        where = f"batch {snapshot.last_committed_batch}" if snapshot.last_committed_batch is not None \
+            else "the start recorded in sources/"
+        return self._event(LaunchEvent.CAUGHT_UP, snapshot.last_committed_batch, DriverState.RUNNING,
+                           evidence=f"query {beat.query_id} runs (run {beat.run_id}) and has read everything the "
+                                    f"broker has: its position ({where}) {position.to_json()} is the log end")
+
     def _poll(self, control: ControlFiles) -> LaunchTriggerEvent | None:
         batches = committed_batches(control.fs, control.root)
         if self.wait_for is LaunchWait.STANDBY:
@@ -190,6 +230,8 @@ class LaunchTrigger(BaseTrigger):
                 return event
         elif batches and batches[-1] >= self.min_batch:
             return self._event(LaunchEvent.COMMITTED, batches[-1], DriverState.RUNNING)
+        elif self.kafka_conn_id and (event := self._caught_up(control)) is not None:
+            return event
         state, evidence = DriverState.UNKNOWN, "no launch handle: only the checkpoint is watched"
         if self.handle is not None:
             verdict = observe(LaunchHandle.from_json(self.handle), control)

@@ -94,6 +94,7 @@ def test_a_busy_query_is_held_at_the_gate_and_acknowledged_held() -> None:
     sink.join()
     assert ack is not None and ack.outcome == "held" and query.stopped
     assert (ack.last_committed_batch, ack.last_planned_batch) == (5, 6)
+    assert not gate.armed, "a query restarted in this process on the same checkpoint is not held"
 
 
 def test_a_batch_boundary_still_stops_clean() -> None:

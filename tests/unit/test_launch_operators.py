@@ -72,7 +72,7 @@ def local_handle(pid: int, log: Path, cp: str = "/cp") -> LaunchHandle:
 def test_trigger_serialize_lists_every_argument() -> None:
     trigger = LaunchTrigger(checkpoint_uri="s3://b/cp", deadline=123.5, handle={"mode": "local"}, min_batch=3,
                             poll_interval=0.5, storage_conn_id="aws", log_lines=10, started_at=100.0,
-                            wait_for="standby")
+                            wait_for="standby", kafka_conn_id="kafka")
     path, kwargs = trigger.serialize()
     assert path == "airflow_ckpt_provider.triggers.launch.LaunchTrigger"
     import inspect
@@ -88,6 +88,45 @@ def test_trigger_fires_committed(tmp_path: Path) -> None:
     assert set(event) == EVENT_KEYS and event["reason"] == LaunchEvent.COMMITTED.value and event["batch"] == 1
     event = first_event(LaunchTrigger(str(cp), deadline=time.time() + 0.3, min_batch=2, poll_interval=0.05))
     assert event["reason"] == LaunchEvent.TIMEOUT.value and event["batch"] == 1
+
+
+def running_heartbeat(cp: Path, *, state: str = "running") -> None:
+    from airflow_ckpt_provider.clock import utc_iso
+    from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+
+    now = utc_iso(timespec="milliseconds")
+    beat = Heartbeat(query_id="q", run_id="r", state=state, started_at=now, updated_at=now, interval_s=60.0)
+    (cp / HEARTBEAT).parent.mkdir(parents=True, exist_ok=True)
+    (cp / HEARTBEAT).write_text(beat.to_json())
+
+
+def test_trigger_fires_caught_up_when_an_idle_topic_has_nothing_to_commit(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
+    from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+    cp = tmp_path / "cp"
+    write_checkpoint(str(cp), batches=range(2))
+    position = CheckpointReader(str(cp)).handover().kafka_offsets()
+    ends: dict[str, dict[int, tuple[int, int]]] = {}
+    for topic, partition, offset in position.items():
+        ends.setdefault(topic, {})[partition] = (0, offset)
+    monkeypatch.setattr(KafkaBrokerHook, "broker_view", lambda self, topics: BrokerView(ends))
+
+    def wait(deadline_s: float) -> dict[str, Any]:
+        return first_event(LaunchTrigger(str(cp), deadline=time.time() + deadline_s, min_batch=2, poll_interval=0.05,
+                                         kafka_conn_id="kafka"))
+
+    assert wait(0.3)["reason"] == LaunchEvent.TIMEOUT.value, "no running query yet: not caught up"
+    running_heartbeat(cp, state="standby")
+    assert wait(0.3)["reason"] == LaunchEvent.TIMEOUT.value, "a standby's query has not started"
+    running_heartbeat(cp)
+    event = wait(30)
+    assert event["reason"] == LaunchEvent.CAUGHT_UP.value and event["batch"] == 1
+    assert "has read everything the broker has" in event["evidence"]
+    topic, partition, offset = next(iter(position.items()))
+    ends[topic][partition] = (0, offset + 5)  # records arrived: the query must commit, not be caught up
+    assert wait(0.3)["reason"] == LaunchEvent.TIMEOUT.value
 
 
 def test_trigger_fires_died_with_log_tail(tmp_path: Path) -> None:

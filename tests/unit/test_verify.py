@@ -226,3 +226,13 @@ def test_verify_result_round_trips_through_its_one_parser(tmp_path: Path) -> Non
     for bad in ("{}", '{"partitions": 5}', "not json"):
         with pytest.raises(InvalidVerifyResult):
             VerifyResult.from_json(bad)
+
+
+def test_unread_partitions_name_what_the_query_has_not_read() -> None:
+    from airflow_ckpt_provider.checkpoint.verify import unread_partitions
+
+    position = KafkaOffsets.from_json('{"t":{"0":5,"1":7}}')
+    assert unread_partitions(position, BrokerView({"t": {0: (0, 5), 1: (2, 7)}})) == []
+    assert unread_partitions(position, BrokerView({"t": {0: (0, 6), 1: (2, 7), 2: (0, 3)}})) == [
+        "t-0: at 5, log end 6", "t-2: at nothing, log end 3"]
+    assert unread_partitions(position, BrokerView({"t": {0: (0, 5), 1: (0, 7), 2: (0, 0)}})) == []
