@@ -431,7 +431,7 @@ def build_stream_upgrade_dag(
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             step_task_ids=steps, upgrade_task_ids=upgrade, handover_task_id="extract_handover",
             in_place=UpgradeSteps(steps=tuple(IN_PLACE), stop="in_place_stop", handover="in_place_handover",
-                                  archive="in_place_archive", state_export=None,
+                                  archive="in_place_archive", state_export=None, launch="in_place_restart",
                                   rollback=("in_place_rollback_restart",)),
             path_task_id="choose_path",
             archive_task_id="archive", approval_task_id="approve",

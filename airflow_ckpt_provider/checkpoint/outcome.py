@@ -134,8 +134,8 @@ def upgrade_outcome(
 class UpgradeSteps:
     """The task ids of one path through an upgrade, for its report: ``steps`` in the order they
     run (all succeeded: upgraded), the graceful ``stop``, the ``handover`` (its HandoverResult),
-    the ``archive``, the ``state_export`` (None: the path exports none) and the restarts of the
-    old version a ``rollback`` runs (one succeeded: rolled back)."""
+    the ``archive``, the ``state_export`` (None: the path exports none), the ``launch`` of the new
+    version and the restarts of the old version a ``rollback`` runs (one succeeded: rolled back)."""
 
     steps: tuple[str, ...]
     stop: str | None = "graceful_stop"
@@ -143,6 +143,7 @@ class UpgradeSteps:
     archive: str = "archive"
     state_export: str | None = "export_state"
     rollback: tuple[str, ...] = ()
+    launch: str | None = "relaunch"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))

@@ -58,6 +58,12 @@ class UpgradeReport:
     compatibility: Mapping[str, Any] | None = None
     #: the upgrade path chosen (PathChoice.describe()), "" when no path step ran
     path: str = ""
+    #: epoch seconds of the graceful stop's request: the downtime starts there when the old query
+    #: was idle before it (its last commit earlier); None: from the old query's last commit
+    stop_requested_at: float | None = None
+    #: epoch seconds when the new version was up (its launch step ended): the downtime's end when
+    #: the new query committed nothing yet (caught up on an idle topic)
+    ready_at: float | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,12 +73,17 @@ class UpgradeReport:
         data["downtime_by_step"] = self.downtime_by_step()
         return data
 
+    def window(self) -> tuple[float, float] | None:
+        """This upgrade's downtime window (see :func:`downtime_window`)."""
+        return downtime_window(self.old_batches, self.new_batches, stop_requested_at=self.stop_requested_at,
+                               ready_at=self.ready_at)
+
     def downtime_by_step(self) -> dict[str, float]:
-        """Seconds of the downtime (old query's last commit to new query's first) spent in each
-        step, in step order, plus ``between steps`` (scheduling, task start-up) and ``first batch``
-        (after the last step that overlaps it ended: the new query's start and first batch);
-        empty when the downtime or the step times are unknown."""
-        window = downtime_window(self.old_batches, self.new_batches)
+        """Seconds of the downtime (:meth:`window`) spent in each step, in step order, plus
+        ``between steps`` (scheduling, task start-up) and ``first batch`` (after the last step that
+        overlaps it ended: the new query's start and first batch); empty when the downtime or the
+        step times are unknown."""
+        window = self.window()
         if window is None or window[1] <= window[0]:
             return {}
         start, end = window
@@ -209,18 +220,29 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def downtime_window(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> tuple[float, float] | None:
-    """(the old query's last commit, the new query's first commit), epoch seconds; None if unknown."""
+def downtime_window(old: Sequence[BatchRecord], new: Sequence[BatchRecord], *, stop_requested_at: float | None = None,
+                    ready_at: float | None = None) -> tuple[float, float] | None:
+    """(start, end) of the downtime, epoch seconds; None if unknown.
+
+    It starts at the old query's last commit — or at the stop request when that came later (an
+    idle old query: the time it had nothing to do before the stop is no downtime) — and ends at the
+    new query's first commit, or at ``ready_at`` (the new version up and caught up) when the new
+    query has committed nothing (an idle topic)."""
     old_commits = [b.committed_at for b in old if b.committed_at is not None]
     new_commits = [b.committed_at for b in new if b.committed_at is not None]
-    if not old_commits or not new_commits:
+    starts = [max(old_commits)] if old_commits else []
+    if stop_requested_at is not None:
+        starts.append(stop_requested_at)
+    end = min(new_commits) if new_commits else ready_at
+    if not starts or end is None:
         return None
-    return max(old_commits), min(new_commits)
+    return max(starts), end
 
 
-def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord]) -> float | None:
-    """From the old query's last commit to the new query's first commit (None if unknown)."""
-    window = downtime_window(old, new)
+def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord], *, stop_requested_at: float | None = None,
+                     ready_at: float | None = None) -> float | None:
+    """The length of :func:`downtime_window` (None if unknown)."""
+    window = downtime_window(old, new, stop_requested_at=stop_requested_at, ready_at=ready_at)
     return None if window is None else window[1] - window[0]
 
 
@@ -242,7 +264,7 @@ def render_timeline_png(report: UpgradeReport, path: str) -> bool:
         if points:
             xs: list[Any] = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]  # matplotlib takes dates
             ax.plot(xs, [r for _, r in points], marker="o", linestyle="-", color=colour, label=label)
-    window = downtime_window(report.old_batches, report.new_batches)
+    window = report.window()
     if window is not None and window[1] >= window[0]:
         start, end = (datetime.fromtimestamp(t, timezone.utc) for t in window)
         ax.axvspan(start, end, color="#d62728", alpha=0.15, label=f"downtime {window[1] - window[0]:.1f} s")  # type: ignore[arg-type]

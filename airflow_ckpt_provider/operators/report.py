@@ -23,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.outcome import (
 )
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
+from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.compat import path_of
@@ -84,6 +85,7 @@ class UpgradeReportOperator(BaseOperator):
         rollback_handover_task_id: str | None = None,
         preflight_task_id: str | None = None,
         stop_task_id: str | None = "graceful_stop",
+        launch_task_id: str | None = "relaunch",
         state_export_task_id: str | None = "export_state",
         compatibility_task_id: str | None = None,
         path_task_id: str | None = None,
@@ -110,6 +112,7 @@ class UpgradeReportOperator(BaseOperator):
         self.rollback_handover_task_id = rollback_handover_task_id
         self.preflight_task_id = preflight_task_id
         self.stop_task_id = stop_task_id
+        self.launch_task_id = launch_task_id
         self.state_export_task_id = state_export_task_id
         self.compatibility_task_id = compatibility_task_id
         self.path_task_id = path_task_id
@@ -160,12 +163,20 @@ class UpgradeReportOperator(BaseOperator):
             old_batches = [b for b in old_batches if b.batch_id <= cut]
         else:
             new_batches = self._history(storage, self.new_checkpoint_uri, notes) if outcome != REJECTED else []
+        timed = {s.name: s for s in steps}
+        stopped = timed.get(self.stop_task_id or "")
+        launched = timed.get(self.launch_task_id or "")
+        stop_requested_at = epoch_seconds(stopped.started_at) if stopped and stopped.started_at else None
+        ready_at = epoch_seconds(launched.ended_at) if launched and launched.ended_at \
+            and launched.state == TaskState.SUCCESS else None
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=self.new_checkpoint_uri,
             archive=archive_uri, handover=extract.get("handover"),
             starting_offsets=extract.get("starting_offsets", ""), steps=tuple(steps),
-            downtime_s=downtime_seconds(old_batches, new_batches) if outcome == UPGRADED else None,
+            downtime_s=downtime_seconds(old_batches, new_batches, stop_requested_at=stop_requested_at,
+                                        ready_at=ready_at) if outcome == UPGRADED else None,
+            stop_requested_at=stop_requested_at, ready_at=ready_at,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
             start_plan=extract.get("start_plan"),
             rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
@@ -190,6 +201,7 @@ class UpgradeReportOperator(BaseOperator):
         self.upgrade_task_ids = list(steps.steps)
         self.handover_task_id, self.archive_task_id = steps.handover, steps.archive
         self.stop_task_id, self.state_export_task_id = steps.stop, steps.state_export
+        self.launch_task_id = steps.launch
         self.rollback_task_id, self.rollback_handover_task_id = list(steps.rollback), None
         self.new_checkpoint_uri = self.old_checkpoint_uri
 

@@ -280,7 +280,7 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     report = dag.get_task("report")
     assert report.path_task_id == "choose_path"
     assert report.in_place == UpgradeSteps(steps=tuple(steps), stop="in_place_stop", handover="in_place_handover",
-                                           archive="in_place_archive", state_export=None,
+                                           archive="in_place_archive", state_export=None, launch="in_place_restart",
                                            rollback=("in_place_rollback_restart",))
     assert {"in_place_verify", "in_place_rollback_restart"} <= report.upstream_task_ids
 

@@ -31,6 +31,21 @@ def test_downtime_is_last_old_commit_to_first_new_commit() -> None:
     assert downtime_seconds(OLD, ()) is None
 
 
+def test_an_idle_old_query_counts_from_the_stop_request_and_an_idle_new_one_until_it_was_up() -> None:
+    # the old query's last commit at 101.5, then nothing to do until the stop was asked at 130
+    assert downtime_seconds(OLD, (BatchRecord(0, 3000, 133.0, 40),), stop_requested_at=130.0) == 3.0
+    # a stop asked while the old query still committed: from its last commit after the request
+    assert downtime_seconds(OLD, NEW, stop_requested_at=100.5) == 2.5
+    # the new query committed nothing yet (caught up on an idle topic): until it was up
+    assert downtime_seconds(OLD, (), stop_requested_at=130.0, ready_at=134.5) == 4.5
+    assert downtime_seconds(OLD, (), stop_requested_at=130.0) is None
+    idle = UpgradeReport(stream="s", outcome="upgraded", old_batches=OLD, stop_requested_at=130.0, ready_at=134.5,
+                         steps=(StepTiming("graceful_stop", "success", 2.0, "1970-01-01T00:02:10+00:00",
+                                           "1970-01-01T00:02:12+00:00"),))
+    assert idle.window() == (130.0, 134.5) and idle.downtime_by_step()["graceful_stop"] == 2.0
+    assert UpgradeReport.from_json(idle.to_json()) == idle
+
+
 def test_json_round_trip() -> None:
     original = report()
     assert UpgradeReport.from_json(original.to_json()) == original
