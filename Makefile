@@ -71,8 +71,22 @@ lint: venv
 	$(BIN)/ruff check airflow_ckpt_provider dags bench tests docs/hooks.py
 	$(BIN)/mypy
 
+# The system tier runs beside the unit and integration tiers: its DAG runs mostly wait on Spark
+# start-ups, triggers and Kafka, so on 2 cores both together take little longer than the system
+# tier alone. Each pytest has its own Airflow home and broker; the system tier's output is printed
+# when it ends ($(TIERS)/system.log while it runs). `make unit`, `make integration` and
+# `make system` run one tier in the foreground.
+TIERS := .work/tiers
 test: lint jvm spark35 hdfs browser
-	$(PY) -m pytest tests/unit tests/integration tests/system $(PYTEST_ARGS)
+	@mkdir -p $(TIERS); rm -f $(TIERS)/system.log $(TIERS)/system.rc; \
+	  echo "system tier started in the background: $(TIERS)/system.log"; \
+	  ( CKPT_TEST_AIRFLOW_HOME=$(CURDIR)/.airflow/tests-system $(PY) -m pytest tests/system $(PYTEST_ARGS) \
+	      > $(TIERS)/system.log 2>&1; echo $$? > $(TIERS)/system.rc ) & \
+	  $(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); fast=$$?; \
+	  wait; echo "== system tier ($(TIERS)/system.log)"; cat $(TIERS)/system.log; \
+	  system=$$(cat $(TIERS)/system.rc 2>/dev/null || echo 1); \
+	  echo "unit + integration: exit $$fast; system: exit $$system"; \
+	  [ "$$fast" = 0 ] && [ "$$system" = 0 ]
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
