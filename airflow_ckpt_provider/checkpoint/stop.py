@@ -364,7 +364,7 @@ def classify_query(
 
 #: The stop's phases, in order, as :func:`stop_timeline` names them.
 STOP_PHASES = ("driver saw the request", "batch boundary found", "query stopped and acknowledged",
-               "requester noticed the acknowledgement", "quiet check")
+               "requester noticed the acknowledgement", "no acknowledgement: waited, then killed", "quiet check")
 
 
 def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, ended_at: float) -> dict[str, float]:
@@ -374,7 +374,9 @@ def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, 
     (the driver's clock for ``seen_at``/``boundary_at``/``stopped_at``) and this side's epoch
     seconds ``noticed_at`` (the acknowledgement read) and ``ended_at`` (the quiet check done).
     A phase whose times are unknown (an acknowledgement from an older driver, an escalation)
-    is left out; negative spans from clock skew count as 0.
+    is left out; negative spans from clock skew count as 0. Without an acknowledgement the wait
+    is "no acknowledgement: waited, then killed" (the quiet check after it includes the kill),
+    never an acknowledgement noticed.
     """
     marks: list[float | None] = [epoch_seconds(request.requested_at)]
     if ack is not None:
@@ -382,9 +384,12 @@ def stop_timeline(request: StopRequest, ack: StopAck | None, noticed_at: float, 
     else:
         marks += [None, None, None]
     marks += [noticed_at, ended_at]
+    names = [name for name in STOP_PHASES
+             if name != ("no acknowledgement: waited, then killed" if ack is not None
+                         else "requester noticed the acknowledgement")]
     timeline: dict[str, float] = {}
     previous = marks[0]
-    for name, mark in zip(STOP_PHASES, marks[1:], strict=True):
+    for name, mark in zip(names, marks[1:], strict=True):
         if mark is None or previous is None:
             previous = mark if mark is not None else previous
             continue
