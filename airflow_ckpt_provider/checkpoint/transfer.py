@@ -372,7 +372,10 @@ def _scan_local(root: str) -> tuple[dict[str, int], dict[str, Any], set[str]]:
                     dirs.add(name)
                     pending.append(name)
                 else:
-                    info = entry.stat()
+                    try:
+                        info = entry.stat()
+                    except FileNotFoundError:  # removed since the listing: a running query purges old batches
+                        continue
                     files[name] = info.st_size
                     stamps[name] = _stamp(info)
     return files, stamps, dirs

@@ -231,3 +231,32 @@ def test_eta_in_the_users_words() -> None:
     assert eta_text(25, 100, 5.0) == "about 15 s left"
     assert eta_text(10, 100, 60.0) == "about 9 min left"
     assert eta_text(100, 100, 5.0) == "almost done"
+
+
+def test_a_file_removed_while_the_tree_is_scanned_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running query purges its oldest batches while the preflight sizes the checkpoint."""
+    import os
+
+    from airflow_ckpt_provider.checkpoint.transfer import list_tree
+
+    (tmp_path / "commits").mkdir()
+    for batch in (66, 67, 168):
+        (tmp_path / "commits" / str(batch)).write_text("v1\n{}")
+    real_scandir = os.scandir
+
+    def purging_scandir(path):  # noqa: ANN001, ANN202
+        entries = list(real_scandir(path))
+        if str(path).endswith("commits"):
+            (tmp_path / "commits" / "67").unlink()  # gone between the listing and its stat
+        return _Entries(entries)
+
+    class _Entries(list):  # type: ignore[type-arg]
+        def __enter__(self):  # noqa: ANN204
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(os, "scandir", purging_scandir)
+    files, _ = list_tree(fsspec.filesystem("file"), str(tmp_path))
+    assert sorted(files) == ["commits/168", "commits/66"]
