@@ -821,3 +821,25 @@ class InvalidVerdict(CompatibilityError, ValueError):
 class InvalidUpgradePath(CompatibilityError, ValueError):
     summary = "invalid upgrade path"
     default_action = "Pass the result of the path step (UpgradePathOperator's XCom, PathChoice.to_json)."
+
+
+# -- hostile and broken inputs ---------------------------------------------------------------------
+
+
+class ImpossibleOffsets(CorruptCheckpointFile, InvalidHandover):
+    """A committed batch whose Kafka offsets Spark never writes there: a sentinel (-1 latest, -2
+    earliest) where Spark records the resolved position. Handing it over would make the new query
+    start at "latest" (records skipped: silent loss) or "earliest" (records repeated). ``batch``
+    is the committed batch, ``path`` its ``offsets/N`` file."""
+
+    summary = "impossible offsets in a committed batch"
+    default_action = (
+        "Nothing was handed over or changed. Spark writes resolved offsets (>= 0) for every committed batch, so "
+        "this offsets/N file was edited or damaged: restore it from a backup (the archive holds a copy), or rewind "
+        "to an earlier batch or start the new version from explicit offsets you chose."
+    )
+
+    def __init__(self, *, found: str, expected: str, batch: int | None = None, path: str | None = None,
+                 line: int | None = None, action: str | None = None) -> None:
+        self.batch = batch
+        super().__init__(found=found, expected=expected, path=path, line=line, action=action)

@@ -22,6 +22,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     NoOffsets,
     SourceNotKafka,
 )
+from airflow_ckpt_provider.checkpoint.logs import check_committed_sources
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
@@ -119,6 +120,9 @@ class Handover:
             raise _bad("no sources", "at least one SourceOffsets")
         if len({s.index for s in self.sources}) != len(self.sources):
             raise _bad("duplicate source indexes", "unique source indexes")
+        if self.batch_id is not None:  # from a committed batch: Spark recorded resolved offsets only
+            check_committed_sources(self.sources, self.batch_id,
+                                    f"{self.checkpoint_uri.rstrip('/')}/offsets/{self.batch_id}")
         try:
             stamp = datetime.fromisoformat(self.taken_at)
         except (TypeError, ValueError):

@@ -38,11 +38,18 @@ from typing import TYPE_CHECKING, Any
 from airflow_ckpt_provider.batch_names import batch_number, zero_padded
 from airflow_ckpt_provider.checkpoint.errors import (
     CorruptCheckpointFile,
+    ImpossibleOffsets,
     InvalidOffsets,
     UnsupportedLogVersion,
 )
 from airflow_ckpt_provider.checkpoint.listing import list_names
-from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, classify, parse_json
+from airflow_ckpt_provider.checkpoint.offsets import (
+    SourceKind,
+    SourceOffsets,
+    classify,
+    parse_json,
+    sentinel_offsets,
+)
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -308,6 +315,32 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
         conf=dict(conf),
         spark_2_1=version == 1 and "conf" not in meta and {"batchWatermarkMs", "batchTimestampMs"} <= set(meta),
     )
+
+
+def check_committed_sources(sources: tuple[SourceOffsets, ...], batch: int, path: str) -> None:
+    """Refuse Kafka offsets Spark never records for a committed batch: a sentinel (-1 latest, -2
+    earliest) instead of a resolved position. :class:`ImpossibleOffsets` names the batch, the file
+    and the first partitions concerned. Only for ``offsets/N`` of a committed batch: initial offsets
+    and ``startingOffsets`` may legitimately hold sentinels."""
+    for source in sources:
+        found = sentinel_offsets(source.kafka) if source.kafka is not None else []
+        if found:
+            shown = ", ".join(f"{topic}-{partition}={offset}" for topic, partition, offset in found[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            raise ImpossibleOffsets(
+                batch=batch, path=path,
+                found=f"committed batch {batch}, source {source.label}: sentinel offsets {shown}{more} "
+                      "(-1 means latest, -2 earliest)",
+                expected="the resolved offsets (>= 0) Spark records for every committed batch",
+            )
+
+
+def parse_committed_offset_log(data: bytes | str, path: str, batch: int) -> OffsetLogEntry:
+    """:func:`parse_offset_log` of the committed batch ``batch``, refused by
+    :func:`check_committed_sources` when a Kafka source holds a sentinel."""
+    entry = parse_offset_log(data, path)
+    check_committed_sources(entry.sources, batch, path)
+    return entry
 
 
 def parse_commit_log(data: bytes | str, path: str) -> CommitLogEntry:

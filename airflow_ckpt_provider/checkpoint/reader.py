@@ -36,6 +36,7 @@ from airflow_ckpt_provider.checkpoint.logs import (
     crc_target,
     parse_batch_name,
     parse_commit_log,
+    parse_committed_offset_log,
     parse_initial_source,
     parse_metadata,
     parse_offset_log,
@@ -239,8 +240,8 @@ class CheckpointReader:
             if commits is not None and committed in commits.batches:
                 commit = parse_commit_log(self._read(commits, commits.batches[committed]),
                                           self._display(self._join("commits", str(committed))))
-            entry = parse_offset_log(self._read(offsets, offsets.batches[committed]),
-                                     self._display(self._join("offsets", str(committed))))
+            entry = parse_committed_offset_log(self._read(offsets, offsets.batches[committed]),
+                                               self._display(self._join("offsets", str(committed))), committed)
             sources, conf = entry.sources, entry.conf
         in_flight = planned if planned is not None and (committed is None or planned > committed) else None
         initial: tuple[SourceOffsets, ...] = ()
@@ -325,7 +326,7 @@ class CheckpointReader:
                     expected=f"a committed batch whose start is retained: {span}", path=self.uri,
                     action="Choose a batch in the retained range, or a time (at_time) or explicit offsets; "
                            "Spark keeps spark.sql.streaming.minBatchesToRetain batches (100 by default).")
-            sources = self.batch_sources(batch_id - 1)
+            sources = self.committed_sources(batch_id - 1)
         return Handover(
             query_id=self._query_id(root), checkpoint_uri=self.uri,
             batch_id=None if batch_id == 0 else batch_id - 1, from_initial=batch_id == 0, sources=sources,
@@ -336,6 +337,11 @@ class CheckpointReader:
         """The source offsets of ``offsets/<batch>`` (the exclusive end of that batch, committed or
         not); :class:`CheckpointNotFound` when the batch is not in the offset log."""
         return self.offset_entry(batch).sources
+
+    def committed_sources(self, batch: int) -> tuple[SourceOffsets, ...]:
+        """:meth:`batch_sources` of a batch the caller knows is committed: a Kafka sentinel there
+        (which Spark never writes for a committed batch) raises :class:`ImpossibleOffsets`."""
+        return parse_committed_offset_log(*self._batch_file("offsets", batch, "offset log"), batch).sources
 
     def offset_entry(self, batch: int) -> OffsetLogEntry:
         """``offsets/<batch>`` parsed (sources, watermark, conf); :class:`CheckpointNotFound` when absent."""

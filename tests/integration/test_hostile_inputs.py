@@ -1,0 +1,185 @@
+"""Hostile and broken inputs, each built from a REAL checkpoint written by Spark reading a real
+Kafka broker: refused with a typed error, and nothing else happens.
+
+The rule every case checks (:func:`refused`):
+
+* the ``ckpt`` command exits 2 with one ``ckpt: error:`` line (found / expected / what to do), no
+  traceback, nothing on stdout; the core call raises the exact typed error;
+* the inputs are byte-identical afterwards: :func:`tree_hash` covers every entry's kind, mode,
+  content and link target;
+* nothing is written outside the target, and no partial target is left;
+* no secret appears in any output or in any file written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, CorruptCheckpointFile, ImpossibleOffsets
+from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
+from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from tests.integration.test_bad_inputs import Stream, make_stream
+
+pytestmark = pytest.mark.integration
+
+
+# -- the rule -------------------------------------------------------------------------------------
+
+
+def tree_hash(*roots: Path) -> str:
+    """One digest of every entry below ``roots`` (and the roots): relative path, kind, mode, the
+    content of regular files and the target of links. Links are never followed."""
+    digest = hashlib.sha256()
+    for root in roots:
+        digest.update(f"\0root {root}".encode())
+        if not os.path.lexists(root):
+            digest.update(b"absent")
+            continue
+        entries = [root]
+        for folder, dirs, names in os.walk(root):  # os.walk does not descend into linked folders
+            entries += [Path(folder, name) for name in sorted(dirs + names)]
+        for path in entries:
+            info = path.lstat()
+            digest.update(f"\0{path.relative_to(root)}\0{info.st_mode:o}\0".encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif path.is_file():
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(argv, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def cli_refused(argv: list[str], *mentions: str, secrets: tuple[str, ...] = ()) -> str:
+    """``ckpt argv`` exits 2 with one explained error line and nothing on stdout."""
+    code, out, err = run_cli(argv)
+    assert code == 2, (code, out, err)
+    assert out == "" and "Traceback" not in err, (out, err)
+    assert err.startswith("ckpt: error: ") and err.count("\n") == 1, err
+    assert "found " in err and "expected " in err, err
+    for mention in mentions:
+        assert mention in err, f"{mention!r} not in {err!r}"
+    for secret in secrets:
+        assert secret not in err
+    return err
+
+
+def core_refused(kind: type[CheckpointError], call: Callable[[], object], *mentions: str) -> CheckpointError:
+    with pytest.raises(CheckpointError) as info:
+        call()
+    error = info.value
+    assert type(error) is kind, f"{type(error).__name__}: {error}"
+    assert error.found and error.expected and error.action, str(error)
+    for mention in mentions:
+        assert mention in str(error), f"{mention!r} not in {error}"
+    return error
+
+
+# -- a real checkpoint, copied per test -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(kafka, spark, tmp_path_factory: pytest.TempPathFactory) -> Stream:  # noqa: ANN001
+    """A checkpoint written by Spark (Kafka -> Parquet, several committed batches, .crc files)."""
+    return make_stream(kafka, spark, tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.fixture
+def ck(real: Stream, tmp_path: Path) -> Path:
+    """A private copy of the real checkpoint (links kept as links)."""
+    copy = tmp_path / "ck"
+    shutil.copytree(real.checkpoint, copy, symlinks=True)
+    return copy
+
+
+def last_committed(checkpoint: Path) -> int:
+    return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+
+
+def rewrite(checkpoint: Path, rel: str, change: Callable[[str], str]) -> None:
+    """Change a checkpoint file as an editor would, and write a matching Hadoop .crc beside it (so
+    the checksum check does not catch it: the content rule must)."""
+    path = checkpoint / rel
+    data = change(path.read_text()).encode()
+    path.write_bytes(data)
+    crc = path.with_name(f".{path.name}.crc")
+    if crc.exists():
+        crc.write_bytes(hadoop_crc(data))
+
+
+def kafka_line(change: Callable[[dict[str, Any]], None]) -> Callable[[str], str]:
+    """Change the Kafka source line (line 3) of an offsets/N file through its parsed JSON."""
+    import json
+
+    def apply(text: str) -> str:
+        lines = text.split("\n")
+        offsets = json.loads(lines[2])
+        change(offsets)
+        lines[2] = json.dumps(offsets, separators=(",", ":"))
+        return "\n".join(lines)
+
+    return apply
+
+
+# -- impossible offsets ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sentinel", [-1, -2])
+def test_a_sentinel_in_the_last_committed_batch_is_never_handed_over(ck: Path, real: Stream, sentinel: int) -> None:
+    batch = last_committed(ck)
+
+    def set_sentinel(offsets: dict[str, Any]) -> None:
+        offsets[real.topic]["1"] = sentinel
+
+    rewrite(ck, f"offsets/{batch}", kafka_line(set_sentinel))
+    before = tree_hash(ck)
+    culprit = f"{real.topic}-1={sentinel}"
+    error = core_refused(ImpossibleOffsets, CheckpointReader(str(ck)).handover, culprit, f"committed batch {batch}")
+    assert error.path == f"{ck}/offsets/{batch}"
+    for command in ("offsets", "inspect"):
+        cli_refused([command, str(ck)], culprit, f"{ck}/offsets/{batch}", "restore it from a backup")
+    assert tree_hash(ck) == before
+
+
+def test_a_sentinel_in_a_rewind_start_is_refused(ck: Path, real: Stream) -> None:
+    batch = last_committed(ck)
+    assert batch >= 2
+
+    def set_latest(offsets: dict[str, Any]) -> None:
+        offsets[real.topic]["0"] = -1
+
+    rewrite(ck, f"offsets/{batch - 1}", kafka_line(set_latest))
+    reader = CheckpointReader(str(ck))
+    assert reader.handover().batch_id == batch  # the last committed batch is intact
+    core_refused(ImpossibleOffsets, lambda: reader.batch_start(batch), f"{real.topic}-0=-1",
+                 f"offsets/{batch - 1}")
+
+
+@pytest.mark.parametrize("change, culprit", [
+    (lambda o, t: o[t].__setitem__("0", 2**64), str(2**64)),
+    (lambda o, t: o[t].__setitem__("0", 2**63), str(2**63)),
+    (lambda o, t: o[t].__setitem__(str(2**63), 5), str(2**63)),
+    (lambda o, t: o[t].__setitem__(str(2**31), 5), str(2**31)),
+], ids=["offset-2^64", "offset-2^63", "partition-2^63", "partition-2^31"])
+def test_values_kafka_source_offset_cannot_hold_are_refused(ck: Path, real: Stream,
+                                                           change: Callable[[dict[str, Any], str], None],
+                                                           culprit: str) -> None:
+    batch = last_committed(ck)
+    rewrite(ck, f"offsets/{batch}", kafka_line(lambda offsets: change(offsets, real.topic)))
+    before = tree_hash(ck)
+    core_refused(CorruptCheckpointFile, CheckpointReader(str(ck)).handover, culprit, f"offsets/{batch}")
+    cli_refused(["offsets", str(ck)], culprit, f"offsets/{batch}")
+    assert tree_hash(ck) == before
