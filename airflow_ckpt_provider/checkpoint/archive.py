@@ -44,6 +44,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_atomic, write_private_file
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_entries
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
@@ -369,7 +370,7 @@ class CheckpointArchive:
         path = posixpath.join(plan.path, INTENT)
         if plan.resumed:
             try:
-                before = json.loads(self.fs.cat_file(path))
+                before = load_json(self.fs.cat_file(path))
             except (FileNotFoundError, ValueError):
                 before = None
             if before is not None:

@@ -4,7 +4,9 @@ Every error is a :class:`ProviderError`: what was ``found``, what was ``expected
 to take (each class has a default action), optionally the ``path`` it concerns and a multi-line
 ``detail`` (a command's output tail). ``str(error)`` reads
 ``"<summary>[ (<path>)]: found <found>; expected <expected>. <action>[\\n<detail>]"`` so the command
-line and the Airflow task log show one self-explaining line. :class:`CheckpointError` covers the
+line and the Airflow task log show one self-explaining line; each field is cut to
+:data:`MAX_FIELD_CHARS` (the detail to :data:`MAX_DETAIL_CHARS`, keeping its end) and the full text
+of an error that was cut is logged at DEBUG when it is made. :class:`CheckpointError` covers the
 checkpoint, the handover, the broker and the upgrade steps; :class:`LocalStackError` the embedded
 local stack (Java, Maven, Kafka broker, Spark standalone, Airflow home) and is raised only after
 anything the failing step started has been stopped again. Every error pickles with its fields
@@ -13,7 +15,27 @@ anything the failing step started has been stopped again. Every error pickles wi
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
+
+log = logging.getLogger(__name__)
+
+#: the longest found / expected / action / path shown in an error line (the middle is cut)
+MAX_FIELD_CHARS = 1000
+#: the longest multi-line detail shown (a command's output tail: its end is kept)
+MAX_DETAIL_CHARS = 20_000
+
+
+def shorten(text: str, limit: int = MAX_FIELD_CHARS, *, keep_end: bool = False) -> str:
+    """``text`` cut to about ``limit`` characters: the middle (or, ``keep_end``, the start) is
+    replaced by a note of how much was cut. Pure; used for every error line."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    if keep_end:
+        return f"[{cut:,} characters cut]...{text[-limit:]}"
+    half = limit // 2
+    return f"{text[:half]}...[{cut:,} characters cut]...{text[-(limit - half):]}"
 
 
 class ProviderError(Exception):
@@ -37,13 +59,21 @@ class ProviderError(Exception):
         self.path = path
         self.detail = detail
         super().__init__(str(self))
+        if self.full_text() != str(self):
+            log.debug("%s (in full): %s", type(self).__name__, self.full_text())
 
     def _where(self) -> str:
-        return f" ({self.path})" if self.path else ""
+        return f" ({shorten(self.path)})" if self.path else ""
 
-    def __str__(self) -> str:
+    def full_text(self) -> str:
+        """The message with no field cut (for the log; :meth:`__str__` is what users see)."""
         text = f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
         return f"{text}\n{self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        text = (f"{self.summary}{self._where()}: found {shorten(self.found)}; expected {shorten(self.expected)}. "
+                f"{shorten(self.action)}")
+        return f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail else text
 
     def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
         return (_rebuild, (type(self), dict(self.__dict__)))
@@ -117,7 +147,7 @@ class CorruptCheckpointFile(CheckpointError):
     def _where(self) -> str:
         if not self.path:
             return f" (line {self.line})" if self.line else ""
-        return f" ({self.path}, line {self.line})" if self.line else f" ({self.path})"
+        return f" ({shorten(self.path)}, line {self.line})" if self.line else f" ({shorten(self.path)})"
 
 
 class UnsupportedLogVersion(CorruptCheckpointFile):
@@ -326,7 +356,7 @@ class ArchiveCorrupt(ArchiveError):
         super().__init__(found=found, expected=expected, action=action, path=path)
 
     def _where(self) -> str:
-        return f" ({self.path}: {self.file})" if self.path else f" ({self.file})"
+        return f" ({shorten(self.path)}: {shorten(self.file)})" if self.path else f" ({shorten(self.file)})"
 
 
 class CheckpointChanged(ArchiveError):
@@ -843,3 +873,14 @@ class ImpossibleOffsets(CorruptCheckpointFile, InvalidHandover):
                  line: int | None = None, action: str | None = None) -> None:
         self.batch = batch
         super().__init__(found=found, expected=expected, path=path, line=line, action=action)
+
+
+class JsonTooLarge(CorruptCheckpointFile, ValueError):
+    """A JSON document beyond the size or depth limit (:mod:`airflow_ckpt_provider.json_limits`):
+    nothing Spark or this provider writes comes near them, so the file was damaged or planted."""
+
+    summary = "JSON input beyond the limits"
+    default_action = (
+        "Nothing was changed. The file is not one Spark or this provider wrote: restore it from a backup or "
+        "remove it, and retry."
+    )

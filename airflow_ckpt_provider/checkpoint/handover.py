@@ -19,6 +19,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     AmbiguousSource,
     CheckpointError,
     InvalidHandover,
+    JsonTooLarge,
     NoOffsets,
     SourceNotKafka,
 )
@@ -166,6 +167,8 @@ class Handover:
         if isinstance(data, (str, bytes)):
             try:
                 data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise _bad(f"text that is not valid JSON ({exc})", "handover JSON") from None
         if not isinstance(data, Mapping) or set(data) != _KEYS:
@@ -297,6 +300,8 @@ class HandoverResult:
         if isinstance(data, (str, bytes)):
             try:
                 data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise InvalidHandover(
                     found=f"text that is not valid JSON ({exc})", expected="a handover result or handover JSON",

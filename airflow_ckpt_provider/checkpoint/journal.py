@@ -56,6 +56,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UpgradeRolledBack,
 )
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
@@ -204,7 +205,7 @@ class JournalRecord:
     def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
         """Parse; :class:`JournalCorrupt` for anything that is not a journal of this format."""
         try:
-            data = json.loads(text)
+            data = load_json(text)
             if data.get("format") != FORMAT:
                 raise JournalCorrupt(found=f"journal format {data.get('format')!r}", expected=f"format {FORMAT}",
                                      path=path)
@@ -380,7 +381,7 @@ class UpgradeJournal:
             if create_exclusive(self.fs, self.lock_path, json.dumps(holder).encode()):
                 return True
             try:
-                held = json.loads(self.fs.cat_file(self.lock_path))
+                held = load_json(self.fs.cat_file(self.lock_path))
             except FileNotFoundError:
                 continue  # released meanwhile
             except ValueError:
@@ -412,7 +413,7 @@ class UpgradeJournal:
 
     def _unlock(self, upgrade_id: str) -> None:
         try:
-            held = json.loads(self.fs.cat_file(self.lock_path))
+            held = load_json(self.fs.cat_file(self.lock_path))
         except (FileNotFoundError, ValueError):
             return
         if held.get("upgrade_id") == upgrade_id:

@@ -40,8 +40,10 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CorruptCheckpointFile,
     ImpossibleOffsets,
     InvalidOffsets,
+    JsonTooLarge,
     UnsupportedLogVersion,
 )
+from airflow_ckpt_provider.checkpoint.jsonin import check_json_limits, load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import (
     SourceKind,
@@ -241,7 +243,9 @@ def _version(lines: list[str], path: str, maximum: int, what: str) -> int:
 
 def _json_line(line: str, path: str, number: int, expected: str) -> Any:
     try:
-        return parse_json(line)
+        return load_json(line, what=f"line {number}", path=path, line=number, strict=True)
+    except JsonTooLarge:
+        raise
     except ValueError as exc:
         raise CorruptCheckpointFile(
             path=path, line=number, found=f"invalid JSON ({exc})", expected=expected
@@ -260,6 +264,8 @@ def _int_field(obj: Mapping[str, Any], key: str, path: str, number: int) -> int 
 def _source(index: int, raw: str | None, name: str | None, path: str, number: int) -> SourceOffsets:
     try:
         return SourceOffsets.parse(index, raw, name=name)
+    except JsonTooLarge as exc:
+        raise JsonTooLarge(found=exc.found, expected=exc.expected, path=path, line=number) from None
     except InvalidOffsets as exc:
         raise CorruptCheckpointFile(
             path=path, line=number, found=exc.found,
@@ -370,6 +376,7 @@ def _json_document(text: str, path: str, expected: str) -> Any:
     """One JSON value filling ``text`` (whitespace and line breaks around and inside allowed, as
     json4s reads it); :class:`CorruptCheckpointFile` with the line of the first problem."""
     body = text.lstrip(_JSON_SPACE)
+    check_json_limits(body, what=expected, path=path)
     try:
         end = _DECODER.raw_decode(body)[1]
         value = parse_json(body[:end])  # strict: no duplicate keys, no NaN
@@ -472,7 +479,7 @@ def _refuse_unmarked_kafka(body: str, path: str, *, version_line: bool = False) 
     would be misread by Spark (it skips the first byte); refuse them instead of guessing."""
     try:
         kind, _ = classify(body)
-    except InvalidOffsets:
+    except (InvalidOffsets, JsonTooLarge):  # refused with its path when the body is parsed
         return
     if kind is SourceKind.KAFKA:
         first = "'v'" if version_line else repr(body[:1])
@@ -492,6 +499,8 @@ def parse_initial_source(
     body = parse_initial_offsets(data, path)
     try:
         return SourceOffsets.parse(index, body, name=name)
+    except JsonTooLarge as exc:
+        raise JsonTooLarge(found=exc.found, expected=exc.expected, path=path, line=2) from None
     except InvalidOffsets as exc:
         if "\n" in body:  # a source's own multi-line log (file source): not offsets
             return SourceOffsets(index=index, kind=SourceKind.UNKNOWN, raw=body, name=name)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, CheckpointError, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 
 MANIFEST = "manifest.json"
@@ -201,7 +202,7 @@ class ArchiveManifest:
         """Parse :meth:`to_json` output; :class:`ArchiveCorrupt` naming ``manifest.json`` otherwise."""
         if isinstance(data, (str, bytes)):
             try:
-                data = json.loads(data)
+                data = load_json(data)
             except ValueError as exc:
                 raise _corrupt(f"text that is not JSON ({exc})", "manifest JSON") from None
         if not isinstance(data, Mapping):

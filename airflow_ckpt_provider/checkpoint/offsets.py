@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets
+from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets, JsonTooLarge
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.enums import StrEnum
 
 EARLIEST = -2
@@ -32,20 +33,10 @@ _PARTITION_KEY = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
 def parse_json(text: str) -> Any:
-    """Parse JSON strictly: duplicate object keys and NaN/Infinity raise ``ValueError``."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in items:
-            if key in result:
-                raise ValueError(f"duplicate key {key!r}")
-            result[key] = value
-        return result
-
-    def constant(name: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {name}")
-
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    """Parse JSON strictly and within the input limits: duplicate object keys and NaN/Infinity
+    raise ``ValueError``, a document beyond the size or depth limit :class:`JsonTooLarge` (a
+    ``ValueError`` too)."""
+    return load_json(text, strict=True)
 
 
 def _is_int(value: object) -> bool:
@@ -118,6 +109,8 @@ class KafkaOffsets:
             try:
                 text = data.decode("utf-8") if isinstance(data, bytes) else data
                 data = parse_json(text)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise _invalid(f"text that is not valid JSON ({exc})") from None
         if not isinstance(data, Mapping):
@@ -190,6 +183,8 @@ def classify(raw: str | None) -> tuple[SourceKind, KafkaOffsets | None]:
         return SourceKind.NONE, None
     try:
         value = parse_json(raw)
+    except JsonTooLarge:
+        raise
     except ValueError as exc:
         raise _invalid(f"source offset that is not valid JSON ({exc})") from None
     if _is_int(value):

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
 
@@ -101,7 +102,7 @@ class UpgradeReport:
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> UpgradeReport:
-        raw = dict(json.loads(data) if isinstance(data, str) else data)
+        raw = dict(load_json(data) if isinstance(data, str) else data)
         raw.pop("downtime_by_step", None)  # computed
         raw["steps"] = tuple(StepTiming(**s) for s in raw.get("steps", ()))
         raw["old_batches"] = tuple(BatchRecord(**b) for b in raw.get("old_batches", ()))

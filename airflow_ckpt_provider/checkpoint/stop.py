@@ -46,6 +46,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StopTimeout,
 )
 from airflow_ckpt_provider.checkpoint.files import write_atomic
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -159,7 +160,7 @@ class StopResult:
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> StopResult:
         """Rebuild from :meth:`to_json` output or its dict; :class:`InvalidStopResult` otherwise."""
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
         except (TypeError, ValueError) as exc:
             raise InvalidStopResult(found=f"unreadable JSON ({exc})", expected="a StopResult JSON object") from None
         if not isinstance(raw, dict):

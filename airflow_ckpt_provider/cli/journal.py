@@ -7,6 +7,7 @@ import json
 from typing import TextIO
 
 from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
@@ -30,7 +31,7 @@ def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     folder = UpgradeJournal.folder(root, stream)
     lock_path = f"{folder}/{LOCK}"
     try:
-        lock = json.loads(fs.cat_file(lock_path))
+        lock = load_json(fs.cat_file(lock_path))
     except FileNotFoundError:
         lock = None
     records = list_journals(fs, root, stream)

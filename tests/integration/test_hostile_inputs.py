@@ -183,3 +183,27 @@ def test_values_kafka_source_offset_cannot_hold_are_refused(ck: Path, real: Stre
     core_refused(CorruptCheckpointFile, CheckpointReader(str(ck)).handover, culprit, f"offsets/{batch}")
     cli_refused(["offsets", str(ck)], culprit, f"offsets/{batch}")
     assert tree_hash(ck) == before
+
+
+# -- bounded parsing ------------------------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("rel, change", [
+    ("metadata", lambda text: '{"id":' + DEEP + "}"),
+    ("offsets/{last}", lambda text: "\n".join(text.split("\n")[:2] + [DEEP])),
+    ("offsets/{last}", lambda text: "\n".join([text.split("\n")[0], DEEP] + text.split("\n")[2:])),
+    ("commits/{last}", lambda text: "v1\n" + DEEP),
+], ids=["metadata", "offsets-source-line", "offsets-metadata-line", "commits"])
+def test_deeply_nested_json_in_a_checkpoint_is_a_typed_error(ck: Path, rel: str, change: Callable[[str], str]) -> None:
+    rel = rel.format(last=last_committed(ck))
+    rewrite(ck, rel, change)
+    before = tree_hash(ck)
+    with pytest.raises(CorruptCheckpointFile) as info:
+        CheckpointReader(str(ck)).handover()
+    assert "nested more than 64 levels" in str(info.value) and info.value.path == f"{ck}/{rel}"
+    for command in ("inspect", "offsets"):
+        err = cli_refused([command, str(ck)], f"{ck}/{rel}", "nested more than 64 levels")
+        assert len(err) < 1500
+    assert tree_hash(ck) == before
