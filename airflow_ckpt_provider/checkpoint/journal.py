@@ -52,8 +52,10 @@ from fsspec import AbstractFileSystem
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     JournalCorrupt,
+    JsonTooLarge,
     UpgradeInProgress,
     UpgradeRolledBack,
+    shorten,
 )
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
@@ -67,6 +69,53 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """What a stream's ``LOCK.json`` holds: the holder's fields, or, when the file is not the JSON
+    object this provider writes (empty, not JSON, ``[1,2]``, beyond the input limits), ``problem``
+    saying what was found instead and an empty ``holder``."""
+
+    path: str
+    holder: Mapping[str, Any]
+    problem: str | None = None
+
+    @property
+    def upgrade_id(self) -> str | None:
+        value = self.holder.get("upgrade_id")
+        return value if isinstance(value, str) else None
+
+    def describe(self) -> str:
+        """One line for people: who holds the lock, or what the corrupt file holds."""
+        if self.problem is not None:
+            return f"a lock file that is {self.problem}"
+        held = self.holder
+        upgrade, run, since = (shorten(str(held.get(key, "?")), 200) for key in ("upgrade_id", "run_id", "acquired_at"))
+        return f"upgrade {upgrade} (run {run}, since {since})"
+
+
+def read_lock(fs: AbstractFileSystem, path: str) -> LockFile | None:
+    """The lock at ``path``, None when there is none. Never raises for its content: a corrupt lock
+    is a :class:`LockFile` with a ``problem`` (a lock being created can be empty for a moment)."""
+    try:
+        data = fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    if not data.strip():
+        return LockFile(path, {}, "empty")
+    try:
+        held = load_json(data, what=LOCK, path=path)
+    except JsonTooLarge as exc:
+        return LockFile(path, {}, f"beyond the input limits ({exc.found})")
+    except ValueError as exc:
+        return LockFile(path, {}, f"not JSON ({shorten(str(exc), 120)}; {len(data):,} bytes)")
+    if not isinstance(held, dict):
+        return LockFile(path, {}, f"a JSON {type(held).__name__} ({shorten(repr(held), 60)}), not an object")
+    if not isinstance(held.get("upgrade_id"), str):
+        return LockFile(path, held, "an object without an upgrade_id string")
+    return LockFile(path, held)
+
 
 class StepState(StrEnum):
     """A step's state in the journal."""
@@ -380,22 +429,20 @@ class UpgradeJournal:
         for _ in range(3):
             if create_exclusive(self.fs, self.lock_path, json.dumps(holder).encode()):
                 return True
-            try:
-                held = load_json(self.fs.cat_file(self.lock_path))
-            except FileNotFoundError:
+            lock = read_lock(self.fs, self.lock_path)
+            if lock is None:
                 continue  # released meanwhile
-            except ValueError:
-                held = {}
-            if held.get("upgrade_id") == upgrade_id:
+            if lock.upgrade_id == upgrade_id:
                 return False
-            if self._stale(held):
+            if self._stale(lock.holder):
                 log.warning("lock of stream held by upgrade %s whose journal is closed: taking it over",
-                            held.get("upgrade_id"))
+                            lock.upgrade_id)
                 self.fs.rm_file(self.lock_path)
                 continue
+            # a lock being created is empty for a moment: unreadable content counts as held (the
+            # action says how to release a lock that is damaged rather than held)
             raise UpgradeInProgress(
-                found=f"upgrade {held.get('upgrade_id', '?')} (run {held.get('run_id', '?')}, since "
-                f"{held.get('acquired_at', '?')}) holding {self.lock_path}",
+                found=f"{lock.describe()} holding {self.lock_path}",
                 expected=f"no other upgrade of this stream in progress before starting {upgrade_id}",
                 path=posixpath.dirname(self.uri))
         raise UpgradeInProgress(found=f"a lock at {self.lock_path} that keeps changing",
@@ -412,11 +459,8 @@ class UpgradeJournal:
             return False
 
     def _unlock(self, upgrade_id: str) -> None:
-        try:
-            held = load_json(self.fs.cat_file(self.lock_path))
-        except (FileNotFoundError, ValueError):
-            return
-        if held.get("upgrade_id") == upgrade_id:
+        lock = read_lock(self.fs, self.lock_path)
+        if lock is not None and lock.upgrade_id == upgrade_id:  # never a lock this upgrade cannot read as its own
             self.fs.rm_file(self.lock_path)
 
     def release_lock(self) -> None:
