@@ -46,6 +46,7 @@ from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, 
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_entries
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
@@ -227,7 +228,7 @@ class CheckpointArchive:
     ) -> None:
         self.fs = archive_fs
         self.root = _norm(archive_fs, archive_root)
-        self.uri = (archive_uri or archive_root).rstrip("/")
+        self.uri = refuse_credentials((archive_uri or archive_root).rstrip("/"), "archive location")
         self.workers = workers
         self.chunk = chunk_size
         self.every_files, self.every_s = progress_every_files, progress_every_s
@@ -264,7 +265,7 @@ class CheckpointArchive:
         clock = _Stopwatch(timings)
         upgrade_id = check_name(upgrade_id, "upgrade id")
         source = _norm(source_fs, source_path)
-        source_uri = (source_uri or source_path).rstrip("/")
+        source_uri = refuse_credentials((source_uri or source_path).rstrip("/"), "checkpoint location")
         stream_name = check_archive_location((source_fs, source), (self.fs, self.root), stream_name,
                                              source_uri=source_uri, archive_uri=self.uri)
         check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
+
 log = logging.getLogger(__name__)
 
 #: the longest found / expected / action / path shown in an error line (the middle is cut)
@@ -59,21 +61,23 @@ class ProviderError(Exception):
         self.path = path
         self.detail = detail
         super().__init__(str(self))
-        if self.full_text() != str(self):
+        if len(self.full_text()) > len(str(self)):
             log.debug("%s (in full): %s", type(self).__name__, self.full_text())
 
     def _where(self) -> str:
         return f" ({shorten(self.path)})" if self.path else ""
 
     def full_text(self) -> str:
-        """The message with no field cut (for the log; :meth:`__str__` is what users see)."""
+        """The message with no field cut (for the log; :meth:`__str__` is what users see); locations'
+        credentials masked like every error line (:func:`~airflow_ckpt_provider.checkpoint.secrets.redact_location`)."""
         text = f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
-        return f"{text}\n{self.detail}" if self.detail else text
+        return redact_location(f"{text}\n{self.detail}" if self.detail else text)
 
     def __str__(self) -> str:
         text = (f"{self.summary}{self._where()}: found {shorten(self.found)}; expected {shorten(self.expected)}. "
                 f"{shorten(self.action)}")
-        return f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail else text
+        return redact_location(f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail
+                               else text)
 
     def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
         return (_rebuild, (type(self), dict(self.__dict__)))
@@ -883,4 +887,17 @@ class JsonTooLarge(CorruptCheckpointFile, ValueError):
     default_action = (
         "Nothing was changed. The file is not one Spark or this provider wrote: restore it from a backup or "
         "remove it, and retry."
+    )
+
+
+class CredentialsInLocation(CheckpointError, ValueError):
+    """A location (checkpoint, archive, journal, restore target) with credentials in its URL's
+    user-info. The provider records and shows locations (manifests, journals, logs, XCom, reports),
+    so it refuses them before reading or writing anything; ``path`` is the location, masked."""
+
+    summary = "credentials in a location"
+    default_action = (
+        "Nothing was read or written. Remove the user-info from the URL and put the credentials in an Airflow "
+        "connection (storage_conn_id / journal_conn_id) or the environment (AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, a Hadoop/Kerberos login), or pass them as storage options (-o key=...)."
     )

@@ -60,6 +60,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -142,6 +143,11 @@ class UpgradeIntent:
     old_application: str = ""
     new_application: str = ""
     archive_root: str = ""
+
+    def __post_init__(self) -> None:  # the intent is written to the journal: no credentials in it
+        for what, uri in (("old checkpoint", self.old_checkpoint), ("new checkpoint", self.new_checkpoint),
+                          ("archive root", self.archive_root)):
+            refuse_credentials(uri, what)
 
     def key(self) -> str:
         """The fields that identify the upgrade, canonically (the archive root and the old

@@ -28,7 +28,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
-from airflow_ckpt_provider.checkpoint.locations import open_location
+from airflow_ckpt_provider.checkpoint.locations import open_location, refuse_credentials
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
     OffsetLogEntry,
@@ -101,6 +101,7 @@ class CheckpointReader:
         fs: AbstractFileSystem | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
+        refuse_credentials(path_or_url, "checkpoint location")  # it is shown and handed over
         if fs is None:
             fs, root = open_location(path_or_url, **dict(storage_options or {}))
         else:

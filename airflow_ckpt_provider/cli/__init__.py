@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError, LocalStackError, shorten
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
 
 # Modules with a register(subparsers) function, in the order of `ckpt --help`.
@@ -78,9 +79,9 @@ def main(
         err.write(f"ckpt: error: {exc}\n")
         return EXIT_ERROR
     except (argparse.ArgumentTypeError, ValueError, ImportError) as exc:  # bad storage option/URL
-        err.write(f"ckpt: error: {shorten(str(exc))}\n")
+        err.write(f"ckpt: error: {redact_location(shorten(str(exc)))}\n")
         return EXIT_ERROR
     except OSError as exc:  # an input file (handover JSON, ...) that cannot be read
         what, why = shorten(str(exc.filename or "input")), shorten(str(exc.strerror or exc))
-        err.write(f"ckpt: error: cannot read {what}: {why}\n")
+        err.write(redact_location(f"ckpt: error: cannot read {what}: {why}") + "\n")
         return EXIT_ERROR
