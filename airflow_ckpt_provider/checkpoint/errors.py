@@ -901,3 +901,23 @@ class CredentialsInLocation(CheckpointError, ValueError):
         "connection (storage_conn_id / journal_conn_id) or the environment (AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY, a Hadoop/Kerberos login), or pass them as storage options (-o key=...)."
     )
+
+
+class UnsafeEntry(CheckpointError):
+    """A symbolic link, FIFO, socket or device inside a tree the provider walks or a file it opens
+    (checkpoint, archive, restore target, state): Spark writes only regular files and folders, and
+    following a link could read or write outside the tree; opening a FIFO would block for ever."""
+
+    summary = "link or special file in the tree"
+    default_action = (
+        "Nothing was copied or changed. Spark writes only regular files and folders: remove the entry (or replace "
+        "the link by the file it points to, if that file belongs in the tree) and retry."
+    )
+
+
+class LocationsOverlap(ArchiveError):
+    """Two locations that must be separate are the same, or one lies inside the other, once ``..``
+    and links are resolved (local disk) or by key prefix (object stores)."""
+
+    summary = "locations overlap"
+    default_action = "Nothing was written. Choose a location outside the other one and retry."

@@ -57,7 +57,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UpgradeRolledBack,
     shorten,
 )
-from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
+from airflow_ckpt_provider.checkpoint.files import create_exclusive, read_file, write_atomic
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
@@ -100,7 +100,7 @@ def read_lock(fs: AbstractFileSystem, path: str) -> LockFile | None:
     """The lock at ``path``, None when there is none. Never raises for its content: a corrupt lock
     is a :class:`LockFile` with a ``problem`` (a lock being created can be empty for a moment)."""
     try:
-        data = fs.cat_file(path)
+        data = read_file(fs, path)
     except FileNotFoundError:
         return None
     if not data.strip():
@@ -310,7 +310,7 @@ class UpgradeJournal:
 
     def read(self) -> JournalRecord:
         """The journal; FileNotFoundError if there is none, :class:`JournalCorrupt` if unreadable."""
-        return JournalRecord.from_json(self.fs.cat_file(self.path), path=self.uri)
+        return JournalRecord.from_json(read_file(self.fs, self.path), path=self.uri)
 
     def step(self, name: str) -> JournalStep | None:
         return self.read().steps.get(name)
@@ -460,7 +460,7 @@ class UpgradeJournal:
             return False
         path = posixpath.join(posixpath.dirname(self.path), f"{other}.json")
         try:
-            return JournalRecord.from_json(self.fs.cat_file(path), path=path).closed
+            return JournalRecord.from_json(read_file(self.fs, path), path=path).closed
         except (FileNotFoundError, CheckpointError):
             return False
 
@@ -494,7 +494,7 @@ def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -
         if not base.endswith(".json") or base == LOCK or base.startswith("."):
             continue
         try:
-            records.append(JournalRecord.from_json(fs.cat_file(name), path=str(name)))
+            records.append(JournalRecord.from_json(read_file(fs, name), path=str(name)))
         except CheckpointError as exc:
             log.warning("skipping %s: %s", name, exc)
     return sorted(records, key=lambda r: r.created_at)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -86,3 +87,38 @@ def open_location(uri: str, **options: Any) -> tuple[AbstractFileSystem, str]:
         return webhdfs_filesystem(webhdfs), path
     fs, path = fsspec.core.url_to_fs(uri, **options)
     return fs, path
+
+
+def _protocols(fs: AbstractFileSystem) -> frozenset[str]:
+    proto = fs.protocol
+    return frozenset({proto} if isinstance(proto, str) else proto)
+
+
+def resolved(fs: AbstractFileSystem, path: str) -> str:
+    """Where ``path`` of ``fs`` really is, for overlap checks: on a local disk the absolute path with
+    ``.`` / ``..`` and every symbolic link resolved (also below a part that does not exist yet);
+    elsewhere the key prefix without the protocol, repeated or trailing slashes (object stores keep
+    ``..`` in a key as it is, so it is not resolved there)."""
+    from airflow_ckpt_provider.checkpoint.files import is_local
+
+    stripped = fs._strip_protocol(path)
+    if is_local(fs):
+        return os.path.realpath(os.path.abspath(stripped))
+    return re.sub(r"/{2,}", "/", stripped).rstrip("/") or "/"
+
+
+def overlap(first: tuple[AbstractFileSystem, str], second: tuple[AbstractFileSystem, str]) -> str | None:
+    """How the location ``first`` relates to ``second`` once both are :func:`resolved`: "the same
+    location", "inside" (first lies inside second), "contains" (second lies inside first), or None.
+    Locations on filesystems of different protocols never overlap."""
+    (fs_a, a), (fs_b, b) = first, second
+    if not _protocols(fs_a) & _protocols(fs_b):
+        return None
+    a, b = resolved(fs_a, a), resolved(fs_b, b)
+    if a == b:
+        return "the same location"
+    if a.startswith(b.rstrip("/") + "/"):
+        return "inside"
+    if b.startswith(a.rstrip("/") + "/"):
+        return "contains"
+    return None

@@ -26,6 +26,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     NotACheckpoint,
     UnreadableCheckpoint,
 )
+from airflow_ckpt_provider.checkpoint.files import read_file, unsafe_link
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
 from airflow_ckpt_provider.checkpoint.locations import open_location, refuse_credentials
@@ -138,6 +139,8 @@ class CheckpointReader:
                 kind = "file"
             else:
                 kind = entry.get("type", "file")
+                if entry.get("islink") and full != own:  # local disk: a link is never followed
+                    raise unsafe_link(full, self.root)
             if full == own:
                 if kind == "file" and not batch_dir:
                     raise NotACheckpoint(found="a file", expected="a checkpoint directory",
@@ -186,7 +189,7 @@ class CheckpointReader:
     def _cat(self, path: str) -> bytes:
         self.files_opened += 1
         try:
-            return self.fs.cat_file(path)
+            return read_file(self.fs, path)  # local: no link followed, no FIFO named like a batch file waited on
         except FileNotFoundError:
             raise CorruptCheckpointFile(
                 path=self._display(path), found="a listed file that vanished before it was read",

@@ -16,14 +16,18 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     ArchiveIncomplete,
     ArchiveNotFound,
+    LocationsOverlap,
     TargetNotEmpty,
 )
+from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.listing import holds_anything
+from airflow_ckpt_provider.checkpoint.locations import overlap, resolved
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, MANIFEST, ArchivedFile, ArchiveManifest, human_bytes
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
     Readahead,
+    check_listing,
     copy_file,
     default_workers,
     make_dirs,
@@ -44,7 +48,7 @@ def read_manifest(fs: AbstractFileSystem, archive_path: str) -> ArchiveManifest:
     :class:`ArchiveCorrupt` (``manifest.json``)."""
     path = norm_path(fs, archive_path)
     try:
-        raw = fs.cat_file(posixpath.join(path, MANIFEST))
+        raw = read_file(fs, posixpath.join(path, MANIFEST))
     except FileNotFoundError:
         if not fs.exists(path):
             raise ArchiveNotFound(found="nothing at this location", expected="an archive directory",
@@ -81,6 +85,12 @@ def restore_archive(
     the file when an archived file or its restored copy does not match the manifest (the
     partial target must then be deleted by hand before a retry).
     """
+    relation = overlap((target_fs, target_path), (archive_fs, archive_path))  # through '..' and links
+    if relation is not None:
+        raise LocationsOverlap(
+            found=f"restore target {target_path} and archive {archive_path}: {relation} "
+                  f"({resolved(target_fs, target_path)} and {resolved(archive_fs, archive_path)})",
+            expected="a restore target outside the archive", path=target_path)
     manifest = read_manifest(archive_fs, archive_path)
     target = norm_path(target_fs, target_path)
     if holds_anything(target_fs, target):
@@ -88,6 +98,7 @@ def restore_archive(
                              path=target_path)
     workers = workers or default_workers(archive_fs, target_fs)
     data = posixpath.join(norm_path(archive_fs, archive_path), DATA_DIR)
+    check_listing(archive_fs, data, manifest.files, where=archive_path)  # links, special files: refused before writing
     make_dirs(target_fs, target, [f.path for f in manifest.files], manifest.empty_dirs)
     progress = Progress(log, "restored", manifest.file_count, manifest.total_bytes)
 

@@ -54,7 +54,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateStartUnsupported,
     StateVersionPurged,
 )
-from airflow_ckpt_provider.checkpoint.files import is_local, write_atomic
+from airflow_ckpt_provider.checkpoint.files import is_local, read_file, write_atomic
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import find_entries, list_names
@@ -459,7 +459,7 @@ def read_manifest(fs: AbstractFileSystem, root: str, *, uri: str = "") -> StateM
     path = posixpath.join(root, STATE_MANIFEST)
     fs.invalidate_cache(root)
     try:
-        data = fs.cat_file(path)
+        data = read_file(fs, path)
     except FileNotFoundError:
         return None
     return StateManifest.from_json(data, where=f"{uri.rstrip('/')}/{STATE_MANIFEST}" if uri else path)

@@ -45,7 +45,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     RunningWithoutGracefulStop,
     StopTimeout,
 )
-from airflow_ckpt_provider.checkpoint.files import write_atomic
+from airflow_ckpt_provider.checkpoint.files import read_file, write_atomic
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
@@ -434,7 +434,7 @@ class ControlFiles:
         path = self._path(rel)
         try:
             self.fs.invalidate_cache(posixpath.dirname(path))
-            return self.fs.cat_file(path)
+            return read_file(self.fs, path)
         except FileNotFoundError:
             return None
 

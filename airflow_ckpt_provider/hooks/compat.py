@@ -48,6 +48,7 @@ from airflow_ckpt_provider.checkpoint.compat import (
     spark_error,
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
+from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
@@ -111,7 +112,7 @@ class _Trial:
 def _read_json(fs: Any, path: str) -> Any:
     try:
         fs.invalidate_cache(posixpath.dirname(path))
-        return load_json(fs.cat_file(path))
+        return load_json(read_file(fs, path))
     except (FileNotFoundError, ValueError):
         return None
 

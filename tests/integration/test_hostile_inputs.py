@@ -21,12 +21,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError, CorruptCheckpointFile, ImpossibleOffsets
+from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
+from airflow_ckpt_provider.checkpoint.errors import (
+    ArchiveInsideCheckpoint,
+    CheckpointError,
+    CorruptCheckpointFile,
+    ImpossibleOffsets,
+    LocationsOverlap,
+    UnsafeEntry,
+)
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
+from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from tests.integration.test_bad_inputs import Stream, make_stream
 
 pytestmark = pytest.mark.integration
@@ -207,3 +218,68 @@ def test_deeply_nested_json_in_a_checkpoint_is_a_typed_error(ck: Path, rel: str,
         err = cli_refused([command, str(ck)], f"{ck}/{rel}", "nested more than 64 levels")
         assert len(err) < 1500
     assert tree_hash(ck) == before
+
+
+# -- links, special files, overlaps ---------------------------------------------------------------
+
+LOCAL = fsspec.filesystem("file")
+
+
+def archive_of(checkpoint: Path, root: Path) -> Path:
+    manifest = CheckpointArchive(LOCAL, str(root)).archive(LOCAL, str(checkpoint), stream_name="orders",
+                                                           upgrade_id="up-hostile")
+    return Path(manifest.archive_uri)
+
+
+@pytest.mark.parametrize("plant", ["link-to-passwd", "link-to-folder", "fifo-in-state", "fifo-as-batch"])
+def test_archive_of_a_real_checkpoint_never_follows_a_link_nor_waits_on_a_fifo(ck: Path, tmp_path: Path,
+                                                                              plant: str) -> None:
+    if plant == "fifo-as-batch":
+        batch = last_committed(ck)
+        (ck / "offsets" / str(batch)).unlink()
+        os.mkfifo(ck / "offsets" / str(batch))
+        culprit = f"{ck}/offsets/{batch}"
+    else:
+        (ck / "state" / "0" / "0").mkdir(parents=True)
+        culprit = f"{ck}/state/0/0/1.delta"
+        {"link-to-passwd": lambda: os.symlink("/etc/passwd", culprit),
+         "link-to-folder": lambda: os.symlink("/etc", culprit),
+         "fifo-in-state": lambda: os.mkfifo(culprit)}[plant]()
+    archive = tmp_path / "archive"
+    before = tree_hash(ck)
+    cli_refused(["archive", str(ck), "--to", str(archive), "--name", "orders", "--upgrade-id", "up-1"], culprit)
+    assert tree_hash(ck) == before and not archive.exists()
+    core_refused(UnsafeEntry, lambda: CheckpointArchive(LOCAL, str(archive)).archive(
+        LOCAL, str(ck), stream_name="orders", upgrade_id="up-1"), culprit)
+    assert tree_hash(ck) == before and not archive.exists()
+
+
+def test_a_link_planted_in_a_real_archive_is_never_verified_ok_nor_restored(ck: Path, tmp_path: Path) -> None:
+    archive = archive_of(ck, tmp_path / "archive")
+    planted = archive / DATA_DIR / "metadata"
+    planted.unlink()
+    os.symlink("/etc/passwd", planted)
+    before, target = tree_hash(tmp_path), tmp_path / "restored"
+    cli_refused(["verify-archive", str(archive)], "-> /etc/passwd")
+    cli_refused(["restore", str(archive), "--to", str(target)], "-> /etc/passwd")
+    assert tree_hash(tmp_path) == before and not target.exists()
+
+
+@pytest.mark.parametrize("how", ["dots", "link"])
+def test_overlaps_through_dots_and_links_are_refused(ck: Path, tmp_path: Path, how: str) -> None:
+    if how == "link":
+        os.symlink(ck, tmp_path / "alias")
+    inside = f"{tmp_path}/x/../ck/sub" if how == "dots" else str(tmp_path / "alias" / "sub")
+    before = tree_hash(tmp_path)
+    core_refused(ArchiveInsideCheckpoint, lambda: CheckpointArchive(LOCAL, inside).archive(
+        LOCAL, str(ck), stream_name="orders", upgrade_id="up-1"), "overlap")
+    assert tree_hash(tmp_path) == before
+    archive = archive_of(ck, tmp_path / "archive")
+    into = f"{archive}/../{archive.name}/{DATA_DIR}" if how == "dots" else str(tmp_path / "alias2" / "r")
+    if how == "link":
+        os.symlink(archive, tmp_path / "alias2")
+    before = tree_hash(tmp_path)
+    core_refused(LocationsOverlap, lambda: restore_archive(LOCAL, str(archive), LOCAL, into), "overlap")
+    cli_refused(["restore", str(archive), "--to", into], "overlap")
+    assert tree_hash(tmp_path) == before
+    verify_archive(LOCAL, str(archive))
