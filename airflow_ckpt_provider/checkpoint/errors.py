@@ -921,3 +921,23 @@ class LocationsOverlap(ArchiveError):
 
     summary = "locations overlap"
     default_action = "Nothing was written. Choose a location outside the other one and retry."
+
+
+class RestoreInProgress(ArchiveError):
+    """Another restore holds the target's lock (``.<target name>.restore-lock`` beside it)."""
+
+    summary = "another restore into this target is in progress"
+    default_action = (
+        "Nothing was written. Wait for that restore to finish; if none runs (its process died on another host), "
+        "remove the lock file and the temporary folder it names, then retry."
+    )
+
+
+class IncompleteRestore(CheckpointError):
+    """A checkpoint location holding a restore that did not finish (its ``_restore_incomplete.json``
+    marker is still there): some files may be missing, so it is never read as a checkpoint."""
+
+    summary = "incomplete restore"
+    default_action = (
+        "Nothing was read. Delete the location and restore the archive again (`ckpt restore ARCHIVE --to LOCATION`)."
+    )

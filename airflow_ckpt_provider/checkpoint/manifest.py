@@ -28,6 +28,9 @@ from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
 DATA_DIR = "checkpoint"
+#: on an object store (no rename), a restore target holds this marker from before its first file
+#: until after its verification: the reader refuses a location that holds it (IncompleteRestore)
+RESTORE_MARKER = "_restore_incomplete.json"
 
 _SAFE = re.compile(r"[A-Za-z0-9._-]+\Z")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")

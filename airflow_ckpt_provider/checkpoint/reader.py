@@ -23,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotFound,
     CommitWithoutOffsets,
     CorruptCheckpointFile,
+    IncompleteRestore,
     NotACheckpoint,
     UnreadableCheckpoint,
 )
@@ -43,6 +44,7 @@ from airflow_ckpt_provider.checkpoint.logs import (
     parse_offset_log,
     verify_crc,
 )
+from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.clock import utc_iso
 
@@ -211,6 +213,9 @@ class CheckpointReader:
         self.fs.invalidate_cache(self.root)
         root = self._list(self.root)
         kinds = root.names
+        if RESTORE_MARKER in kinds:
+            raise IncompleteRestore(found=f"{RESTORE_MARKER}: a restore into this location did not finish",
+                                    expected="a complete checkpoint", path=self.uri)
         has = {name: kinds.get(name) == "directory" for name in ("offsets", "commits", "sources", "state")}
         has["metadata"] = kinds.get("metadata") == "file"
         if not (has["metadata"] or has["offsets"] or has["commits"]):

@@ -623,11 +623,13 @@ def run_parallel(items: Sequence[T], work: Callable[[T], R], workers: int, *,
     return results
 
 
-def check_listing(fs: AbstractFileSystem, root: str, files: Sequence[ArchivedFile], *, where: str) -> None:
+def check_listing(fs: AbstractFileSystem, root: str, files: Sequence[ArchivedFile], *, where: str,
+                  ignore: frozenset[str] = frozenset()) -> None:
     """One listing of ``root`` (the safe walk: links and special files refused) must name exactly
-    ``files`` with their sizes; :class:`ArchiveCorrupt` naming the first that is missing, extra or
-    of another size. Reads no file."""
+    ``files`` with their sizes (and may hold the ``ignore`` files besides); :class:`ArchiveCorrupt`
+    naming the first that is missing, extra or of another size. Reads no file."""
     present, _ = list_tree(fs, root) if fs.exists(root) else ({}, [])
+    present = {path: size for path, size in present.items() if path not in ignore}
 
     def resized(entry: ArchivedFile) -> tuple[str, str] | None:
         if present[entry.path] != entry.size:
@@ -647,13 +649,14 @@ def verify_files(
     log: logging.Logger,
     verb: str = "verified",
     chunk: int = CHUNK,
+    ignore: frozenset[str] = frozenset(),
 ) -> None:
     """Re-read and hash every file under ``root``; :class:`ArchiveCorrupt` naming the first bad file.
 
     Missing files, size differences, checksum differences and files the manifest does not list
     all fail. ``where`` is the location shown in the error.
     """
-    check_listing(fs, root, files, where=where)
+    check_listing(fs, root, files, where=where, ignore=ignore)
     progress = Progress(log, verb, len(files), sum(f.size for f in files))
 
     def check(entry: ArchivedFile) -> tuple[str, str, str] | None:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import shutil
-from collections.abc import Callable
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +287,110 @@ def test_overlaps_through_dots_and_links_are_refused(ck: Path, tmp_path: Path, h
     cli_refused(["restore", str(archive), "--to", into], "overlap")
     assert tree_hash(tmp_path) == before
     verify_archive(LOCAL, str(archive))
+
+
+# -- restores are never half-visible --------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ckpt_process(*argv: str, user: int | None = None) -> subprocess.Popen[str]:
+    """``ckpt argv`` in a child process (as ``user`` through ``setpriv`` when given)."""
+    command = [sys.executable, "-m", "airflow_ckpt_provider.cli", *argv]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs: room for the archive's manifest check, not for the restored checkpoint."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def padded_archive(ck: Path, tmp_path: Path) -> Path:
+    """An archive of the real checkpoint plus 2 MiB of state, too big for :func:`tmpfs`."""
+    (ck / "state" / "0" / "0").mkdir(parents=True)
+    (ck / "state" / "0" / "0" / "1.delta").write_bytes(os.urandom(2 * 1024 * 1024))
+    return archive_of(ck, tmp_path / "archive")
+
+
+def test_a_restore_onto_a_full_disk_leaves_nothing(ck: Path, tmp_path: Path, tmpfs: Path) -> None:
+    archive = padded_archive(ck, tmp_path)
+    before = tree_hash(archive)
+    target = tmpfs / "restored"
+    cli_refused(["restore", str(archive), "--to", str(target)], "No space left on device", "Nothing was left")
+    assert os.listdir(tmpfs) == [] and tree_hash(archive) == before
+    verify_archive(LOCAL, str(archive))
+
+
+def test_a_restore_without_write_permission_is_a_typed_error_as_a_non_root_user(ck: Path, tmp_path: Path) -> None:
+    archive = padded_archive(ck, tmp_path)
+    nobody = 65534
+    shared = Path(tempfile.mkdtemp(prefix="ckpt-hostile-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o755)
+        readable = shared / "archive"
+        shutil.copytree(archive, readable)
+        for folder, _, names in os.walk(shared):
+            os.chmod(folder, 0o755)
+            for name in names:
+                os.chmod(Path(folder, name), 0o644)
+        parent = shared / "locked"
+        parent.mkdir(mode=0o755)  # root's: nobody may not create the target, its temp folder or the lock
+        before = tree_hash(shared)
+        process = ckpt_process("restore", str(readable), "--to", str(parent / "restored"), user=nobody)
+        out, err = process.communicate()
+        assert process.returncode == 2, (out, err)
+        assert out == "" and "Traceback" not in err and err.startswith("ckpt: error: ") and err.count("\n") == 1, err
+        assert "Permission denied" in err and "found " in err and "expected " in err
+        assert tree_hash(shared) == before
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_concurrent_restore_processes_never_mix(ck: Path, tmp_path: Path, real: Stream) -> None:
+    first = archive_of(ck, tmp_path / "a1")
+    (ck / "commits" / str(last_committed(ck))).unlink()  # another checkpoint: one commit fewer
+    (ck / "commits" / f".{last_committed(ck) + 1}.crc").unlink(missing_ok=True)
+    second = archive_of(ck, tmp_path / "a2")
+    contents = {str(a): {f.path for f in verify_archive(LOCAL, str(a)).files} for a in (first, second)}
+    assert contents[str(first)] != contents[str(second)]
+    for round_ in range(8):
+        target = tmp_path / "targets" / f"r{round_}"
+        processes = [ckpt_process("restore", str(a), "--to", str(target)) for a in (first, second)]
+        results = [(p.wait(), *p.communicate()) for p in processes]
+        winners = [str(a) for a, (code, _, _) in zip((first, second), results, strict=True) if code == 0]
+        assert len(winners) == 1, results
+        loser = next(r for r in results if r[0] != 0)
+        assert loser[0] == 2 and ("another restore" in loser[2] or "existing content" in loser[2]), loser
+        got = {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()}
+        assert got == contents[winners[0]]
+        assert sorted(os.listdir(target.parent)) == sorted(f"r{i}" for i in range(round_ + 1))  # no lock, no temp
+
+
+# -- secrets ---------------------------------------------------------------------------------------
+
+SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzz"
+
+
+def test_no_secret_reaches_any_output_or_file(ck: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    location = f"s3a://AKIAIOSFODNN7EXAMPLE:{SECRET}@bucket/archives"
+    before = tree_hash(tmp_path)
+    for argv in (["archive", str(ck), "--to", location, "--name", "orders", "--upgrade-id", "up-1"],
+                 ["inspect", location.replace("archives", "cp")], ["offsets", f"hdfs://etl:{SECRET}@nn:8020/cp"],
+                 ["restore", location, "--to", str(tmp_path / "r")]):
+        cli_refused(argv, "credentials in a location", "Airflow connection", secrets=(SECRET, "AKIAIOSFODNN7EXAMPLE"))
+    assert tree_hash(tmp_path) == before
+    assert not any(SECRET in record.getMessage() for record in caplog.records)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
