@@ -219,7 +219,7 @@ def _copy_verified(archive_fs: AbstractFileSystem, archive_path: str, data: str,
     if marker:
         fs.makedirs(into, exist_ok=True)
         fs.pipe_file(posixpath.join(into, RESTORE_MARKER), json.dumps({"archive": manifest.archive_uri}).encode())
-    make_dirs(fs, into, [f.path for f in manifest.files], manifest.empty_dirs, private=True)
+    make_dirs(fs, into, [f.path for f in manifest.files], manifest.empty_dirs)
     progress = Progress(log, "restored", manifest.file_count, manifest.total_bytes)
 
     def copy(entry: ArchivedFile) -> None:

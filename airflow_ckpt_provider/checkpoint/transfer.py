@@ -109,9 +109,9 @@ def default_workers(*filesystems: AbstractFileSystem) -> int:
 def _open(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
     """A raw file (readinto/write are syscalls) on a local disk, opened by :func:`open_regular`:
     never through a link, never a FIFO or device; fsspec's file elsewhere."""
-    if is_local(fs):
+    if is_local(fs):  # written files get the mode open() gives them (0o666 less the umask)
         flags = os.O_RDONLY if "r" in mode else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        return os.fdopen(open_regular(path, flags), mode, buffering=0)
+        return os.fdopen(open_regular(path, flags, 0o666), mode, buffering=0)
     return fs.open(path, mode)
 
 
