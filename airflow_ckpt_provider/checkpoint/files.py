@@ -21,7 +21,8 @@ from typing import IO, Any
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import StorageError, UnsafeEntry
+from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, StorageError, UnsafeEntry
+from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,16 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> 
     return fd
 
 
-def read_regular(path: str) -> bytes:
-    """The whole LOCAL regular file ``path`` read through :func:`open_regular`."""
+def read_regular(path: str, limit: int | None = None) -> bytes:
+    """The whole LOCAL regular file ``path`` read through :func:`open_regular`;
+    :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge` before reading when it is larger
+    than ``limit`` bytes."""
     fd = open_regular(path)
     try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise JsonTooLarge(found=f"a file of {size:,} bytes", expected=f"at most {limit:,} bytes (nothing the "
+                               "provider reads whole is larger)", path=path)
         chunks = []
         while block := os.read(fd, 1024 * 1024):
             chunks.append(block)
@@ -103,8 +110,9 @@ def read_regular(path: str) -> bytes:
 
 def read_file(fs: AbstractFileSystem, path: str) -> bytes:
     """The whole file ``path`` of ``fs``: on a local disk by :func:`read_regular` (no link
-    followed, no FIFO waited on), elsewhere ``fs.cat_file``. The one way the core reads a file whole."""
-    return read_regular(path) if is_local(fs) else fs.cat_file(path)
+    followed, no FIFO waited on, nothing larger than the JSON input limit read into memory),
+    elsewhere ``fs.cat_file``. The one way the core reads a file whole."""
+    return read_regular(path, MAX_JSON_BYTES) if is_local(fs) else fs.cat_file(path)
 
 
 def check_no_links(root: str, path: str) -> None:

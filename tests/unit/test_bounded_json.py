@@ -142,3 +142,22 @@ def test_cli_refuses_deep_metadata_in_one_short_line(tmp_path: Path) -> None:
         assert cli.main([command, location], stdout=out, stderr=err) == 2
         assert out.getvalue() == "" and err.getvalue().count("\n") == 1 and len(err.getvalue()) < 1000
         assert f"{location}/metadata" in err.getvalue() and "nested more than 64 levels" in err.getvalue()
+
+
+def test_a_huge_local_file_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from airflow_ckpt_provider.checkpoint import files
+
+    location = str(tmp_path / "ck")
+    write_checkpoint(location)
+    huge = tmp_path / "ck" / "offsets" / "2"
+    with open(huge, "r+b") as handle:
+        handle.truncate(json_limits.MAX_JSON_BYTES + 1)  # sparse: no disk, no memory
+    reads: list[int] = []
+    real_read = os.read
+    monkeypatch.setattr(files.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["offsets", location], stdout=out, stderr=err) == 2
+    assert f"{location}/offsets/2" in err.getvalue() and "268,435,457 bytes" in err.getvalue()
+    assert sum(reads) < 10 * 1024 * 1024  # the small files only

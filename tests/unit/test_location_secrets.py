@@ -137,3 +137,13 @@ def test_the_object_storage_page_makes_the_promise_this_module_tests() -> None:
     page = (REPO / "docs" / "src" / "object-storage.md").read_text()
     assert "No secret is written to a log or an error message." in page
     assert "test_location_secrets.py" in page
+
+
+def test_a_report_never_shows_the_credentials_of_a_location() -> None:
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport
+
+    report = UpgradeReport(stream="orders", outcome="failed", old_checkpoint=CREDENTIALED[0],
+                           new_checkpoint=CREDENTIALED[3], archive=CREDENTIALED[5],
+                           notes=(f"preflight failed reading {CREDENTIALED[1]}",))
+    for text in (report.to_json(), report.to_markdown(), report.to_html(), str(report.to_dict())):
+        assert SECRET not in text and KEY not in text and "s3a://***@bucket/checkpoints/orders" in text
