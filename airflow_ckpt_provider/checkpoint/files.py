@@ -42,6 +42,34 @@ def is_local(fs: AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+#: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
+_OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),
+    errno.ENOSPC: ("no space left on the device", "Free space on that filesystem (or choose another) and retry."),
+    errno.EDQUOT: ("the disk quota is used up", "Free space within the quota (or choose another location) and retry."),
+    errno.EACCES: ("permission denied", "Run as a user who may read it (and write, for a target), or fix its "
+                   "permissions, and retry."),
+    errno.EPERM: ("operation not permitted", "Run as a user who may read it (and write, for a target), or fix its "
+                  "permissions, and retry."),
+    errno.EROFS: ("a read-only filesystem", "Choose a writable location and retry."),
+    errno.ELOOP: ("a loop of symbolic links", "Replace the links by the folders or files they stand for and retry."),
+    errno.ENOTDIR: ("a file where a folder is expected", "Give the folder (checkpoint, archive or target), not a file "
+                    "inside it, and retry."),
+    errno.EISDIR: ("a folder where a file is expected", "Give the file, not a folder, and retry."),
+    errno.ENAMETOOLONG: ("a path that is too long", "Choose a shorter location and retry."),
+    errno.EIO: ("an input/output error of the device", "Check the disk (kernel log) before trusting anything on it."),
+}
+
+
+def os_error_parts(exc: OSError) -> tuple[str, str]:
+    """(found, action) for an OS error: what it means in words, with its path and errno name, and
+    what to do; for typed errors such as :class:`StorageError` instead of a bare "cannot read"."""
+    meaning, action = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "Fix the cause and retry."))
+    where = f" at {exc.filename}" if exc.filename else ""
+    code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno else ""
+    return f"{meaning}{where}{code}", action
+
+
 def entry_kind(mode: int) -> str:
     """What a file mode names, for messages: "a FIFO (named pipe)", "a socket", ... "a regular file"."""
     return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else
@@ -70,8 +98,8 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> 
     try:
         fd = os.open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode)
     except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno in (errno.EMLINK, errno.ENXIO) and os.path.islink(path)):
-            raise unsafe_link(path) from None
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO) and os.path.islink(path):
+            raise unsafe_link(path) from None  # (ELOOP through a loop of links above it stays an OSError)
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO without a writer opened for writing
             raise UnsafeEntry(found=f"{entry_kind(os.lstat(path).st_mode)} at {path}",
                               expected="a regular file", path=path) from None

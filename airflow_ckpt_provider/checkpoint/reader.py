@@ -27,7 +27,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     NotACheckpoint,
     UnreadableCheckpoint,
 )
-from airflow_ckpt_provider.checkpoint.files import read_file, unsafe_link
+from airflow_ckpt_provider.checkpoint.files import os_error_parts, read_file, unsafe_link
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
 from airflow_ckpt_provider.checkpoint.locations import open_location, refuse_credentials
@@ -130,7 +130,8 @@ class CheckpointReader:
             raise CheckpointNotFound(found="nothing at this location", expected="a directory",
                                      path=self._display(path)) from None
         except OSError as exc:
-            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a listable directory",
+            found, action = os_error_parts(exc)
+            raise UnreadableCheckpoint(found=found, expected="a listable directory", action=action,
                                        path=self._display(path)) from None
         names: dict[str, str] = {}
         own = path.rstrip("/")
@@ -199,7 +200,8 @@ class CheckpointReader:
                 action="Stop the query (or wait for it to stop) and retry.",
             ) from None
         except OSError as exc:
-            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a readable file",
+            found, action = os_error_parts(exc)
+            raise UnreadableCheckpoint(found=found, expected="a readable file", action=action,
                                        path=self._display(path)) from None
 
     def _display(self, path: str) -> str:

@@ -257,3 +257,20 @@ def test_restore_into_the_archive_is_refused(ck: Path, tmp_path: Path, where: st
 
 def test_every_refusal_here_is_a_checkpoint_error() -> None:
     assert issubclass(UnsafeEntry, CheckpointError) and issubclass(LocationsOverlap, CheckpointError)
+
+
+@pytest.mark.parametrize("case", ["link-loop", "file-for-folder"])
+@pytest.mark.parametrize("command", ["inspect", "offsets", "verify-archive", "archives", "restore"])
+def test_os_errors_are_explained_not_bare(tmp_path: Path, case: str, command: str) -> None:
+    if case == "link-loop":
+        os.symlink("loop", tmp_path / "loop")
+        location, said = str(tmp_path / "loop"), "a loop of symbolic links"
+    else:
+        (tmp_path / "afile").write_bytes(b"x")
+        location, said = str(tmp_path / "afile" / "sub"), "a file where a folder is expected"
+    argv = [command, location] + (["--to", str(tmp_path / "target")] if command == "restore" else [])
+    before = tree_hash(tmp_path)
+    err = refused(*argv, mentions=("found ", "expected "))
+    code = "ELOOP" if case == "link-loop" else "ENOTDIR"
+    assert f"found {said} at {location}" in err and f"({code})" in err and "retry." in err, err
+    assert tree_hash(tmp_path) == before
