@@ -28,7 +28,14 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StorageError,
     TargetNotEmpty,
 )
-from airflow_ckpt_provider.checkpoint.files import O_CLOEXEC, create_exclusive, is_local, make_private_dirs, read_file
+from airflow_ckpt_provider.checkpoint.files import (
+    O_CLOEXEC,
+    create_exclusive,
+    is_local,
+    make_private_dirs,
+    os_error_parts,
+    read_file,
+)
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import holds_anything
 from airflow_ckpt_provider.checkpoint.locations import overlap, resolved
@@ -205,10 +212,9 @@ def restore_archive(
 
 
 def _storage_error(exc: OSError, manifest: ArchiveManifest, target_path: str, done: str) -> StorageError:
-    return StorageError(found=f"{type(exc).__name__}: {exc}",
-                        expected=f"a writable target with room for {human_bytes(manifest.total_bytes)}",
-                        path=target_path, action=f"{done} Free space or fix the permissions of the target's folder "
-                        "and retry.")
+    found, action = os_error_parts(exc)
+    return StorageError(found=found, expected=f"a writable target with room for {human_bytes(manifest.total_bytes)}",
+                        path=target_path, action=f"{done} {action}")
 
 
 def _copy_verified(archive_fs: AbstractFileSystem, archive_path: str, data: str, fs: AbstractFileSystem, into: str,

@@ -116,7 +116,8 @@ def test_a_failed_restore_leaves_nothing_behind(archive: str, tmp_path: Path, ki
     assert everything(fs, target) == before  # no target, no temporary folder, no lock
     assert not fs.exists(target)
     if damage == "write-fails":
-        assert "No space left" in str(info.value) and "Nothing was left at the target" in str(info.value)
+        assert "no space left on the device" in str(info.value) and "(ENOSPC)" in str(info.value)
+        assert "Nothing was left at the target. Free space" in str(info.value)
 
 
 def test_a_failed_restore_into_an_existing_empty_folder_leaves_it_empty(archive: str, tmp_path: Path) -> None:
