@@ -17,7 +17,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
@@ -78,7 +77,7 @@ class LaunchTriggerEvent:
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any] | None) -> LaunchTriggerEvent:
         """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
-        raw = load_json(data) if isinstance(data, str) else data
+        raw = json.loads(data) if isinstance(data, str) else data
         if not isinstance(raw, Mapping):
             raise ValueError(f"unexpected trigger event of type {type(raw).__name__}; expected a dict")
         missing, unknown = REQUIRED_KEYS - set(raw), set(raw) - EVENT_KEYS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -10,7 +11,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.stop import (
     DEFAULT_MISSED_BEATS,
     ControlFiles,
@@ -53,7 +53,7 @@ class StopTriggerEvent:
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str | None) -> StopTriggerEvent:
         """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
-        raw = load_json(data) if isinstance(data, str) else data
+        raw = json.loads(data) if isinstance(data, str) else data
         if not isinstance(raw, Mapping) or set(raw) != EVENT_KEYS:
             raise ValueError(f"unexpected trigger event {raw!r}: expected keys {sorted(EVENT_KEYS)}")
         event = cls(reason=StopReason(raw["reason"]), request_id=str(raw["request_id"]), run_id=str(raw["run_id"]),
