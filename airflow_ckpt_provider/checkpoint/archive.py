@@ -42,9 +42,18 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     UnreadableCheckpoint,
 )
-from airflow_ckpt_provider.checkpoint.files import is_local, make_private_dirs, write_atomic, write_private_file
+from airflow_ckpt_provider.checkpoint.files import (
+    check_no_links,
+    is_local,
+    make_private_dirs,
+    read_file,
+    write_atomic,
+    write_private_file,
+)
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_entries
+from airflow_ckpt_provider.checkpoint.locations import overlap, refuse_credentials, resolved
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
@@ -97,15 +106,6 @@ def default_actor() -> str:
     except Exception:  # noqa: BLE001 - no user name in some containers
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def _protocols(fs: AbstractFileSystem) -> set[str]:
-    proto = fs.protocol
-    return {proto} if isinstance(proto, str) else set(proto)
-
-
-def _inside(child: str, parent: str) -> bool:
-    return child == parent or child.startswith(parent.rstrip("/") + "/")
 
 
 def _modified(info: Mapping[str, Any]) -> datetime | None:
@@ -178,11 +178,13 @@ def check_archive_location(
     nothing."""
     stream_name = check_name(stream_name)
     (source_fs, source_path), (archive_fs, archive_root) = source, archive
-    src, stream_dir = _norm(source_fs, source_path), posixpath.join(_norm(archive_fs, archive_root), stream_name)
-    if _protocols(source_fs) & _protocols(archive_fs) and (_inside(stream_dir, src) or _inside(src, stream_dir)):
+    stream_dir = posixpath.join(_norm(archive_fs, archive_root), stream_name)
+    relation = overlap((archive_fs, stream_dir), (source_fs, source_path))  # through '..' and links
+    if relation is not None:
         where = source_uri or source_path
         raise ArchiveInsideCheckpoint(
-            found=f"archive {(archive_uri or archive_root).rstrip('/')}/{stream_name} and checkpoint {where} overlap",
+            found=f"archive {(archive_uri or archive_root).rstrip('/')}/{stream_name} and checkpoint {where} overlap "
+                  f"({relation}: {resolved(archive_fs, stream_dir)} and {resolved(source_fs, source_path)})",
             expected="separate locations", path=where)
     return stream_name
 
@@ -226,7 +228,7 @@ class CheckpointArchive:
     ) -> None:
         self.fs = archive_fs
         self.root = _norm(archive_fs, archive_root)
-        self.uri = (archive_uri or archive_root).rstrip("/")
+        self.uri = refuse_credentials((archive_uri or archive_root).rstrip("/"), "archive location")
         self.workers = workers
         self.chunk = chunk_size
         self.every_files, self.every_s = progress_every_files, progress_every_s
@@ -263,7 +265,7 @@ class CheckpointArchive:
         clock = _Stopwatch(timings)
         upgrade_id = check_name(upgrade_id, "upgrade id")
         source = _norm(source_fs, source_path)
-        source_uri = (source_uri or source_path).rstrip("/")
+        source_uri = refuse_credentials((source_uri or source_path).rstrip("/"), "checkpoint location")
         stream_name = check_archive_location((source_fs, source), (self.fs, self.root), stream_name,
                                              source_uri=source_uri, archive_uri=self.uri)
         check_query_stopped(source_fs, source, now=self.clock(), uri=source_uri)
@@ -271,6 +273,8 @@ class CheckpointArchive:
         handover = self._handover(snapshot, handover, source_uri)
         workers = self.workers or default_workers(source_fs, self.fs)
 
+        files, stamps, empty_dirs = scan_tree(source_fs, source)  # links and special files refused before any write
+        clock.lap("scan")
         plan = self._plan(stream_name, upgrade_id)
         if plan.complete:
             return self._reuse(plan, source_fs, source, source_uri, remove_source, workers)
@@ -281,8 +285,6 @@ class CheckpointArchive:
         data = posixpath.join(plan.path, DATA_DIR)
         archive_uri = f"{self.uri}/{stream_name}/{plan.name}"
         local = is_local(self.fs)
-        files, stamps, empty_dirs = scan_tree(source_fs, source)
-        clock.lap("scan")
         log.info("archiving %s files (%s) of query %s from %s to %s/%s/%s%s", f"{len(files):,}",
                  human_bytes(sum(files.values())), snapshot.query_id, source_uri, self.uri, stream_name,
                  plan.name, " (resuming)" if plan.resumed else "")
@@ -369,7 +371,7 @@ class CheckpointArchive:
         path = posixpath.join(plan.path, INTENT)
         if plan.resumed:
             try:
-                before = json.loads(self.fs.cat_file(path))
+                before = load_json(read_file(self.fs, path))
             except (FileNotFoundError, ValueError):
                 before = None
             if before is not None:
@@ -391,6 +393,8 @@ class CheckpointArchive:
         """Copy (or keep, when resuming) every file; returns the entries and, on a local disk, each
         file's stamp when it was verified (:func:`check_unchanged`). :class:`ArchiveCorrupt` if a
         local copy does not read back as written."""
+        if resumed and is_local(self.fs):  # never delete or write through a link planted in the archive
+            check_no_links(self.root, dst)
         existing = list_tree(self.fs, dst)[0] if resumed and self.fs.exists(dst) else {}
         for extra in sorted(set(existing) - set(files)):
             log.info("removing %s from the earlier attempt: no longer in the checkpoint", extra)

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, TrialRefused
+from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.enums import StrEnum
 
 
@@ -282,7 +283,9 @@ def _load(data: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]
     if isinstance(data, Mapping):
         return data
     try:
-        raw = json.loads(data)
+        raw = load_json(data, what=what)
+    except JsonTooLarge:
+        raise
     except ValueError:
         raise InvalidVerdict(found=f"{what} text that is not JSON", expected="a JSON object") from None
     if not isinstance(raw, dict):

@@ -4,7 +4,9 @@ Every error is a :class:`ProviderError`: what was ``found``, what was ``expected
 to take (each class has a default action), optionally the ``path`` it concerns and a multi-line
 ``detail`` (a command's output tail). ``str(error)`` reads
 ``"<summary>[ (<path>)]: found <found>; expected <expected>. <action>[\\n<detail>]"`` so the command
-line and the Airflow task log show one self-explaining line. :class:`CheckpointError` covers the
+line and the Airflow task log show one self-explaining line; each field is cut to
+:data:`MAX_FIELD_CHARS` (the detail to :data:`MAX_DETAIL_CHARS`, keeping its end) and the full text
+of an error that was cut is logged at DEBUG when it is made. :class:`CheckpointError` covers the
 checkpoint, the handover, the broker and the upgrade steps; :class:`LocalStackError` the embedded
 local stack (Java, Maven, Kafka broker, Spark standalone, Airflow home) and is raised only after
 anything the failing step started has been stopped again. Every error pickles with its fields
@@ -13,7 +15,29 @@ anything the failing step started has been stopped again. Every error pickles wi
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
+
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
+
+log = logging.getLogger(__name__)
+
+#: the longest found / expected / action / path shown in an error line (the middle is cut)
+MAX_FIELD_CHARS = 1000
+#: the longest multi-line detail shown (a command's output tail: its end is kept)
+MAX_DETAIL_CHARS = 20_000
+
+
+def shorten(text: str, limit: int = MAX_FIELD_CHARS, *, keep_end: bool = False) -> str:
+    """``text`` cut to about ``limit`` characters: the middle (or, ``keep_end``, the start) is
+    replaced by a note of how much was cut. Pure; used for every error line."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    if keep_end:
+        return f"[{cut:,} characters cut]...{text[-limit:]}"
+    half = limit // 2
+    return f"{text[:half]}...[{cut:,} characters cut]...{text[-(limit - half):]}"
 
 
 class ProviderError(Exception):
@@ -37,13 +61,23 @@ class ProviderError(Exception):
         self.path = path
         self.detail = detail
         super().__init__(str(self))
+        if len(self.full_text()) > len(str(self)):
+            log.debug("%s (in full): %s", type(self).__name__, self.full_text())
 
     def _where(self) -> str:
-        return f" ({self.path})" if self.path else ""
+        return f" ({shorten(self.path)})" if self.path else ""
+
+    def full_text(self) -> str:
+        """The message with no field cut (for the log; :meth:`__str__` is what users see); locations'
+        credentials masked like every error line (:func:`~airflow_ckpt_provider.checkpoint.secrets.redact_location`)."""
+        text = f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
+        return redact_location(f"{text}\n{self.detail}" if self.detail else text)
 
     def __str__(self) -> str:
-        text = f"{self.summary}{self._where()}: found {self.found}; expected {self.expected}. {self.action}"
-        return f"{text}\n{self.detail}" if self.detail else text
+        text = (f"{self.summary}{self._where()}: found {shorten(self.found)}; expected {shorten(self.expected)}. "
+                f"{shorten(self.action)}")
+        return redact_location(f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail
+                               else text)
 
     def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
         return (_rebuild, (type(self), dict(self.__dict__)))
@@ -117,7 +151,7 @@ class CorruptCheckpointFile(CheckpointError):
     def _where(self) -> str:
         if not self.path:
             return f" (line {self.line})" if self.line else ""
-        return f" ({self.path}, line {self.line})" if self.line else f" ({self.path})"
+        return f" ({shorten(self.path)}, line {self.line})" if self.line else f" ({shorten(self.path)})"
 
 
 class UnsupportedLogVersion(CorruptCheckpointFile):
@@ -326,7 +360,7 @@ class ArchiveCorrupt(ArchiveError):
         super().__init__(found=found, expected=expected, action=action, path=path)
 
     def _where(self) -> str:
-        return f" ({self.path}: {self.file})" if self.path else f" ({self.file})"
+        return f" ({shorten(self.path)}: {shorten(self.file)})" if self.path else f" ({shorten(self.file)})"
 
 
 class CheckpointChanged(ArchiveError):
@@ -863,3 +897,89 @@ class InvalidVerdict(CompatibilityError, ValueError):
 class InvalidUpgradePath(CompatibilityError, ValueError):
     summary = "invalid upgrade path"
     default_action = "Pass the result of the path step (UpgradePathOperator's XCom, PathChoice.to_json)."
+
+
+# -- hostile and broken inputs ---------------------------------------------------------------------
+
+
+class ImpossibleOffsets(CorruptCheckpointFile, InvalidHandover):
+    """A committed batch whose Kafka offsets Spark never writes there: a sentinel (-1 latest, -2
+    earliest) where Spark records the resolved position. Handing it over would make the new query
+    start at "latest" (records skipped: silent loss) or "earliest" (records repeated). ``batch``
+    is the committed batch, ``path`` its ``offsets/N`` file."""
+
+    summary = "impossible offsets in a committed batch"
+    default_action = (
+        "Nothing was handed over or changed. Spark writes resolved offsets (>= 0) for every committed batch, so "
+        "this offsets/N file was edited or damaged: restore it from a backup (the archive holds a copy), or rewind "
+        "to an earlier batch or start the new version from explicit offsets you chose."
+    )
+
+    def __init__(self, *, found: str, expected: str, batch: int | None = None, path: str | None = None,
+                 line: int | None = None, action: str | None = None) -> None:
+        self.batch = batch
+        super().__init__(found=found, expected=expected, path=path, line=line, action=action)
+
+
+class JsonTooLarge(CorruptCheckpointFile, ValueError):
+    """A JSON document beyond the size or depth limit (:mod:`airflow_ckpt_provider.json_limits`):
+    nothing Spark or this provider writes comes near them, so the file was damaged or planted."""
+
+    summary = "JSON input beyond the limits"
+    default_action = (
+        "Nothing was changed. The file is not one Spark or this provider wrote: restore it from a backup or "
+        "remove it, and retry."
+    )
+
+
+class CredentialsInLocation(CheckpointError, ValueError):
+    """A location (checkpoint, archive, journal, restore target) with credentials in its URL's
+    user-info. The provider records and shows locations (manifests, journals, logs, XCom, reports),
+    so it refuses them before reading or writing anything; ``path`` is the location, masked."""
+
+    summary = "credentials in a location"
+    default_action = (
+        "Nothing was read or written. Remove the user-info from the URL and put the credentials in an Airflow "
+        "connection (storage_conn_id / journal_conn_id) or the environment (AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, a Hadoop/Kerberos login), or pass them as storage options (-o key=...)."
+    )
+
+
+class UnsafeEntry(CheckpointError):
+    """A symbolic link, FIFO, socket or device inside a tree the provider walks or a file it opens
+    (checkpoint, archive, restore target, state): Spark writes only regular files and folders, and
+    following a link could read or write outside the tree; opening a FIFO would block for ever."""
+
+    summary = "link or special file in the tree"
+    default_action = (
+        "Nothing was copied or changed. Spark writes only regular files and folders: remove the entry (or replace "
+        "the link by the file it points to, if that file belongs in the tree) and retry."
+    )
+
+
+class LocationsOverlap(ArchiveError):
+    """Two locations that must be separate are the same, or one lies inside the other, once ``..``
+    and links are resolved (local disk) or by key prefix (object stores)."""
+
+    summary = "locations overlap"
+    default_action = "Nothing was written. Choose a location outside the other one and retry."
+
+
+class RestoreInProgress(ArchiveError):
+    """Another restore holds the target's lock (``.<target name>.restore-lock`` beside it)."""
+
+    summary = "another restore into this target is in progress"
+    default_action = (
+        "Nothing was written. Wait for that restore to finish; if none runs (its process died on another host), "
+        "remove the lock file and the temporary folder it names, then retry."
+    )
+
+
+class IncompleteRestore(CheckpointError):
+    """A checkpoint location holding a restore that did not finish (its ``_restore_incomplete.json``
+    marker is still there): some files may be missing, so it is never read as a checkpoint."""
+
+    summary = "incomplete restore"
+    default_action = (
+        "Nothing was read. Delete the location and restore the archive again (`ckpt restore ARCHIVE --to LOCATION`)."
+    )

@@ -14,13 +14,15 @@ import errno
 import logging
 import os
 import posixpath
+import stat
 from pathlib import Path
 from typing import IO, Any
 
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import StorageError
+from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, StorageError, UnsafeEntry
+from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +31,128 @@ FILE_MODE, DIR_MODE = 0o640, 0o750
 #: Owner only: driver logs and spark-submit output can hold what a job prints about its configuration.
 OWNER_FILE_MODE, OWNER_DIR_MODE = 0o600, 0o700
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+#: what a regular file may be; anything else in a walked tree is refused (:func:`entry_kind`)
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"))
 
 
 def is_local(fs: AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
+
+
+#: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
+_OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),
+    errno.ENOSPC: ("no space left on the device", "Free space on that filesystem (or choose another) and retry."),
+    errno.EDQUOT: ("the disk quota is used up", "Free space within the quota (or choose another location) and retry."),
+    errno.EACCES: ("permission denied", "Run as a user who may read it (and write, for a target), or fix its "
+                   "permissions, and retry."),
+    errno.EPERM: ("operation not permitted", "Run as a user who may read it (and write, for a target), or fix its "
+                  "permissions, and retry."),
+    errno.EROFS: ("a read-only filesystem", "Choose a writable location and retry."),
+    errno.ELOOP: ("a loop of symbolic links", "Replace the links by the folders or files they stand for and retry."),
+    errno.ENOTDIR: ("a file where a folder is expected", "Give the folder (checkpoint, archive or target), not a file "
+                    "inside it, and retry."),
+    errno.EISDIR: ("a folder where a file is expected", "Give the file, not a folder, and retry."),
+    errno.ENAMETOOLONG: ("a path that is too long", "Choose a shorter location and retry."),
+    errno.EIO: ("an input/output error of the device", "Check the disk (kernel log) before trusting anything on it."),
+}
+
+
+def os_error_parts(exc: OSError) -> tuple[str, str]:
+    """(found, action) for an OS error: what it means in words, with its path and errno name, and
+    what to do; for typed errors such as :class:`StorageError` instead of a bare "cannot read"."""
+    meaning, action = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "Fix the cause and retry."))
+    where = f" at {exc.filename}" if exc.filename else ""
+    code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno else ""
+    return f"{meaning}{where}{code}", action
+
+
+def entry_kind(mode: int) -> str:
+    """What a file mode names, for messages: "a FIFO (named pipe)", "a socket", ... "a regular file"."""
+    return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else
+                f"a file of type {stat.S_IFMT(mode):o}")
+
+
+def unsafe_link(path: str, root: str | None = None) -> UnsafeEntry:
+    """The refusal of the link ``path`` (naming its target, and whether it leaves ``root``)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    resolved = os.path.realpath(path)
+    leaves = root is not None and not (resolved == root or resolved.startswith(root.rstrip("/") + "/"))
+    where = f", outside {root}" if leaves else ""
+    return UnsafeEntry(found=f"a symbolic link {path} -> {target} (resolves to {resolved}{where})",
+                       expected="regular files and folders only (links are never followed)", path=path)
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
+    """Open the LOCAL file ``path`` (a descriptor, blocking mode restored), never through a link
+    (``O_NOFOLLOW``), never waiting on a FIFO or device (``O_NONBLOCK``), and only when ``fstat``
+    says it is a regular file; :class:`UnsafeEntry` naming the link and its target or the kind of
+    file otherwise. ``flags`` may add ``O_CREAT``/``O_TRUNC``/``O_RDWR`` for the files the provider
+    writes. Other failures raise ``OSError``."""
+    try:
+        fd = os.open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO) and os.path.islink(path):
+            raise unsafe_link(path) from None  # (ELOOP through a loop of links above it stays an OSError)
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO without a writer opened for writing
+            raise UnsafeEntry(found=f"{entry_kind(os.lstat(path).st_mode)} at {path}",
+                              expected="a regular file", path=path) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeEntry(found=f"{entry_kind(info.st_mode)} at {path}", expected="a regular file", path=path)
+        if O_NONBLOCK:
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str, limit: int | None = None) -> bytes:
+    """The whole LOCAL regular file ``path`` read through :func:`open_regular`;
+    :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge` before reading when it is larger
+    than ``limit`` bytes."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise JsonTooLarge(found=f"a file of {size:,} bytes", expected=f"at most {limit:,} bytes (nothing the "
+                               "provider reads whole is larger)", path=path)
+        chunks = []
+        while block := os.read(fd, 1024 * 1024):
+            chunks.append(block)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_file(fs: AbstractFileSystem, path: str) -> bytes:
+    """The whole file ``path`` of ``fs``: on a local disk by :func:`read_regular` (no link
+    followed, no FIFO waited on, nothing larger than the JSON input limit read into memory),
+    elsewhere ``fs.cat_file``. The one way the core reads a file whole."""
+    return read_regular(path, MAX_JSON_BYTES) if is_local(fs) else fs.cat_file(path)
+
+
+def check_no_links(root: str, path: str) -> None:
+    """:class:`UnsafeEntry` if ``path`` or a folder between ``root`` and it is a symbolic link (LOCAL
+    disk): for folders the provider writes into or deletes from (an archive being resumed)."""
+    root, path = os.path.normpath(root), os.path.normpath(path)
+    rel = os.path.relpath(path, root)
+    current = root
+    for part in [] if rel == "." else rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise unsafe_link(current, os.path.realpath(root))
 
 
 def pwrite_all(fd: int, data: bytes, offset: int = 0) -> None:

@@ -19,9 +19,11 @@ from airflow_ckpt_provider.checkpoint.errors import (
     AmbiguousSource,
     CheckpointError,
     InvalidHandover,
+    JsonTooLarge,
     NoOffsets,
     SourceNotKafka,
 )
+from airflow_ckpt_provider.checkpoint.logs import check_committed_sources
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
@@ -119,6 +121,9 @@ class Handover:
             raise _bad("no sources", "at least one SourceOffsets")
         if len({s.index for s in self.sources}) != len(self.sources):
             raise _bad("duplicate source indexes", "unique source indexes")
+        if self.batch_id is not None:  # from a committed batch: Spark recorded resolved offsets only
+            check_committed_sources(self.sources, self.batch_id,
+                                    f"{self.checkpoint_uri.rstrip('/')}/offsets/{self.batch_id}")
         try:
             stamp = datetime.fromisoformat(self.taken_at)
         except (TypeError, ValueError):
@@ -162,6 +167,8 @@ class Handover:
         if isinstance(data, (str, bytes)):
             try:
                 data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise _bad(f"text that is not valid JSON ({exc})", "handover JSON") from None
         if not isinstance(data, Mapping) or set(data) != _KEYS:
@@ -293,6 +300,8 @@ class HandoverResult:
         if isinstance(data, (str, bytes)):
             try:
                 data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise InvalidHandover(
                     found=f"text that is not valid JSON ({exc})", expected="a handover result or handover JSON",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids, parse_initial_source, parse_offset_log
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
@@ -64,7 +65,7 @@ def batch_history(fs: AbstractFileSystem, root: str, *, limit: int = 500) -> lis
     records = []
     for batch in planned:
         path = posixpath.join(root, "offsets", str(batch))
-        entry = parse_offset_log(fs.cat_file(path), path)
+        entry = parse_offset_log(read_file(fs, path), path)
         ends = _kafka_ends(tuple(s.kafka for s in entry.sources if s.kafka is not None))
         rows = _growth(previous, ends) if previous is not None else None
         records.append(
@@ -89,7 +90,7 @@ def _initial_ends(fs: AbstractFileSystem, root: str) -> dict[tuple[str, int], in
         if not fs.exists(path):
             continue
         label = posixpath.basename(folder.rstrip("/"))
-        source = parse_initial_source(fs.cat_file(path), path, index, None if label.isdigit() else label)
+        source = parse_initial_source(read_file(fs, path), path, index, None if label.isdigit() else label)
         if source.kafka is not None:
             offsets.append(source.kafka)
     return _kafka_ends(tuple(offsets)) if offsets else None

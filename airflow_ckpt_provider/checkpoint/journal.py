@@ -52,11 +52,15 @@ from fsspec import AbstractFileSystem
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     JournalCorrupt,
+    JsonTooLarge,
     UpgradeInProgress,
     UpgradeRolledBack,
+    shorten,
 )
-from airflow_ckpt_provider.checkpoint.files import create_exclusive, write_atomic
+from airflow_ckpt_provider.checkpoint.files import create_exclusive, read_file, write_atomic
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -66,6 +70,53 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """What a stream's ``LOCK.json`` holds: the holder's fields, or, when the file is not the JSON
+    object this provider writes (empty, not JSON, ``[1,2]``, beyond the input limits), ``problem``
+    saying what was found instead and an empty ``holder``."""
+
+    path: str
+    holder: Mapping[str, Any]
+    problem: str | None = None
+
+    @property
+    def upgrade_id(self) -> str | None:
+        value = self.holder.get("upgrade_id")
+        return value if isinstance(value, str) else None
+
+    def describe(self) -> str:
+        """One line for people: who holds the lock, or what the corrupt file holds."""
+        if self.problem is not None:
+            return f"a lock file that is {self.problem}"
+        held = self.holder
+        upgrade, run, since = (shorten(str(held.get(key, "?")), 200) for key in ("upgrade_id", "run_id", "acquired_at"))
+        return f"upgrade {upgrade} (run {run}, since {since})"
+
+
+def read_lock(fs: AbstractFileSystem, path: str) -> LockFile | None:
+    """The lock at ``path``, None when there is none. Never raises for its content: a corrupt lock
+    is a :class:`LockFile` with a ``problem`` (a lock being created can be empty for a moment)."""
+    try:
+        data = read_file(fs, path)
+    except FileNotFoundError:
+        return None
+    if not data.strip():
+        return LockFile(path, {}, "empty")
+    try:
+        held = load_json(data, what=LOCK, path=path)
+    except JsonTooLarge as exc:
+        return LockFile(path, {}, f"beyond the input limits ({exc.found})")
+    except ValueError as exc:
+        return LockFile(path, {}, f"not JSON ({shorten(str(exc), 120)}; {len(data):,} bytes)")
+    if not isinstance(held, dict):
+        return LockFile(path, {}, f"a JSON {type(held).__name__} ({shorten(repr(held), 60)}), not an object")
+    if not isinstance(held.get("upgrade_id"), str):
+        return LockFile(path, held, "an object without an upgrade_id string")
+    return LockFile(path, held)
+
 
 class StepState(StrEnum):
     """A step's state in the journal."""
@@ -92,6 +143,11 @@ class UpgradeIntent:
     old_application: str = ""
     new_application: str = ""
     archive_root: str = ""
+
+    def __post_init__(self) -> None:  # the intent is written to the journal: no credentials in it
+        for what, uri in (("old checkpoint", self.old_checkpoint), ("new checkpoint", self.new_checkpoint),
+                          ("archive root", self.archive_root)):
+            refuse_credentials(uri, what)
 
     def key(self) -> str:
         """The fields that identify the upgrade, canonically (the archive root and the old
@@ -204,7 +260,7 @@ class JournalRecord:
     def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
         """Parse; :class:`JournalCorrupt` for anything that is not a journal of this format."""
         try:
-            data = json.loads(text)
+            data = load_json(text)
             if data.get("format") != FORMAT:
                 raise JournalCorrupt(found=f"journal format {data.get('format')!r}", expected=f"format {FORMAT}",
                                      path=path)
@@ -254,7 +310,7 @@ class UpgradeJournal:
 
     def read(self) -> JournalRecord:
         """The journal; FileNotFoundError if there is none, :class:`JournalCorrupt` if unreadable."""
-        return JournalRecord.from_json(self.fs.cat_file(self.path), path=self.uri)
+        return JournalRecord.from_json(read_file(self.fs, self.path), path=self.uri)
 
     def step(self, name: str) -> JournalStep | None:
         return self.read().steps.get(name)
@@ -379,22 +435,20 @@ class UpgradeJournal:
         for _ in range(3):
             if create_exclusive(self.fs, self.lock_path, json.dumps(holder).encode()):
                 return True
-            try:
-                held = json.loads(self.fs.cat_file(self.lock_path))
-            except FileNotFoundError:
+            lock = read_lock(self.fs, self.lock_path)
+            if lock is None:
                 continue  # released meanwhile
-            except ValueError:
-                held = {}
-            if held.get("upgrade_id") == upgrade_id:
+            if lock.upgrade_id == upgrade_id:
                 return False
-            if self._stale(held):
+            if self._stale(lock.holder):
                 log.warning("lock of stream held by upgrade %s whose journal is closed: taking it over",
-                            held.get("upgrade_id"))
+                            lock.upgrade_id)
                 self.fs.rm_file(self.lock_path)
                 continue
+            # a lock being created is empty for a moment: unreadable content counts as held (the
+            # action says how to release a lock that is damaged rather than held)
             raise UpgradeInProgress(
-                found=f"upgrade {held.get('upgrade_id', '?')} (run {held.get('run_id', '?')}, since "
-                f"{held.get('acquired_at', '?')}) holding {self.lock_path}",
+                found=f"{lock.describe()} holding {self.lock_path}",
                 expected=f"no other upgrade of this stream in progress before starting {upgrade_id}",
                 path=posixpath.dirname(self.uri))
         raise UpgradeInProgress(found=f"a lock at {self.lock_path} that keeps changing",
@@ -406,16 +460,13 @@ class UpgradeJournal:
             return False
         path = posixpath.join(posixpath.dirname(self.path), f"{other}.json")
         try:
-            return JournalRecord.from_json(self.fs.cat_file(path), path=path).closed
+            return JournalRecord.from_json(read_file(self.fs, path), path=path).closed
         except (FileNotFoundError, CheckpointError):
             return False
 
     def _unlock(self, upgrade_id: str) -> None:
-        try:
-            held = json.loads(self.fs.cat_file(self.lock_path))
-        except (FileNotFoundError, ValueError):
-            return
-        if held.get("upgrade_id") == upgrade_id:
+        lock = read_lock(self.fs, self.lock_path)
+        if lock is not None and lock.upgrade_id == upgrade_id:  # never a lock this upgrade cannot read as its own
             self.fs.rm_file(self.lock_path)
 
     def release_lock(self) -> None:
@@ -443,7 +494,7 @@ def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -
         if not base.endswith(".json") or base == LOCK or base.startswith("."):
             continue
         try:
-            records.append(JournalRecord.from_json(fs.cat_file(name), path=str(name)))
+            records.append(JournalRecord.from_json(read_file(fs, name), path=str(name)))
         except CheckpointError as exc:
             log.warning("skipping %s: %s", name, exc)
     return sorted(records, key=lambda r: r.created_at)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import ProcessScope
@@ -121,7 +122,7 @@ class LaunchHandle:
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> LaunchHandle:
         """Rebuild from :meth:`to_json` output or its dict (as XCom gives it back)."""
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
         except (TypeError, ValueError) as exc:
             raise InvalidLaunchHandle(found=f"unreadable JSON ({exc})", expected="a LaunchHandle JSON object") from None
         known = set(cls.__dataclass_fields__)
@@ -152,7 +153,7 @@ def _redact_extra(key: str, value: object) -> str:
     text = str(value)
     if key == "command":
         try:
-            argv = json.loads(text)
+            argv = load_json(text)
         except ValueError:
             argv = None
         if isinstance(argv, list):

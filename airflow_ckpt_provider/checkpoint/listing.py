@@ -16,6 +16,7 @@ objects the folder holds.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any
 
@@ -97,12 +98,24 @@ def holds_anything(fs: AbstractFileSystem, path: str) -> bool:
     return any(not is_marker(str(info["name"]), info) for info in entries)
 
 
+def _refuse_entry(path: str, root: str) -> None:
+    """:class:`UnsafeEntry` for a link or special file met while walking ``root`` (local disk)."""
+    from airflow_ckpt_provider.checkpoint.errors import UnsafeEntry
+    from airflow_ckpt_provider.checkpoint.files import entry_kind, unsafe_link
+
+    if os.path.islink(path):
+        raise unsafe_link(path, os.path.realpath(root))
+    raise UnsafeEntry(found=f"{entry_kind(os.lstat(path).st_mode)} at {path}",
+                      expected="regular files and folders only", path=path)
+
+
 def find_entries(fs: AbstractFileSystem, root: str, *, withdirs: bool = False) -> dict[str, dict[str, Any]]:
     """``{path: info}`` of everything below ``root`` (fsspec's ``find``, detailed), without
     directory markers: with ``withdirs`` a marker becomes its directory's entry (so an empty
     directory that only a marker holds is still listed), else it is dropped; a zero-byte
     object named like a prefix that holds other objects counts as that directory. ``root``
-    itself is never listed. ``{}`` when nothing is there."""
+    itself is never listed. ``{}`` when nothing is there. A link, FIFO, socket or device (local
+    disk) is :class:`~airflow_ckpt_provider.checkpoint.errors.UnsafeEntry`: never followed or read."""
     own = root.rstrip("/")
     forget_listings(fs, own)
     found: dict[str, Any] = fs.find(root, withdirs=withdirs, detail=True)
@@ -114,6 +127,8 @@ def find_entries(fs: AbstractFileSystem, root: str, *, withdirs: bool = False) -
         name = raw.rstrip("/") or raw
         if name == own:
             continue
+        if info.get("islink") or info.get("type") == "other":  # local disk: links, FIFOs, sockets, devices
+            _refuse_entry(name, own)
         if is_marker(raw, info) or info.get("type") == "directory":
             dirs.setdefault(name, _directory(name) if is_marker(raw, info) else {**info, "name": name})
         else:

@@ -38,11 +38,20 @@ from typing import TYPE_CHECKING, Any
 from airflow_ckpt_provider.batch_names import batch_number, zero_padded
 from airflow_ckpt_provider.checkpoint.errors import (
     CorruptCheckpointFile,
+    ImpossibleOffsets,
     InvalidOffsets,
+    JsonTooLarge,
     UnsupportedLogVersion,
 )
+from airflow_ckpt_provider.checkpoint.jsonin import check_json_limits, load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
-from airflow_ckpt_provider.checkpoint.offsets import SourceKind, SourceOffsets, classify, parse_json
+from airflow_ckpt_provider.checkpoint.offsets import (
+    SourceKind,
+    SourceOffsets,
+    classify,
+    parse_json,
+    sentinel_offsets,
+)
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -234,7 +243,9 @@ def _version(lines: list[str], path: str, maximum: int, what: str) -> int:
 
 def _json_line(line: str, path: str, number: int, expected: str) -> Any:
     try:
-        return parse_json(line)
+        return load_json(line, what=f"line {number}", path=path, line=number, strict=True)
+    except JsonTooLarge:
+        raise
     except ValueError as exc:
         raise CorruptCheckpointFile(
             path=path, line=number, found=f"invalid JSON ({exc})", expected=expected
@@ -253,6 +264,8 @@ def _int_field(obj: Mapping[str, Any], key: str, path: str, number: int) -> int 
 def _source(index: int, raw: str | None, name: str | None, path: str, number: int) -> SourceOffsets:
     try:
         return SourceOffsets.parse(index, raw, name=name)
+    except JsonTooLarge as exc:
+        raise JsonTooLarge(found=exc.found, expected=exc.expected, path=path, line=number) from None
     except InvalidOffsets as exc:
         raise CorruptCheckpointFile(
             path=path, line=number, found=exc.found,
@@ -310,6 +323,32 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
     )
 
 
+def check_committed_sources(sources: tuple[SourceOffsets, ...], batch: int, path: str) -> None:
+    """Refuse Kafka offsets Spark never records for a committed batch: a sentinel (-1 latest, -2
+    earliest) instead of a resolved position. :class:`ImpossibleOffsets` names the batch, the file
+    and the first partitions concerned. Only for ``offsets/N`` of a committed batch: initial offsets
+    and ``startingOffsets`` may legitimately hold sentinels."""
+    for source in sources:
+        found = sentinel_offsets(source.kafka) if source.kafka is not None else []
+        if found:
+            shown = ", ".join(f"{topic}-{partition}={offset}" for topic, partition, offset in found[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            raise ImpossibleOffsets(
+                batch=batch, path=path,
+                found=f"committed batch {batch}, source {source.label}: sentinel offsets {shown}{more} "
+                      "(-1 means latest, -2 earliest)",
+                expected="the resolved offsets (>= 0) Spark records for every committed batch",
+            )
+
+
+def parse_committed_offset_log(data: bytes | str, path: str, batch: int) -> OffsetLogEntry:
+    """:func:`parse_offset_log` of the committed batch ``batch``, refused by
+    :func:`check_committed_sources` when a Kafka source holds a sentinel."""
+    entry = parse_offset_log(data, path)
+    check_committed_sources(entry.sources, batch, path)
+    return entry
+
+
 def parse_commit_log(data: bytes | str, path: str) -> CommitLogEntry:
     """Parse ``commits/N`` (v1..v3); a missing JSON line means ``{}`` as in Spark."""
     lines = _lines(_decode(data, path))
@@ -337,6 +376,7 @@ def _json_document(text: str, path: str, expected: str) -> Any:
     """One JSON value filling ``text`` (whitespace and line breaks around and inside allowed, as
     json4s reads it); :class:`CorruptCheckpointFile` with the line of the first problem."""
     body = text.lstrip(_JSON_SPACE)
+    check_json_limits(body, what=expected, path=path)
     try:
         end = _DECODER.raw_decode(body)[1]
         value = parse_json(body[:end])  # strict: no duplicate keys, no NaN
@@ -439,7 +479,7 @@ def _refuse_unmarked_kafka(body: str, path: str, *, version_line: bool = False) 
     would be misread by Spark (it skips the first byte); refuse them instead of guessing."""
     try:
         kind, _ = classify(body)
-    except InvalidOffsets:
+    except (InvalidOffsets, JsonTooLarge):  # refused with its path when the body is parsed
         return
     if kind is SourceKind.KAFKA:
         first = "'v'" if version_line else repr(body[:1])
@@ -459,6 +499,8 @@ def parse_initial_source(
     body = parse_initial_offsets(data, path)
     try:
         return SourceOffsets.parse(index, body, name=name)
+    except JsonTooLarge as exc:
+        raise JsonTooLarge(found=exc.found, expected=exc.expected, path=path, line=2) from None
     except InvalidOffsets as exc:
         if "\n" in body:  # a source's own multi-line log (file source): not offsets
             return SourceOffsets(index=index, kind=SourceKind.UNKNOWN, raw=body, name=name)

@@ -22,11 +22,15 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, CheckpointError, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
 
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
 DATA_DIR = "checkpoint"
+#: on an object store (no rename), a restore target holds this marker from before its first file
+#: until after its verification: the reader refuses a location that holds it (IncompleteRestore)
+RESTORE_MARKER = "_restore_incomplete.json"
 
 _SAFE = re.compile(r"[A-Za-z0-9._-]+\Z")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -201,7 +205,7 @@ class ArchiveManifest:
         """Parse :meth:`to_json` output; :class:`ArchiveCorrupt` naming ``manifest.json`` otherwise."""
         if isinstance(data, (str, bytes)):
             try:
-                data = json.loads(data)
+                data = load_json(data)
             except ValueError as exc:
                 raise _corrupt(f"text that is not JSON ({exc})", "manifest JSON") from None
         if not isinstance(data, Mapping):

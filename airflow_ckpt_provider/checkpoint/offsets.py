@@ -3,8 +3,11 @@ Pure: no I/O.
 
 :class:`KafkaOffsets` maps topic -> partition -> NEXT offset to read (the exclusive end of a
 batch), with -2 (earliest) and -1 (latest) allowed as sentinels, exactly what Spark's Kafka
-source accepts as ``startingOffsets``. :class:`SourceOffsets` is one source line of an offset log
-(or one initial-offsets file) together with the kind of source it belongs to.
+source accepts as ``startingOffsets``; partitions are Java ints and offsets Java longs, as Spark's
+``KafkaSourceOffset`` holds them. A committed batch's offsets never hold a sentinel (Spark records
+resolved offsets in ``offsets/N``): :func:`sentinel_offsets` finds them so the reader can refuse.
+:class:`SourceOffsets` is one source line of an offset log (or one initial-offsets file) together
+with the kind of source it belongs to.
 """
 
 from __future__ import annotations
@@ -16,46 +19,56 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets
+from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets, JsonTooLarge
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.enums import StrEnum
 
 EARLIEST = -2
 LATEST = -1
+#: the largest partition and offset Spark's KafkaSourceOffset holds (Java Int and Long)
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
 
 _PARTITION_KEY = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
 def parse_json(text: str) -> Any:
-    """Parse JSON strictly: duplicate object keys and NaN/Infinity raise ``ValueError``."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in items:
-            if key in result:
-                raise ValueError(f"duplicate key {key!r}")
-            result[key] = value
-        return result
-
-    def constant(name: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {name}")
-
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    """Parse JSON strictly and within the input limits: duplicate object keys and NaN/Infinity
+    raise ``ValueError``, a document beyond the size or depth limit :class:`JsonTooLarge` (a
+    ``ValueError`` too)."""
+    return load_json(text, strict=True)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters (a 10^6-digit offset must not fill a log line)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
+def sentinel_offsets(kafka: KafkaOffsets) -> list[tuple[str, int, int]]:
+    """The (topic, partition, offset) entries of ``kafka`` that are sentinels (-1 latest, -2
+    earliest) rather than positions: legitimate in ``startingOffsets`` and in the provider's own
+    reconciliation (new partitions start at -2), never in a committed batch's ``offsets/N``."""
+    return [(topic, partition, offset) for topic, partition, offset in kafka.items() if offset < 0]
+
+
 def _invalid(found: str) -> InvalidOffsets:
-    return InvalidOffsets(found=found, expected="topic -> partition -> offset >= -2")
+    return InvalidOffsets(
+        found=found, expected=f"topic -> partition -> offset (partition 0..{MAX_PARTITION}, offset -2..{MAX_OFFSET})")
 
 
 @dataclass(frozen=True)
 class KafkaOffsets:
     """Immutable topic -> partition -> next offset; normalised to sorted, read-only mappings.
 
-    Raises :class:`InvalidOffsets` for empty topic names, negative or non-int partitions,
-    non-int offsets or offsets below -2.
+    Raises :class:`InvalidOffsets` for empty topic names, non-int partitions or partitions outside
+    0..:data:`MAX_PARTITION`, non-int offsets or offsets outside -2..:data:`MAX_OFFSET`.
     """
 
     offsets: Mapping[str, Mapping[int, int]]
@@ -65,17 +78,17 @@ class KafkaOffsets:
             raise _invalid(f"a {type(self.offsets).__name__}")
         for topic in self.offsets:
             if not isinstance(topic, str) or not topic:
-                raise _invalid(f"topic name {topic!r}")
+                raise _invalid(f"topic name {_short(topic)}")
         normalised: dict[str, Mapping[int, int]] = {}
         for topic in sorted(self.offsets):
             partitions = self.offsets[topic]
             if not isinstance(partitions, Mapping):
-                raise _invalid(f"{type(partitions).__name__} for topic {topic!r}")
+                raise _invalid(f"{type(partitions).__name__} for topic {_short(topic)}")
             for partition, offset in partitions.items():
-                if type(partition) is not int or partition < 0:  # noqa: E721 - excludes bool, fast
-                    raise _invalid(f"partition {partition!r} of topic {topic!r}")
-                if type(offset) is not int or offset < EARLIEST:  # noqa: E721
-                    raise _invalid(f"offset {offset!r} for {topic}-{partition}")
+                if type(partition) is not int or not 0 <= partition <= MAX_PARTITION:  # noqa: E721 - excludes bool
+                    raise _invalid(f"partition {_short(partition)} of topic {_short(topic)}")
+                if type(offset) is not int or not EARLIEST <= offset <= MAX_OFFSET:  # noqa: E721
+                    raise _invalid(f"offset {_short(offset)} for {_short(topic)}-{partition}")
             normalised[topic] = MappingProxyType(dict(sorted(partitions.items())))
         object.__setattr__(self, "offsets", MappingProxyType(normalised))
 
@@ -96,6 +109,8 @@ class KafkaOffsets:
             try:
                 text = data.decode("utf-8") if isinstance(data, bytes) else data
                 data = parse_json(text)
+            except JsonTooLarge:
+                raise
             except ValueError as exc:
                 raise _invalid(f"text that is not valid JSON ({exc})") from None
         if not isinstance(data, Mapping):
@@ -103,12 +118,12 @@ class KafkaOffsets:
         parsed: dict[str, dict[int, int]] = {}
         for topic, partitions in data.items():
             if not isinstance(partitions, Mapping):
-                raise _invalid(f"{json.dumps(partitions)[:40]} for topic {topic!r}")
+                raise _invalid(f"{json.dumps(partitions)[:40]} for topic {_short(topic)}")
             parts: dict[int, int] = {}
             match = _PARTITION_KEY.match
             for key, offset in partitions.items():
-                if not isinstance(key, str) or not match(key):
-                    raise _invalid(f"partition key {key!r} of topic {topic!r}")
+                if not isinstance(key, str) or not match(key) or len(key) > len(str(MAX_PARTITION)):
+                    raise _invalid(f"partition key {_short(key)} of topic {_short(topic)}")
                 parts[int(key)] = offset
             parsed[topic] = parts
         return cls(parsed)
@@ -168,6 +183,8 @@ def classify(raw: str | None) -> tuple[SourceKind, KafkaOffsets | None]:
         return SourceKind.NONE, None
     try:
         value = parse_json(raw)
+    except JsonTooLarge:
+        raise
     except ValueError as exc:
         raise _invalid(f"source offset that is not valid JSON ({exc})") from None
     if _is_int(value):

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.enums import StrEnum
 
@@ -64,7 +65,7 @@ class PathChoice:
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> PathChoice:
         """From :meth:`to_dict` or its JSON; :class:`InvalidUpgradePath` on anything else."""
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
             return cls(UpgradePath(raw["path"]), str(raw["reason"]), UpgradeMode(raw.get("mode") or "new_checkpoint"))
         except (TypeError, ValueError, KeyError) as exc:
             raise InvalidUpgradePath(found=f"an upgrade path {str(data)[:120]!r} ({exc})",

@@ -23,12 +23,14 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotFound,
     CommitWithoutOffsets,
     CorruptCheckpointFile,
+    IncompleteRestore,
     NotACheckpoint,
     UnreadableCheckpoint,
 )
+from airflow_ckpt_provider.checkpoint.files import os_error_parts, read_file, unsafe_link
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
-from airflow_ckpt_provider.checkpoint.locations import open_location
+from airflow_ckpt_provider.checkpoint.locations import open_location, refuse_credentials
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
     OffsetLogEntry,
@@ -36,11 +38,13 @@ from airflow_ckpt_provider.checkpoint.logs import (
     crc_target,
     parse_batch_name,
     parse_commit_log,
+    parse_committed_offset_log,
     parse_initial_source,
     parse_metadata,
     parse_offset_log,
     verify_crc,
 )
+from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.clock import utc_iso
 
@@ -100,6 +104,7 @@ class CheckpointReader:
         fs: AbstractFileSystem | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
+        refuse_credentials(path_or_url, "checkpoint location")  # it is shown and handed over
         if fs is None:
             fs, root = open_location(path_or_url, **dict(storage_options or {}))
         else:
@@ -125,7 +130,8 @@ class CheckpointReader:
             raise CheckpointNotFound(found="nothing at this location", expected="a directory",
                                      path=self._display(path)) from None
         except OSError as exc:
-            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a listable directory",
+            found, action = os_error_parts(exc)
+            raise UnreadableCheckpoint(found=found, expected="a listable directory", action=action,
                                        path=self._display(path)) from None
         names: dict[str, str] = {}
         own = path.rstrip("/")
@@ -136,6 +142,8 @@ class CheckpointReader:
                 kind = "file"
             else:
                 kind = entry.get("type", "file")
+                if entry.get("islink") and full != own:  # local disk: a link is never followed
+                    raise unsafe_link(full, self.root)
             if full == own:
                 if kind == "file" and not batch_dir:
                     raise NotACheckpoint(found="a file", expected="a checkpoint directory",
@@ -184,7 +192,7 @@ class CheckpointReader:
     def _cat(self, path: str) -> bytes:
         self.files_opened += 1
         try:
-            return self.fs.cat_file(path)
+            return read_file(self.fs, path)  # local: no link followed, no FIFO named like a batch file waited on
         except FileNotFoundError:
             raise CorruptCheckpointFile(
                 path=self._display(path), found="a listed file that vanished before it was read",
@@ -192,7 +200,8 @@ class CheckpointReader:
                 action="Stop the query (or wait for it to stop) and retry.",
             ) from None
         except OSError as exc:
-            raise UnreadableCheckpoint(found=f"{type(exc).__name__}: {exc}", expected="a readable file",
+            found, action = os_error_parts(exc)
+            raise UnreadableCheckpoint(found=found, expected="a readable file", action=action,
                                        path=self._display(path)) from None
 
     def _display(self, path: str) -> str:
@@ -206,6 +215,9 @@ class CheckpointReader:
         self.fs.invalidate_cache(self.root)
         root = self._list(self.root)
         kinds = root.names
+        if RESTORE_MARKER in kinds:
+            raise IncompleteRestore(found=f"{RESTORE_MARKER}: a restore into this location did not finish",
+                                    expected="a complete checkpoint", path=self.uri)
         has = {name: kinds.get(name) == "directory" for name in ("offsets", "commits", "sources", "state")}
         has["metadata"] = kinds.get("metadata") == "file"
         if not (has["metadata"] or has["offsets"] or has["commits"]):
@@ -239,8 +251,8 @@ class CheckpointReader:
             if commits is not None and committed in commits.batches:
                 commit = parse_commit_log(self._read(commits, commits.batches[committed]),
                                           self._display(self._join("commits", str(committed))))
-            entry = parse_offset_log(self._read(offsets, offsets.batches[committed]),
-                                     self._display(self._join("offsets", str(committed))))
+            entry = parse_committed_offset_log(self._read(offsets, offsets.batches[committed]),
+                                               self._display(self._join("offsets", str(committed))), committed)
             sources, conf = entry.sources, entry.conf
         in_flight = planned if planned is not None and (committed is None or planned > committed) else None
         initial: tuple[SourceOffsets, ...] = ()
@@ -325,7 +337,7 @@ class CheckpointReader:
                     expected=f"a committed batch whose start is retained: {span}", path=self.uri,
                     action="Choose a batch in the retained range, or a time (at_time) or explicit offsets; "
                            "Spark keeps spark.sql.streaming.minBatchesToRetain batches (100 by default).")
-            sources = self.batch_sources(batch_id - 1)
+            sources = self.committed_sources(batch_id - 1)
         return Handover(
             query_id=self._query_id(root), checkpoint_uri=self.uri,
             batch_id=None if batch_id == 0 else batch_id - 1, from_initial=batch_id == 0, sources=sources,
@@ -336,6 +348,11 @@ class CheckpointReader:
         """The source offsets of ``offsets/<batch>`` (the exclusive end of that batch, committed or
         not); :class:`CheckpointNotFound` when the batch is not in the offset log."""
         return self.offset_entry(batch).sources
+
+    def committed_sources(self, batch: int) -> tuple[SourceOffsets, ...]:
+        """:meth:`batch_sources` of a batch the caller knows is committed: a Kafka sentinel there
+        (which Spark never writes for a committed batch) raises :class:`ImpossibleOffsets`."""
+        return parse_committed_offset_log(*self._batch_file("offsets", batch, "offset log"), batch).sources
 
     def offset_entry(self, batch: int) -> OffsetLogEntry:
         """``offsets/<batch>`` parsed (sources, watermark, conf); :class:`CheckpointNotFound` when absent."""

@@ -16,7 +16,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.rewind import StartPlan
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
 
 
@@ -69,7 +71,7 @@ class UpgradeReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (lists, not tuples), as XCom stores them; with the computed
         ``downtime_by_step`` (see :meth:`downtime_by_step`)."""
-        data = json.loads(json.dumps(asdict(self)))
+        data = json.loads(redact_location(json.dumps(asdict(self))))  # no credentials of a location, anywhere
         data["downtime_by_step"] = self.downtime_by_step()
         return data
 
@@ -112,7 +114,7 @@ class UpgradeReport:
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> UpgradeReport:
-        raw = dict(json.loads(data) if isinstance(data, str) else data)
+        raw = dict(load_json(data) if isinstance(data, str) else data)
         raw.pop("downtime_by_step", None)  # computed
         raw["steps"] = tuple(StepTiming(**s) for s in raw.get("steps", ()))
         raw["old_batches"] = tuple(BatchRecord(**b) for b in raw.get("old_batches", ()))
@@ -158,6 +160,14 @@ class UpgradeReport:
         return facts
 
     def to_markdown(self, png_name: str | None = None) -> str:
+        """The report as Markdown; locations' credentials masked (:func:`redact_location`)."""
+        return redact_location(self._markdown(png_name))
+
+    def to_html(self, png_name: str | None = None) -> str:
+        """The report as an HTML page; locations' credentials masked (:func:`redact_location`)."""
+        return redact_location(self._html(png_name))
+
+    def _markdown(self, png_name: str | None = None) -> str:
         lines = [f"# Upgrade report: {self.stream}", "", "| | |", "| --- | --- |"]
         lines += [f"| {k} | `{v}` |" if k == "startingOffsets" else f"| {k} | {v} |" for k, v in self._facts()]
         down = self.downtime_by_step()
@@ -194,7 +204,7 @@ class UpgradeReport:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
-    def to_html(self, png_name: str | None = None) -> str:
+    def _html(self, png_name: str | None = None) -> str:
         esc = html.escape
         rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in self._facts())
         steps = "".join(

@@ -7,8 +7,14 @@ proves, file by file, that the bytes there are the archived ones.
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
+import os
 import posixpath
+import socket
+import uuid
+from typing import Any
 
 from fsspec import AbstractFileSystem
 
@@ -16,20 +22,43 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     ArchiveIncomplete,
     ArchiveNotFound,
+    CheckpointError,
+    LocationsOverlap,
+    RestoreInProgress,
+    StorageError,
     TargetNotEmpty,
 )
+from airflow_ckpt_provider.checkpoint.files import (
+    O_CLOEXEC,
+    create_exclusive,
+    is_local,
+    make_private_dirs,
+    os_error_parts,
+    read_file,
+)
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import holds_anything
-from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, MANIFEST, ArchivedFile, ArchiveManifest, human_bytes
+from airflow_ckpt_provider.checkpoint.locations import overlap, resolved
+from airflow_ckpt_provider.checkpoint.manifest import (
+    DATA_DIR,
+    MANIFEST,
+    RESTORE_MARKER,
+    ArchivedFile,
+    ArchiveManifest,
+    human_bytes,
+)
 from airflow_ckpt_provider.checkpoint.transfer import (
     CHUNK,
     Progress,
     Readahead,
+    check_listing,
     copy_file,
     default_workers,
     make_dirs,
     run_parallel,
     verify_files,
 )
+from airflow_ckpt_provider.clock import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +73,7 @@ def read_manifest(fs: AbstractFileSystem, archive_path: str) -> ArchiveManifest:
     :class:`ArchiveCorrupt` (``manifest.json``)."""
     path = norm_path(fs, archive_path)
     try:
-        raw = fs.cat_file(posixpath.join(path, MANIFEST))
+        raw = read_file(fs, posixpath.join(path, MANIFEST))
     except FileNotFoundError:
         if not fs.exists(path):
             raise ArchiveNotFound(found="nothing at this location", expected="an archive directory",
@@ -65,6 +94,53 @@ def verify_archive(fs: AbstractFileSystem, archive_path: str, *, workers: int | 
     return manifest
 
 
+def _lock_path(fs: AbstractFileSystem, target: str) -> str:
+    parent, name = posixpath.split(target.rstrip("/"))
+    return posixpath.join(parent, f".{name}.restore-lock")
+
+
+def _acquire(fs: AbstractFileSystem, lock: str, holder: dict[str, Any], target_path: str) -> None:
+    """Take the target's lock (the journal's conditional create); a lock left by a dead process on
+    this host is taken over (its temporary folder removed), any other is :class:`RestoreInProgress`."""
+    for _ in range(3):
+        if create_exclusive(fs, lock, json.dumps(holder).encode()):
+            return
+        try:
+            held = load_json(read_file(fs, lock), what="restore lock", path=lock)
+        except FileNotFoundError:
+            continue  # released meanwhile
+        except (ValueError, CheckpointError):
+            held = None  # being written, or damaged: held
+        if isinstance(held, dict) and held.get("host") == holder["host"] and isinstance(held.get("pid"), int) \
+                and not _alive(held["pid"]):
+            log.warning("restore lock %s left by process %s, which is gone: taking it over", lock, held["pid"])
+            leftover = held.get("temp")
+            if isinstance(leftover, str) and leftover.startswith(_temp_prefix(lock)) and fs.exists(leftover):
+                fs.rm(leftover, recursive=True)
+            fs.rm_file(lock)
+            continue
+        described = (f"process {held.get('pid')} on {held.get('host')} since {held.get('started_at')}, "
+                     f"copying into {held.get('temp')}") if isinstance(held, dict) else "an unreadable lock"
+        raise RestoreInProgress(found=f"{lock} held by {described}", expected="no other restore into this target",
+                                path=target_path)
+    raise RestoreInProgress(found=f"a lock at {lock} that keeps changing", expected="one restore at a time",
+                            path=target_path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+def _temp_prefix(lock: str) -> str:
+    return lock[: -len(".restore-lock")] + ".restoring-"
+
+
 def restore_archive(
     archive_fs: AbstractFileSystem,
     archive_path: str,
@@ -74,26 +150,87 @@ def restore_archive(
     workers: int | None = None,
     chunk_size: int = CHUNK,
 ) -> ArchiveManifest:
-    """Copy an archive's checkpoint to an empty or missing ``target_path`` and verify it there.
+    """Copy an archive's checkpoint to an empty or missing ``target_path`` and verify it there,
+    never half-visible: on a local disk into a temporary sibling folder that is renamed into place
+    once every file verified; on other filesystems (no rename) directly into the target, which
+    holds :data:`RESTORE_MARKER` from before its first file until after its verification (the
+    reader refuses a location holding it). A lock beside the target (created only if absent, like
+    the journal's) keeps two restores apart. A restore that fails removes what it wrote.
 
-    Raises :class:`TargetNotEmpty` before writing anything if the target holds anything;
-    :class:`ArchiveIncomplete` for an archive without manifest; :class:`ArchiveCorrupt` naming
-    the file when an archived file or its restored copy does not match the manifest (the
-    partial target must then be deleted by hand before a retry).
+    Raises :class:`LocationsOverlap` for a target in (or holding) the archive,
+    :class:`RestoreInProgress` while another restore holds the target, :class:`TargetNotEmpty`
+    if the target holds anything; :class:`ArchiveIncomplete` for an archive without manifest;
+    :class:`ArchiveCorrupt` naming the file when an archived file or its restored copy does not
+    match the manifest, :class:`UnsafeEntry` for a link or special file in the archive and
+    :class:`StorageError` when the target's storage fails (disk full, permission denied): nothing
+    is left at the target then.
     """
+    relation = overlap((target_fs, target_path), (archive_fs, archive_path))  # through '..' and links
+    if relation is not None:
+        raise LocationsOverlap(
+            found=f"restore target {target_path} and archive {archive_path}: {relation} "
+                  f"({resolved(target_fs, target_path)} and {resolved(archive_fs, archive_path)})",
+            expected="a restore target outside the archive", path=target_path)
     manifest = read_manifest(archive_fs, archive_path)
     target = norm_path(target_fs, target_path)
-    if holds_anything(target_fs, target):
-        raise TargetNotEmpty(found="existing content", expected="an empty or missing directory",
-                             path=target_path)
-    workers = workers or default_workers(archive_fs, target_fs)
     data = posixpath.join(norm_path(archive_fs, archive_path), DATA_DIR)
-    make_dirs(target_fs, target, [f.path for f in manifest.files], manifest.empty_dirs)
+    check_listing(archive_fs, data, manifest.files, where=archive_path)  # links, special files: refused before writing
+    local = is_local(target_fs)
+    lock = _lock_path(target_fs, target)
+    temp = f"{_temp_prefix(lock)}{uuid.uuid4().hex[:12]}" if local else target
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now().isoformat(),
+              "archive": manifest.archive_uri, "temp": temp}
+    if holds_anything(target_fs, target):  # before the lock: a refused restore writes nothing at all
+        raise TargetNotEmpty(found="existing content", expected="an empty or missing directory", path=target_path)
+    try:
+        if local:
+            make_private_dirs(posixpath.dirname(target))
+        _acquire(target_fs, lock, holder, target_path)
+    except OSError as exc:  # permission denied, read-only or full filesystem: nothing was written
+        raise _storage_error(exc, manifest, target_path, "Nothing was written.") from None
+    try:
+        if holds_anything(target_fs, target):  # filled while we waited for the lock
+            raise TargetNotEmpty(found="existing content", expected="an empty or missing directory",
+                                 path=target_path)
+        try:
+            _copy_verified(archive_fs, archive_path, data, target_fs, temp, manifest, workers, chunk_size,
+                           marker=not local, where=target_path)
+            if local:
+                _rename_into_place(target_fs, temp, target)
+            else:
+                target_fs.rm_file(posixpath.join(target, RESTORE_MARKER))  # the last write: now complete
+        except BaseException as exc:
+            _remove(target_fs, temp)
+            if isinstance(exc, OSError):
+                raise _storage_error(exc, manifest, target_path, "Nothing was left at the target.") from None
+            raise
+    finally:
+        _release(target_fs, lock)
+    log.info("restored %s (%s files, %s) to %s and verified it", manifest.archive_uri,
+             f"{manifest.file_count:,}", human_bytes(manifest.total_bytes), target_path)
+    return manifest
+
+
+def _storage_error(exc: OSError, manifest: ArchiveManifest, target_path: str, done: str) -> StorageError:
+    found, action = os_error_parts(exc)
+    return StorageError(found=found, expected=f"a writable target with room for {human_bytes(manifest.total_bytes)}",
+                        path=target_path, action=f"{done} {action}")
+
+
+def _copy_verified(archive_fs: AbstractFileSystem, archive_path: str, data: str, fs: AbstractFileSystem, into: str,
+                   manifest: ArchiveManifest, workers: int | None, chunk_size: int, *, marker: bool,
+                   where: str) -> None:
+    """Copy the archive's files into ``into`` (the marker first when asked), then verify them there."""
+    workers = workers or default_workers(archive_fs, fs)
+    if marker:
+        fs.makedirs(into, exist_ok=True)
+        fs.pipe_file(posixpath.join(into, RESTORE_MARKER), json.dumps({"archive": manifest.archive_uri}).encode())
+    make_dirs(fs, into, [f.path for f in manifest.files], manifest.empty_dirs)
     progress = Progress(log, "restored", manifest.file_count, manifest.total_bytes)
 
     def copy(entry: ArchivedFile) -> None:
-        size, digest = copy_file(archive_fs, posixpath.join(data, entry.path), target_fs,
-                                 posixpath.join(target, entry.path), chunk_size)
+        size, digest = copy_file(archive_fs, posixpath.join(data, entry.path), fs, posixpath.join(into, entry.path),
+                                 chunk_size)
         progress.add(size)
         if (size, digest) != (entry.size, entry.sha256):
             raise ArchiveCorrupt(file=entry.path, found=f"sha256 {digest[:16]}… ({size} bytes) in the archive",
@@ -103,8 +240,40 @@ def restore_archive(
                                     [f.size for f in manifest.files])
     run_parallel(list(manifest.files), copy, workers, readahead=readahead)
     progress.finish()
-    verify_files(target_fs, target, manifest.files, where=target_path, workers=workers, log=log,
-                 verb="verified restored")
-    log.info("restored %s (%s files, %s) to %s and verified it", manifest.archive_uri,
-             f"{manifest.file_count:,}", human_bytes(manifest.total_bytes), target_path)
-    return manifest
+    verify_files(fs, into, manifest.files, where=where, workers=workers, log=log, verb="verified restored",
+                 ignore=frozenset({RESTORE_MARKER}) if marker else frozenset())
+
+
+def _rename_into_place(fs: AbstractFileSystem, temp: str, target: str) -> None:
+    """Rename the verified LOCAL ``temp`` to ``target`` (an empty folder there is replaced) and make
+    the rename durable (fsync of the parent folder)."""
+    try:
+        os.rename(temp, target)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise TargetNotEmpty(found="content written to the target while the restore ran",
+                             expected="an empty or missing directory", path=target) from None
+    fd = os.open(os.path.dirname(target) or "/", os.O_RDONLY | O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(fs: AbstractFileSystem, path: str) -> None:
+    """Remove what a failed restore wrote (never raising over the original error)."""
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except Exception:  # noqa: BLE001 - the restore's own error is the one to report
+        log.exception("could not remove the partial restore at %s: delete it by hand", path)
+
+
+def _release(fs: AbstractFileSystem, lock: str) -> None:
+    try:
+        fs.rm_file(lock)
+    except FileNotFoundError:
+        pass
+    except Exception:  # noqa: BLE001 - never hide the restore's outcome
+        log.exception("could not remove the restore lock %s: delete it by hand", lock)

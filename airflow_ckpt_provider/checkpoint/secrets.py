@@ -3,6 +3,12 @@
 Everything the provider records or shows - task logs, XCom (launch handles), archive manifests,
 ``ckpt`` output, reports - passes Spark conf and commands through these functions first.
 
+Locations (checkpoint, archive, journal URIs) go through :func:`redact_location`, the one function
+that masks the user-info of every URL in a text (``s3a://KEY:SECRET@bucket/x`` -> ``s3a://***@bucket/x``)
+before it reaches an error line, the command line's output or a log; :func:`location_credentials`
+tells whether a location carries credentials at all, so that the provider refuses it before
+anything is read or written (:func:`airflow_ckpt_provider.checkpoint.locations.refuse_credentials`).
+
 A key is sensitive when, lower-cased, it contains one of :data:`SENSITIVE_WORDS` (Airflow's
 default sensitive field names plus ``jaas``, ``credential``, ``signature``), or when one of its
 ``.``/``_``/``-`` separated words ends in ``key`` (``fs.s3a.access.key``, ``secretKey``,
@@ -33,6 +39,69 @@ _PAIR = re.compile(
 )
 _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s@]+)(?P<at>@)")
 _SCHEME = re.compile(r"(?i)(?P<head>\b(?:bearer|basic|token)\s+)(?P<secret>[^\s,;\"']+)")
+
+
+#: schemes whose user part alone is a credential (the access key id of ``s3a://KEY@bucket``)
+_KEY_AS_USER = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "oss"})
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_SPACE = re.compile(r"\s")
+
+
+def _userinfos(text: str) -> list[tuple[str, int, int]]:
+    """(scheme, start, end) of the user-info of every URL in ``text`` (``end`` at its ``@``), in one
+    pass: user-info is what lies between ``scheme://`` and the first ``@`` before any whitespace,
+    when it holds no ``/`` or holds a ``:`` before its first ``/`` (a password may hold ``/``, as
+    AWS secret keys do; an unencoded ``@`` in a password cannot be told apart from the host)."""
+    found: list[tuple[str, int, int]] = []
+    next_at = next_space = -1
+    position = text.find("://")
+    while position != -1:
+        begin = position
+        while begin > 0 and text[begin - 1] in _SCHEME_CHARS:
+            begin -= 1
+        start = position + 3
+        if next_at < start:  # both searches only move forward: linear over the whole text
+            next_at = text.find("@", start)
+            if next_at == -1:
+                break
+        if next_space < start:
+            match = _SPACE.search(text, start)
+            next_space = match.start() if match else len(text)
+        if begin < position and text[begin].isalpha() and next_at < next_space:
+            info = text[start:next_at]
+            slash = info.find("/")
+            if slash == -1 or 0 <= info.find(":") < slash:
+                found.append((text[begin:position].lower(), start, next_at))
+                position = text.find("://", next_at)
+                continue
+        position = text.find("://", start)
+    return found
+
+
+def redact_location(text: str) -> str:
+    """``text`` (a location, or any text that holds locations) with the user-info of every URL
+    masked whole: ``s3a://KEY:SECRET@bucket/cp`` -> ``s3a://***@bucket/cp``,
+    ``hdfs://user:secret@nn:8020/cp`` -> ``hdfs://***@nn:8020/cp``. Idempotent, and linear in the
+    length of ``text`` (error lines quote hostile input)."""
+    parts: list[str] = []
+    last = 0
+    for _, start, end in _userinfos(text):
+        parts += [text[last:start], REDACTED]
+        last = end
+    return "".join(parts) + text[last:] if parts else text
+
+
+def location_credentials(uri: str) -> bool:
+    """Whether the location ``uri`` carries credentials in its user-info: a password
+    (``scheme://user:secret@``) for any scheme, or any user part for object stores (an access key).
+    ``hdfs://alice@nn/`` (a user name alone) is not a credential."""
+    uri = uri.strip()
+    found = _userinfos(uri)
+    if not found or found[0][1] != uri.find("://") + 3:
+        return False
+    scheme, start, end = found[0]
+    info = uri[start:end]
+    return info != REDACTED and (":" in info or scheme in _KEY_AS_USER)
 
 
 def is_sensitive_key(key: str) -> bool:

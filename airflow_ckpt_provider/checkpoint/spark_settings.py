@@ -18,12 +18,12 @@ so the reference DAG takes one :class:`SparkSettings` per version (params ``old_
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidSparkSettings
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 
 #: The keys of a version's Spark settings object, in the order the docs list them.
 KEYS = ("spark_home", "spark_submit", "conn_id", "conf", "jars")
@@ -54,7 +54,7 @@ class SparkSettings:
             return cls()
         if isinstance(value, str):
             try:
-                value = json.loads(value)
+                value = load_json(value)
             except ValueError as exc:
                 raise InvalidSparkSettings(found=f"{name} that is not JSON ({exc})",
                                            expected=f"an object with keys among {', '.join(KEYS)}") from None

@@ -54,8 +54,9 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateStartUnsupported,
     StateVersionPurged,
 )
-from airflow_ckpt_provider.checkpoint.files import is_local, write_atomic
+from airflow_ckpt_provider.checkpoint.files import is_local, read_file, write_atomic
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import find_entries, list_names
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
@@ -295,7 +296,7 @@ class StateExport:
                 return None
             if not text.startswith("{"):
                 return cls(location=text)
-            raw = dict(json.loads(text))
+            raw = dict(load_json(text))
         else:
             raw = dict(data)
         batch = raw.get("batch_id")
@@ -426,7 +427,7 @@ class StateManifest:
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any], *, where: str = "") -> StateManifest:
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
             if raw.get("format") != MANIFEST_FORMAT:
                 raise ValueError(f"format {raw.get('format')!r}")
             return cls(
@@ -458,7 +459,7 @@ def read_manifest(fs: AbstractFileSystem, root: str, *, uri: str = "") -> StateM
     path = posixpath.join(root, STATE_MANIFEST)
     fs.invalidate_cache(root)
     try:
-        data = fs.cat_file(path)
+        data = read_file(fs, path)
     except FileNotFoundError:
         return None
     return StateManifest.from_json(data, where=f"{uri.rstrip('/')}/{STATE_MANIFEST}" if uri else path)

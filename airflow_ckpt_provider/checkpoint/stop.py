@@ -45,7 +45,8 @@ from airflow_ckpt_provider.checkpoint.errors import (
     RunningWithoutGracefulStop,
     StopTimeout,
 )
-from airflow_ckpt_provider.checkpoint.files import write_atomic
+from airflow_ckpt_provider.checkpoint.files import read_file, write_atomic
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -159,7 +160,7 @@ class StopResult:
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> StopResult:
         """Rebuild from :meth:`to_json` output or its dict; :class:`InvalidStopResult` otherwise."""
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
         except (TypeError, ValueError) as exc:
             raise InvalidStopResult(found=f"unreadable JSON ({exc})", expected="a StopResult JSON object") from None
         if not isinstance(raw, dict):
@@ -438,7 +439,7 @@ class ControlFiles:
         path = self._path(rel)
         try:
             self.fs.invalidate_cache(posixpath.dirname(path))
-            return self.fs.cat_file(path)
+            return read_file(self.fs, path)
         except FileNotFoundError:
             return None
 

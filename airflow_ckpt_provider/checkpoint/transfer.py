@@ -68,13 +68,17 @@ from typing import IO, Any, NamedTuple, TypeVar
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
+from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, UnsafeEntry
 from airflow_ckpt_provider.checkpoint.files import (
     FILE_MODE,
     O_CLOEXEC,
+    O_NOFOLLOW,
+    entry_kind,
     is_local,
     make_private_dirs,
+    open_regular,
     pwrite_all,
+    unsafe_link,
 )
 from airflow_ckpt_provider.checkpoint.listing import find_entries
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
@@ -103,8 +107,11 @@ def default_workers(*filesystems: AbstractFileSystem) -> int:
 
 
 def _open(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
-    if is_local(fs):
-        return open(path, mode, buffering=0)  # noqa: SIM115 - raw file: readinto/write are syscalls
+    """A raw file (readinto/write are syscalls) on a local disk, opened by :func:`open_regular`:
+    never through a link, never a FIFO or device; fsspec's file elsewhere."""
+    if is_local(fs):  # written files get the mode open() gives them (0o666 less the umask)
+        flags = os.O_RDONLY if "r" in mode else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        return os.fdopen(open_regular(path, flags, 0o666), mode, buffering=0)
     return fs.open(path, mode)
 
 
@@ -178,9 +185,9 @@ class ReadBackMismatch(Exception):
 
 
 def _reader(fs: AbstractFileSystem, path: str) -> tuple[Callable[[int], bytes], Callable[[], None]]:
-    """(read(n), close) of a source file: plain syscalls on a local disk."""
+    """(read(n), close) of a source file: plain syscalls on a local disk (:func:`open_regular`)."""
     if is_local(fs):
-        fd = os.open(path, _O_READ)
+        fd = open_regular(path)
         return functools.partial(os.read, fd), functools.partial(os.close, fd)
     handle = fs.open(path, "rb")
     return handle.read, handle.close
@@ -241,8 +248,8 @@ def same_verified(src_fs: AbstractFileSystem, src: str, dst: str, *, chunk: int 
     read, close = _reader(src_fs, src)
     try:
         try:
-            fd = os.open(dst, _O_READ | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
+            fd = open_regular(dst)
+        except (OSError, UnsafeEntry):
             return None
         try:
             digest, offset = hashlib.sha256(), 0
@@ -354,7 +361,11 @@ def scan_tree(fs: AbstractFileSystem, root: str) -> tuple[dict[str, int], dict[s
 
 
 def _scan_local(root: str) -> tuple[dict[str, int], dict[str, Any], set[str]]:
-    """os.scandir walk: fsspec's find costs a Python-level info() per entry (seconds at 20k files)."""
+    """os.scandir walk: fsspec's find costs a Python-level info() per entry (seconds at 20k files).
+    The one walk of local trees: links are never followed (:class:`UnsafeEntry` naming the link and
+    its target, whether it stays in the tree or not: Spark writes none) and a FIFO, socket or device
+    is refused, before anything reads it."""
+    real_root = os.path.realpath(root)
     files: dict[str, int] = {}
     stamps: dict[str, Any] = {}
     dirs: set[str] = set()
@@ -368,16 +379,21 @@ def _scan_local(root: str) -> tuple[dict[str, int], dict[str, Any], set[str]]:
         with entries:
             for entry in entries:
                 name = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_symlink():
+                    raise unsafe_link(entry.path, real_root)
                 if entry.is_dir(follow_symlinks=False):
                     dirs.add(name)
                     pending.append(name)
-                else:
-                    try:
-                        info = entry.stat()
-                    except FileNotFoundError:  # removed since the listing: a running query purges old batches
-                        continue
-                    files[name] = info.st_size
-                    stamps[name] = _stamp(info)
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed since the listing: a running query purges old batches
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    raise UnsafeEntry(found=f"{entry_kind(info.st_mode)} at {entry.path}",
+                                      expected="regular files and folders only", path=entry.path)
+                files[name] = info.st_size
+                stamps[name] = _stamp(info)
     return files, stamps, dirs
 
 
@@ -558,7 +574,7 @@ class Readahead:
         """Read ahead the first ``length`` bytes of ``path`` (a big file: the window's worth; the
         kernel's own readahead follows the reads after that)."""
         try:
-            fd = os.open(path, _O_READ | os.O_NONBLOCK)
+            fd = os.open(path, _O_READ | os.O_NONBLOCK | O_NOFOLLOW)
         except OSError:
             return
         try:
@@ -610,6 +626,22 @@ def run_parallel(items: Sequence[T], work: Callable[[T], R], workers: int, *,
     return results
 
 
+def check_listing(fs: AbstractFileSystem, root: str, files: Sequence[ArchivedFile], *, where: str,
+                  ignore: frozenset[str] = frozenset()) -> None:
+    """One listing of ``root`` (the safe walk: links and special files refused) must name exactly
+    ``files`` with their sizes (and may hold the ``ignore`` files besides); :class:`ArchiveCorrupt`
+    naming the first that is missing, extra or of another size. Reads no file."""
+    present, _ = list_tree(fs, root) if fs.exists(root) else ({}, [])
+    present = {path: size for path, size in present.items() if path not in ignore}
+
+    def resized(entry: ArchivedFile) -> tuple[str, str] | None:
+        if present[entry.path] != entry.size:
+            return f"{present[entry.path]} bytes", f"{entry.size} bytes"
+        return None
+
+    _raise_first(_listing_problems(present, files, resized), where)
+
+
 def verify_files(
     fs: AbstractFileSystem,
     root: str,
@@ -620,20 +652,14 @@ def verify_files(
     log: logging.Logger,
     verb: str = "verified",
     chunk: int = CHUNK,
+    ignore: frozenset[str] = frozenset(),
 ) -> None:
     """Re-read and hash every file under ``root``; :class:`ArchiveCorrupt` naming the first bad file.
 
     Missing files, size differences, checksum differences and files the manifest does not list
     all fail. ``where`` is the location shown in the error.
     """
-    present, _ = list_tree(fs, root) if fs.exists(root) else ({}, [])
-
-    def resized(entry: ArchivedFile) -> tuple[str, str] | None:
-        if present[entry.path] != entry.size:
-            return f"{present[entry.path]} bytes", f"{entry.size} bytes"
-        return None
-
-    _raise_first(_listing_problems(present, files, resized), where)
+    check_listing(fs, root, files, where=where, ignore=ignore)
     progress = Progress(log, verb, len(files), sum(f.size for f in files))
 
     def check(entry: ArchivedFile) -> tuple[str, str, str] | None:

@@ -43,6 +43,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StartMismatch,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
@@ -132,7 +133,7 @@ class VerifyResult:
         """Rebuild from :meth:`to_json` output or its dict (the verify operator's XCom); raises
         :class:`InvalidVerifyResult` on anything else."""
         try:
-            raw = json.loads(data) if isinstance(data, (str, bytes)) else dict(data)
+            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
             parts = tuple(PartitionStart(topic=str(p["topic"]), partition=int(p["partition"]), given=p["given"],
                                          recorded=p["recorded"], status=str(p["status"]),
                                          handed_over=p.get("handed_over"), broker_earliest=p.get("broker_earliest"))

@@ -21,7 +21,15 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError, LocalStackError
+from airflow_ckpt_provider.checkpoint.errors import (
+    BrokerError,
+    CheckpointError,
+    LocalStackError,
+    StorageError,
+    shorten,
+)
+from airflow_ckpt_provider.checkpoint.files import os_error_parts
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
 
 # Modules with a register(subparsers) function, in the order of `ckpt --help`.
@@ -78,8 +86,10 @@ def main(
         err.write(f"ckpt: error: {exc}\n")
         return EXIT_ERROR
     except (argparse.ArgumentTypeError, ValueError, ImportError) as exc:  # bad storage option/URL
-        err.write(f"ckpt: error: {exc}\n")
+        err.write(f"ckpt: error: {redact_location(shorten(str(exc)))}\n")
         return EXIT_ERROR
-    except OSError as exc:  # an input file (handover JSON, ...) that cannot be read
-        err.write(f"ckpt: error: cannot read {exc.filename or 'input'}: {exc.strerror or exc}\n")
+    except OSError as exc:  # an input file (handover JSON, ...) or a location the storage refused
+        found, action = os_error_parts(exc)
+        error = StorageError(found=found, expected="a location the storage lets this user use", action=action)
+        err.write(f"ckpt: error: {error}\n")
         return EXIT_ERROR

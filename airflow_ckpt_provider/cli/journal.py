@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals
+from airflow_ckpt_provider.checkpoint.errors import shorten
+from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals, read_lock
 from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
@@ -28,17 +29,14 @@ def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     stream = check_name(args.name)
     fs, root = open_location(args.path, **storage_options(args.storage_option))
     folder = UpgradeJournal.folder(root, stream)
-    lock_path = f"{folder}/{LOCK}"
-    try:
-        lock = json.loads(fs.cat_file(lock_path))
-    except FileNotFoundError:
-        lock = None
+    lock = read_lock(fs, f"{folder}/{LOCK}")
     records = list_journals(fs, root, stream)
     if args.json:
-        out.write(json.dumps({"lock": lock, "journals": [json.loads(r.to_json()) for r in records]}, indent=2) + "\n")
+        shown = None if lock is None else dict(lock.holder) if lock.problem is None else {"corrupt": lock.problem}
+        out.write(json.dumps({"lock": shown, "journals": [json.loads(r.to_json()) for r in records]}, indent=2) + "\n")
     else:
-        held = (f"held by upgrade {lock.get('upgrade_id', '?')} (run {lock.get('run_id', '?')}, "
-                f"since {lock.get('acquired_at', '?')})") if lock else "free"
+        held = "free" if lock is None else f"held by {lock.describe()}" if lock.problem is None else (
+            f"damaged: {lock.describe()} ({lock.path})")
         out.write(f"lock: {held}\n")
         for record in records:
             steps = ", ".join(f"{name} {step.state}" + (f" x{step.attempts}" if step.attempts > 1 else "")
@@ -52,6 +50,9 @@ def _journal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if lock is None:
             err.write("ckpt: the stream is not locked\n")
         else:
-            UpgradeJournal(fs, UpgradeJournal.location(root, stream, lock.get("upgrade_id", "x"))).release_lock()
-            err.write(f"ckpt: released the lock of upgrade {lock.get('upgrade_id')}\n")
+            UpgradeJournal(fs, UpgradeJournal.location(root, stream, "release")).release_lock()
+            if lock.problem is None:
+                err.write(f"ckpt: released the lock of upgrade {shorten(str(lock.upgrade_id), 200)}\n")
+            else:
+                err.write(f"ckpt: removed {lock.describe()} ({lock.path})\n")
     return EXIT_OK

@@ -26,7 +26,6 @@ empty state, as the new version then will.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import tempfile
@@ -49,7 +48,9 @@ from airflow_ckpt_provider.checkpoint.compat import (
     spark_error,
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
+from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
@@ -111,7 +112,7 @@ class _Trial:
 def _read_json(fs: Any, path: str) -> Any:
     try:
         fs.invalidate_cache(posixpath.dirname(path))
-        return json.loads(fs.cat_file(path))
+        return load_json(read_file(fs, path))
     except (FileNotFoundError, ValueError):
         return None
 

@@ -11,7 +11,6 @@ record goes to ``<export>/_job/`` (never into the checkpoint, which is only read
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import StateExportFailed
+from airflow_ckpt_provider.checkpoint.files import read_file
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.state import (
@@ -105,7 +106,7 @@ def run_state_job(
     path = posixpath.join(storage.filesystem(target)[1], JOB_RESULT)
     fs.invalidate_cache(posixpath.dirname(path))
     try:
-        result: dict[str, Any] = json.loads(fs.cat_file(path))
+        result: dict[str, Any] = load_json(read_file(fs, path))
     except (FileNotFoundError, ValueError) as exc:
         raise StateExportFailed(found=f"no readable result at {target}/{JOB_RESULT} ({type(exc).__name__})",
                                 expected="the job's result JSON", log_tail=launcher.log_tail(handle, 60),

@@ -29,6 +29,7 @@ from airflow_ckpt_provider.checkpoint.locations import (
     hadoop_user,
     hdfs_over_webhdfs,
     open_location,
+    refuse_credentials,
     webhdfs_filesystem,
 )
 
@@ -84,7 +85,9 @@ class CheckpointStorageHook(BaseHook):
         self.storage_options = storage_options
 
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
-        """The filesystem holding ``uri`` and the path inside it (``hdfs://``: over WebHDFS)."""
+        """The filesystem holding ``uri`` and the path inside it (``hdfs://``: over WebHDFS).
+        :class:`CredentialsInLocation` for a URI with credentials in it (they belong in the connection)."""
+        refuse_credentials(uri)
         if fsspec.utils.get_protocol(uri) == "hdfs":
             path, options = hdfs_over_webhdfs(uri, self._connection_options(), default_user=hadoop_user())
             self.log.debug("opening %s through WebHDFS at %s:%s", uri, options["host"], options["port"])

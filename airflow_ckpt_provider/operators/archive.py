@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -14,7 +15,7 @@ from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.listing import holds_anything
-from airflow_ckpt_provider.checkpoint.manifest import check_name, human_bytes, sanitize_upgrade_id
+from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER, check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.checkpoint.restore import restore_archive
 from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -216,10 +217,12 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     def restore(self, start: StepStart | None = None, journal: UpgradeJournal | None = None) -> dict[str, Any]:
         """Restore (or find the target in place); see the class docstring."""
         target_fs, target = self.storage_hook.filesystem(self.target_uri)
-        if start is not None and start.previous is not None and start.previous.notes.get("restoring"):
+        # an object store's target holds the marker until its restore verified (a local one is renamed in whole)
+        partial = target_fs.exists(posixpath.join(target, RESTORE_MARKER))
+        if partial or (start is not None and start.previous is not None and start.previous.notes.get("restoring")):
             if target_fs.exists(target):
-                self.log.warning("an earlier attempt (run %s) was restoring into %s and did not finish: removing "
-                                 "its partial copy and restoring again", start.previous.run_id, self.target_uri)
+                self.log.warning("an earlier restore into %s did not finish: removing its partial copy and "
+                                 "restoring again", self.target_uri)
                 target_fs.rm(target, recursive=True)
         elif self.skip_if_target_exists and holds_anything(target_fs, target):
             self.log.info("%s is still in place: nothing to restore", self.target_uri)

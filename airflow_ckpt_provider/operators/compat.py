@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -11,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, NewVersionDoesNotStart
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -197,7 +197,7 @@ class UpgradePathOperator(BaseOperator):
         if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
             return None
         try:
-            value = raw if isinstance(raw, Mapping) else json.loads(raw)
+            value = raw if isinstance(raw, Mapping) else load_json(raw)
         except ValueError:
             raise InvalidVerdict(found=f"verdict text that is not JSON: {str(raw)[:80]!r}",
                                  expected="the compatibility check's XCom") from None

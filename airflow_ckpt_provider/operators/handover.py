@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, Protocol
@@ -13,6 +12,7 @@ from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Hando
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidStartChoice, NotACheckpoint
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan, choose_start
@@ -142,7 +142,7 @@ def start_choice(value: StartChoice | Mapping[str, Any] | str | None) -> StartCh
             return StartChoice()
         text = value
         try:
-            value = json.loads(text)
+            value = load_json(text)
         except ValueError:
             raise InvalidStartChoice(found=f"start {text[:80]!r}", expected='JSON like {"mode": "rewind_to_batch", '
                                      '"value": "12"}') from None

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
+from airflow_ckpt_provider import json_limits
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
 
@@ -145,7 +146,7 @@ class _ControlRecord:
     @classmethod
     def from_json(cls: type[T], data: str | bytes) -> T:
         """Parse a control file; ``ValueError`` when it is not this record's JSON object."""
-        raw: Any = json.loads(data)
+        raw: Any = json_limits.loads(data, what=f"{cls.__name__} control file")
         if not isinstance(raw, dict):
             raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(raw).__name__}")
         names = {f.name for f in fields(cls)}  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider import json_limits
 from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
 from airflow_ckpt_provider.spark.standby import await_handover, warm_up_session
 from airflow_ckpt_provider.spark.trial import is_dry_run
@@ -67,7 +68,7 @@ def handover_json(spark: SparkSession) -> dict[str, Any] | None:
     """The handover the launcher passed (``spark.ckpt.handoverJson``) as a dict, or None."""
     await_handover(spark)
     raw = _conf(spark, CONF_HANDOVER_JSON)
-    return json.loads(raw) if raw else None
+    return json_limits.loads(raw, what="handover") if raw else None
 
 
 def _topics(topics: str | Iterable[str]) -> list[str]:
@@ -129,7 +130,7 @@ def read_kafka(
     reader = reader.option("subscribe", ",".join(names))
     if chosen is not None:
         if chosen.strip().startswith("{"):
-            given = sorted(json.loads(chosen))
+            given = sorted(json_limits.loads(chosen, what="startingOffsets"))
             if given != sorted(set(names)):
                 raise ValueError(f"startingOffsets from the {origin} name topics {given}, but the job "
                                  f"subscribes to {sorted(set(names))}")

@@ -35,10 +35,10 @@ job that must not accept records the old one would have dropped filters by it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider import json_limits
 from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.standby import await_handover
 
@@ -85,7 +85,7 @@ def read_state_manifest(spark: SparkSession, path: str | None = None) -> dict[st
         raise StateNotExported(f"found no readable {MANIFEST} under {root} ({type(exc).__name__}); expected a "
                                "complete, verified export (its manifest is written last). Run the export "
                                "again.") from None
-    manifest: dict[str, Any] = json.loads(rows[0].value)
+    manifest: dict[str, Any] = json_limits.loads(rows[0].value, what=MANIFEST)
     manifest["location"] = root.rstrip("/")
     return manifest
 

@@ -70,7 +70,7 @@ def _state_variables(properties: str | None) -> list[str]:
         return []
     try:
         parsed = json.loads(properties)
-    except ValueError:
+    except (ValueError, RecursionError):  # a standalone script: no provider import for json_limits
         return []
     variables = parsed.get("stateVariables") if isinstance(parsed, dict) else None
     return [str(v.get("stateName")) for v in variables or [] if isinstance(v, dict) and v.get("stateName")]

@@ -220,4 +220,5 @@ def test_real_client_against_closed_port_is_unreachable() -> None:
 def test_unreadable_input_file_is_one_line_error(tmp_path: Path) -> None:
     code, out, err = run("verify-handover", str(tmp_path / "missing.json"), str(tmp_path))
     assert code == 2 and out == ""
-    assert err.startswith("ckpt: error: cannot read") and err.count("\n") == 1
+    assert err.startswith("ckpt: error: storage error: found nothing at this location at ") and err.count("\n") == 1
+    assert f"{tmp_path}/missing.json (ENOENT)" in err and "Check the path" in err

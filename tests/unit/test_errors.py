@@ -27,6 +27,7 @@ SAMPLES: dict[str, Any] = {
     "status": 503,
     "version": 3,
     "maximum": 2,
+    "batch": 7,
 }
 
 ERROR_CLASSES = sorted(

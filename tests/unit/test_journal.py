@@ -313,3 +313,65 @@ def test_ckpt_journal_lists_each_run_entry(tmp_path: Path) -> None:
     assert ckpt(["journal", root[1], "--name", "orders"], stdout=out, stderr=err) == 0
     assert "    run run-1 at " in out.getvalue() and ": ended upgraded\n" in out.getvalue()
     assert ": already done: nothing done\n" in out.getvalue()
+
+
+# -- a damaged lock file -----------------------------------------------------------------------------
+
+DAMAGED_LOCKS = {
+    "list": (b"[1,2]", "a JSON list ([1, 2]), not an object"),
+    "empty": (b"", "empty"),
+    "blank": (b"  \n", "empty"),
+    "not-json": (b"lock held by bob", "not JSON"),
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "beyond the input limits"),
+    "no-upgrade-id": (b'{"run_id": "r"}', "an object without an upgrade_id string"),
+    "number-upgrade-id": (b'{"upgrade_id": 7}', "an object without an upgrade_id string"),
+}
+
+
+@pytest.mark.parametrize("name", DAMAGED_LOCKS)
+def test_ckpt_journal_shows_and_releases_a_damaged_lock(tmp_path: Path, name: str) -> None:
+    import io
+
+    from airflow_ckpt_provider.cli import main as ckpt
+
+    content, said = DAMAGED_LOCKS[name]
+    root = (fsspec.filesystem("file"), str(tmp_path / "archive"))
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    Path(journal.lock_path).write_bytes(content)
+    out, err = io.StringIO(), io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders"], stdout=out, stderr=err) == 0, err.getvalue()
+    assert f"lock: damaged: a lock file that is {said}" in out.getvalue() and journal.lock_path in out.getvalue()
+    assert os.path.exists(journal.lock_path)  # shown, not touched without --release-lock
+    out = io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders", "--json"], stdout=out, stderr=err) == 0
+    assert said in json.loads(out.getvalue())["lock"]["corrupt"]
+    out, err = io.StringIO(), io.StringIO()
+    assert ckpt(["journal", root[1], "--name", "orders", "--release-lock"], stdout=out, stderr=err) == 0
+    assert f"ckpt: removed a lock file that is {said}" in err.getvalue() and len(err.getvalue()) < 600
+    assert not os.path.exists(journal.lock_path)
+    assert os.path.exists(journal.path)  # only the lock goes
+
+
+@pytest.mark.parametrize("name", DAMAGED_LOCKS)
+def test_a_damaged_lock_refuses_another_upgrade_with_a_typed_error(root: tuple[Any, str], name: str) -> None:
+    content, said = DAMAGED_LOCKS[name]
+    fs, _ = root
+    journal = journal_for(root)
+    fs.makedirs(os.path.dirname(journal.lock_path), exist_ok=True)
+    fs.pipe_file(journal.lock_path, content)
+    with pytest.raises(UpgradeInProgress) as refused:  # an empty lock may be one being created: held
+        journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    assert f"a lock file that is {said}" in refused.value.found and "--release-lock" in str(refused.value)
+    assert fs.cat_file(journal.lock_path) == content
+
+
+@pytest.mark.parametrize("name", DAMAGED_LOCKS)
+def test_closing_an_upgrade_leaves_a_lock_it_cannot_read_as_its_own(root: tuple[Any, str], name: str) -> None:
+    content, _ = DAMAGED_LOCKS[name]
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    fs.pipe_file(journal.lock_path, content)
+    journal.close("upgraded")  # no AttributeError on [1,2]
+    assert fs.cat_file(journal.lock_path) == content
