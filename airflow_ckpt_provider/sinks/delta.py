@@ -18,7 +18,6 @@ raises :class:`SinkLogUnreadable`.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import re
@@ -28,7 +27,8 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import SinkLogUnreadable
+from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, SinkLogUnreadable
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.listing import list_names
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,9 @@ class DeltaLog:
             if '"txn"' not in line:
                 continue
             try:
-                action = json.loads(line)
+                action = load_json(line, what=f"Delta log {name} line {number}", path=self.uri)
+            except JsonTooLarge:
+                raise
             except ValueError:
                 raise SinkLogUnreadable(found=f"{name} line {number} is not JSON", expected="one JSON action per line",
                                         path=self.uri) from None
@@ -142,7 +144,8 @@ class DeltaLog:
             if name.endswith(".json"):
                 for line in data.decode("utf-8", "replace").splitlines():
                     if '"txn"' in line:
-                        txn = json.loads(line).get("txn")
+                        action = load_json(line, what=f"Delta checkpoint {name}", path=self.uri)
+                        txn = action.get("txn") if isinstance(action, dict) else None
                         if isinstance(txn, dict):
                             found.append(_txn(txn, version, where=name, uri=self.uri))
                 continue

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidSinkSpec
+from airflow_ckpt_provider.checkpoint.errors import InvalidSinkSpec, JsonTooLarge
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.enums import StrEnum
 
 
@@ -136,7 +137,9 @@ class SinkSpec:
             if text in ("", "None", "null", "{}"):
                 return cls()
             try:
-                value = json.loads(text)
+                value = load_json(text, what="sink declaration")
+            except JsonTooLarge:
+                raise
             except ValueError:
                 raise InvalidSinkSpec(found=f"sink {text[:120]!r}, not JSON", expected="a JSON object") from None
         if not isinstance(value, Mapping):
