@@ -385,7 +385,10 @@ def _scan_local(root: str) -> tuple[dict[str, int], dict[str, Any], set[str]]:
                     dirs.add(name)
                     pending.append(name)
                     continue
-                info = entry.stat(follow_symlinks=False)
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed since the listing: a running query purges old batches
+                    continue
                 if not stat.S_ISREG(info.st_mode):
                     raise UnsafeEntry(found=f"{entry_kind(info.st_mode)} at {entry.path}",
                                       expected="regular files and folders only", path=entry.path)
