@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidSinkSpec, JsonTooLarge
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.enums import StrEnum
 
 
@@ -58,7 +59,8 @@ class SinkSpec:
     versions unless the new version writes elsewhere), and for ``delta_foreach_batch`` the
     ``txn_app_id`` the old version writes with ("" = the checkpoint's query id, as
     :func:`~airflow_ckpt_provider.spark.delta_txn_options` writes) and the ``new_txn_app_id`` of the
-    new version ("" = the same rule as the old one). :class:`InvalidSinkSpec` on bad fields."""
+    new version ("" = the same rule as the old one). :class:`InvalidSinkSpec` on bad fields,
+    :class:`CredentialsInLocation` for a location with credentials in it."""
 
     FORMAT: ClassVar[int] = 1
 
@@ -73,6 +75,7 @@ class SinkSpec:
             if not isinstance(value, str):
                 raise InvalidSinkSpec(found=f"{name}={value!r}", expected=f"{name} as a string")
             object.__setattr__(self, name, value.strip())
+        refuse_credentials(self.location, "sink location")  # credentials belong in a connection
         if (self.kind.is_delta or self.kind is SinkKind.FILE) and not self.location:
             raise InvalidSinkSpec(found=f"sink kind {self.kind} without a location",
                                   expected="the table or output path in location")

@@ -55,6 +55,14 @@ def test_bad_declarations_are_refused(value, found: str) -> None:
     assert found in raised.value.found
 
 
+def test_a_sink_location_with_credentials_is_refused_without_showing_them() -> None:
+    from airflow_ckpt_provider.checkpoint.errors import CredentialsInLocation
+
+    with pytest.raises(CredentialsInLocation) as raised:
+        SinkSpec.from_value({"kind": "delta", "location": "s3a://AKIAEXAMPLE:s3cr3t@lake/orders"})
+    assert "s3cr3t" not in str(raised.value) and "AKIAEXAMPLE" not in str(raised.value)
+
+
 @pytest.mark.parametrize(("spec", "old_app", "new_app", "constant"), [
     (SinkSpec(SinkKind.DELTA, "/t"), OLD, NEW, ""),
     (SinkSpec(SinkKind.DELTA_FOREACH_BATCH, "/t"), OLD, NEW, ""),
