@@ -197,6 +197,14 @@ class LaunchTrigger(BaseTrigger):
                            evidence=f"a running query's heartbeat (query {beat.query_id}): the job started its query "
                                     "without waiting for the handover")
 
+    def _kafka_hook(self) -> Any:  # noqa: ANN401 - KafkaBrokerHook, imported where Airflow runs
+        """One hook (its connection looked up, its client kept) for every poll of this trigger."""
+        if getattr(self, "_kafka", None) is None:
+            from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+
+            self._kafka = KafkaBrokerHook(kafka_conn_id=str(self.kafka_conn_id))
+        return self._kafka
+
     def _caught_up(self, control: ControlFiles) -> LaunchTriggerEvent | None:
         """The idle-topic answer of a commit wait (see the class docstring), or None."""
         beat = control.heartbeat()
@@ -212,9 +220,7 @@ class LaunchTrigger(BaseTrigger):
             position = handover_from_snapshot(snapshot).kafka_offsets()
         except CheckpointError:  # nothing recorded yet (the query has not planned), or not Kafka
             return None
-        from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
-
-        broker = KafkaBrokerHook(kafka_conn_id=str(self.kafka_conn_id)).broker_view(position.topics)
+        broker = self._kafka_hook().broker_view(position.topics)
         if unread_partitions(position, broker):
             return None
         where = f"batch {snapshot.last_committed_batch}" if snapshot.last_committed_batch is not None \

@@ -1,9 +1,13 @@
-"""A Kafka -> Parquet streaming job (1 s processing-time trigger) for the graceful stop tests.
+"""A Kafka -> Parquet streaming job for the graceful stop tests.
 
 Usage: stop_job.py BOOTSTRAP TOPIC CHECKPOINT SINK MODE [HEARTBEAT_INTERVAL_S]
-MODE ``graceful`` runs the query under GracefulStop (heartbeat every HEARTBEAT_INTERVAL_S,
-default 0.5 s; stop request; ack) and exits once it returns; MODE ``ignore`` only calls
-awaitTermination: it never heartbeats, never reads the stop request and runs until it is killed.
+MODE ``graceful`` runs a file-sink query on a 1 s processing-time trigger under GracefulStop
+(heartbeat every HEARTBEAT_INTERVAL_S, default 0.5 s; stop request; ack) and exits once it
+returns; MODE ``ignore`` runs the same query but only calls awaitTermination: it never heartbeats,
+never reads the stop request and runs until it is killed. MODE ``busy`` runs on Spark's DEFAULT
+trigger (the next batch as soon as one commits; ``maxOffsetsPerTrigger`` below the producer's
+rate, so there is always a next batch) with a foreachBatch sink behind ``foreach_batch``, under
+GracefulStop: the stop holds the next batch at the sink instead of waiting for a gap.
 """
 
 from __future__ import annotations
@@ -11,32 +15,38 @@ from __future__ import annotations
 import sys
 
 from airflow_ckpt_provider.local.spark import local_spark_session
-from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
+from airflow_ckpt_provider.spark import GracefulStop, foreach_batch
 
 
 def main() -> None:
     bootstrap, topic, checkpoint, sink, mode = sys.argv[1:6]
     interval = float(sys.argv[6]) if len(sys.argv) > 6 else 0.5
     spark = local_spark_session(f"stop-job-{mode}")
-    query = (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
-        .load()
-        .selectExpr("topic", "partition", "offset")
-        .writeStream.format("parquet")
-        .option("path", sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="1 second")
-        .start()
     )
-    if mode == "graceful":
-        GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2).run()
-        spark.stop()
+    if mode == "busy":
+        reader = reader.option("maxOffsetsPerTrigger", 300)
+    frame = reader.load().selectExpr("topic", "partition", "offset")
+    if mode == "busy":
+
+        def append(batch, batch_id: int) -> None:  # noqa: ANN001
+            batch.write.mode("append").parquet(sink)
+
+        query = frame.writeStream.foreachBatch(foreach_batch(append, checkpoint)) \
+            .option("checkpointLocation", checkpoint).start()
     else:
+        query = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
+                 .trigger(processingTime="1 second").start())
+    if mode == "ignore":
         query.awaitTermination()
+        return
+    GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2).run()
+    spark.stop()
 
 
 if __name__ == "__main__":
