@@ -336,7 +336,7 @@ def build_stream_upgrade_dag(
         )
         extract = CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
-            kafka_conn_id="{{ params.kafka_conn_id }}", **JOURNALED, **START,
+            kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, **JOURNALED, **START,
         )
         # the handover step's result (HandoverResult) goes whole to the steps that need it
         export_state = StateExportOperator(

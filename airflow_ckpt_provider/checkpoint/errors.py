@@ -983,3 +983,14 @@ class IncompleteRestore(CheckpointError):
     default_action = (
         "Nothing was read. Delete the location and restore the archive again (`ckpt restore ARCHIVE --to LOCATION`)."
     )
+
+
+class SinkAheadOfState(CheckpointError):
+    """The sink holds a batch of a stateful query that its checkpoint did not commit."""
+
+    summary = "the sink holds a batch whose state the checkpoint did not commit"
+    default_action = (
+        "Restart the old version on its checkpoint: Spark runs the cut batch again, the sink skips the "
+        "write it already holds (Delta: same appId and batch id), and Spark commits the batch and its state. "
+        "Then run the upgrade again. Nothing was changed."
+    )

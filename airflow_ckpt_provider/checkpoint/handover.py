@@ -89,8 +89,10 @@ class Handover:
 
     ``batch_id`` is the last committed batch, or None when ``from_initial`` (nothing committed,
     the initial offsets from ``sources/`` were used). ``in_flight_batch`` is a planned but
-    uncommitted batch whose offsets were deliberately NOT used. Construction raises
-    :class:`InvalidHandover` on inconsistent fields.
+    uncommitted batch whose offsets were deliberately NOT used. ``held_by_sink`` is set when
+    ``batch_id`` is a batch the stop cut after the SINK recorded it whole (Spark did not commit
+    it; the sink's own record, named here, did — :meth:`after_held_batch`): the new version
+    starts after it. Construction raises :class:`InvalidHandover` on inconsistent fields.
     """
 
     FORMAT: ClassVar[int] = 1
@@ -102,6 +104,7 @@ class Handover:
     sources: tuple[SourceOffsets, ...]
     in_flight_batch: int | None
     taken_at: str
+    held_by_sink: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -121,6 +124,9 @@ class Handover:
             raise _bad("no sources", "at least one SourceOffsets")
         if len({s.index for s in self.sources}) != len(self.sources):
             raise _bad("duplicate source indexes", "unique source indexes")
+        if self.held_by_sink is not None and (self.batch_id is None or self.in_flight_batch is not None):
+            raise _bad(f"held_by_sink with batch_id={self.batch_id}, in_flight_batch={self.in_flight_batch}",
+                       "a held batch as batch_id, and no in-flight batch after it")
         if self.batch_id is not None:  # from a committed batch: Spark recorded resolved offsets only
             check_committed_sources(self.sources, self.batch_id,
                                     f"{self.checkpoint_uri.rstrip('/')}/offsets/{self.batch_id}")
@@ -131,6 +137,16 @@ class Handover:
         offset = stamp.utcoffset()
         if offset is None or offset.total_seconds() != 0:
             raise _bad(f"taken_at={self.taken_at!r}", "a UTC timestamp (+00:00)")
+
+    def after_held_batch(self, batch: int, sources: tuple[SourceOffsets, ...], record: str) -> Handover:
+        """This handover moved past ``batch``, the in-flight batch the sink holds whole (``record``
+        is the sink's proof): ``sources`` are that batch's planned end (``offsets/<batch>``)."""
+        if batch != self.in_flight_batch:
+            raise _bad(f"held batch {batch} with in-flight batch {self.in_flight_batch}",
+                       "the in-flight batch the stop cut")
+        return Handover(query_id=self.query_id, checkpoint_uri=self.checkpoint_uri, batch_id=batch,
+                        from_initial=False, sources=sources, in_flight_batch=None, taken_at=self.taken_at,
+                        held_by_sink=record)
 
     def source(self, source: int | str) -> SourceOffsets:
         """The source with this index (int or digit string) or name; SourceNotKafka if absent."""
@@ -150,6 +166,7 @@ class Handover:
             "from_initial": self.from_initial,
             "in_flight_batch": self.in_flight_batch,
             "taken_at": self.taken_at,
+            **({"held_by_sink": self.held_by_sink} if self.held_by_sink is not None else {}),
             "sources": [
                 {"index": s.index, "name": s.name, "kind": s.kind.value, "raw": s.raw,
                  "offsets": s.offsets_json()}
@@ -171,14 +188,17 @@ class Handover:
                 raise
             except ValueError as exc:
                 raise _bad(f"text that is not valid JSON ({exc})", "handover JSON") from None
-        if not isinstance(data, Mapping) or set(data) != _KEYS:
+        if not isinstance(data, Mapping) or set(data) - {"held_by_sink"} != _KEYS:
             keys = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-            raise _bad(f"keys {keys}", f"exactly {sorted(_KEYS)}")
+            raise _bad(f"keys {keys}", f"exactly {sorted(_KEYS)} (and held_by_sink)")
         if data["format"] != cls.FORMAT:
             raise _bad(f"format {data['format']!r}", f"format {cls.FORMAT}")
         for key in ("query_id", "checkpoint_uri", "taken_at"):
             if not isinstance(data[key], str) and not (key == "query_id" and data[key] is None):
                 raise _bad(f"{key}={data[key]!r}", f"{key} as a string")
+        held = data.get("held_by_sink")
+        if held is not None and not isinstance(held, str):
+            raise _bad(f"held_by_sink={held!r}", "held_by_sink as a string")
         if not isinstance(data["from_initial"], bool) or not isinstance(data["sources"], list):
             raise _bad("malformed from_initial or sources", "a boolean and a list")
         return cls(
@@ -189,6 +209,7 @@ class Handover:
             sources=tuple(_source_from_dict(s) for s in data["sources"]),
             in_flight_batch=data["in_flight_batch"],
             taken_at=data["taken_at"],
+            held_by_sink=held,
         )
 
 
@@ -258,6 +279,9 @@ class HandoverResult:
     starting_offsets: KafkaOffsets | None = None
     reconciliation: Reconciliation | None = None
     start_plan: StartPlan | None = None
+    #: the sink ledger's account of the switch (a SinkAccount dict: what the sink holds of a batch
+    #: the stop cut, what it may receive twice); None when the step did not ask the sink
+    sink: Mapping[str, Any] | None = None
 
     def expected_start(self, source: int | str | None = None) -> KafkaOffsets:
         """Where each partition of the new query must start: the chosen start of ``start_plan``,
@@ -283,6 +307,8 @@ class HandoverResult:
         }
         if self.start_plan is not None:
             value["start_plan"] = self.start_plan.to_dict()
+        if self.sink is not None:
+            value["sink"] = dict(self.sink)
         return value
 
     def to_json(self) -> str:
@@ -312,9 +338,12 @@ class HandoverResult:
             raise _bad(f"a {type(data).__name__}", "a handover result or handover JSON object")
         if "handover" not in data:
             return cls(Handover.from_json(data))
-        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation", "start_plan"})
+        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation", "start_plan", "sink"})
         if unknown:
-            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets, reconciliation and start_plan")
+            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets, reconciliation, start_plan and sink")
+        sink = data.get("sink")
+        if sink is not None and not isinstance(sink, Mapping):
+            raise _bad(f"sink {sink!r:.80}", "the sink ledger's account (an object)")
         raw = data.get("starting_offsets")
         starting = KafkaOffsets.from_json(raw if isinstance(raw, str) else json.dumps(raw)) if raw else None
         recon_data = data.get("reconciliation") or {}
@@ -330,4 +359,4 @@ class HandoverResult:
             plan = StartPlan.from_dict(plan_data) if plan_data else None
         except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
             raise _bad(f"start_plan {plan_data!r:.80}", "the handover operator's start plan") from None
-        return cls(handover, starting, recon, plan)
+        return cls(handover, starting, recon, plan, sink)

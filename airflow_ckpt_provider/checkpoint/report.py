@@ -66,6 +66,9 @@ class UpgradeReport:
     #: epoch seconds when the new version was up (its launch step ended): the downtime's end when
     #: the new query committed nothing yet (caught up on an idle topic)
     ready_at: float | None = None
+    #: the sink ledger's account of the switch (the handover step's SinkAccount dict): what the sink
+    #: holds of a batch the stop cut, and per partition what it may receive twice or never, and why
+    sink: Mapping[str, Any] | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,12 +135,21 @@ class UpgradeReport:
             ("old checkpoint", self.old_checkpoint or "-"),
             ("new checkpoint", self.new_checkpoint or "-"),
             ("archive", self.archive or "-"),
-            ("handed over at batch", str(handover.get("batch_id", "-"))),
+            ("handed over at batch", str(handover.get("batch_id", "-"))
+             + (f" (cut by the stop; the sink holds it: {handover['held_by_sink']})"
+                if handover.get("held_by_sink") else "")),
             ("in-flight batch (not used)",
              "none" if handover.get("in_flight_batch") is None else str(handover["in_flight_batch"])),
             ("startingOffsets", self.starting_offsets or "-"),
             ("downtime", "-" if self.downtime_s is None else f"{self.downtime_s:.1f} s"),
         ]
+        if self.sink:
+            twice = self.sink.get("twice") or ()
+            counts = [r.get("count") for r in twice]
+            facts.append(("sink: processed twice / skipped",
+                          "0 / 0 (exact)" if self.sink.get("exact") else
+                          ("up to " + (f"{sum(c for c in counts if c):,} records" if None not in counts else
+                                       "an unknown number of records") + f" in {len(twice)} partition(s) / 0")))
         if self.state_export:
             export = self.state_export
             facts.append(("state carried", f"no: {export.get('skipped')}" if export.get("skipped") or not
@@ -184,6 +196,15 @@ class UpgradeReport:
             lines += ["", "## Compatibility check (trial runs on copies)", ""]
             lines += [f"- {k}: {self.compatibility[k]}" for k in ("rule", "operator", "old", "new", "error_class")
                       if self.compatibility.get(k)]
+        if self.sink:
+            lines += ["", "## The sink at the switch", "", f"- {self.sink.get('why', '-')}"]
+            for key, title in (("twice", "may be processed twice"), ("skipped", "skipped")):
+                ranges = self.sink.get(key) or ()
+                if ranges:
+                    lines += ["", f"| topic | partition | {title}: from | to (exclusive) | records |",
+                              "| --- | ---: | ---: | ---: | ---: |"]
+                    lines += [f"| {r['topic']} | {r['partition']} | {'earliest' if r['start'] < 0 else r['start']} "
+                              f"| {r['end']} | {'-' if r.get('count') is None else r['count']} |" for r in ranges]
         if self.start_plan:
             lines += ["", "## Where the new version started", "", *StartPlan.from_dict(self.start_plan).markdown()]
         if png_name:

@@ -9,8 +9,13 @@ from typing import Any, Protocol
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover, Reconciliation, reconcile
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidStartChoice, NotACheckpoint
-from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
+    InvalidStartChoice,
+    NotACheckpoint,
+    SinkAheadOfState,
+)
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult, handover_from_snapshot, kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
@@ -24,6 +29,7 @@ from airflow_ckpt_provider.checkpoint.rollback import (
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkSpec, account_cut, sink_holds_batch
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):
@@ -49,6 +55,14 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     (:class:`ReprocessingNotAccepted`) without ``accept_reprocessing`` (and ``accept_data_loss``
     for a skip). A batch whose start is no longer retained is refused (:class:`BatchNotRewindable`).
 
+    ``sink`` declares the job's sink (:class:`~airflow_ckpt_provider.sinks.SinkSpec`, as the
+    preflight's). When the stop cut a batch (planned, not committed), the sink ledger decides
+    (:func:`~airflow_ckpt_provider.sinks.account_cut`): a Delta table or file sink that recorded
+    the batch whole moves the handover past it (``Handover.held_by_sink``; refused with
+    :class:`SinkAheadOfState` for a stateful query, whose state of that batch is not committed);
+    any other sink may hold part of it, and the result's ``sink`` account names the input range per
+    partition that may be processed twice.
+
     With ``journal`` (an upgrade journal's URI) a handover already taken for this upgrade is
     returned as recorded: a re-run after the old checkpoint was archived (or removed) hands over
     the same offsets.
@@ -60,10 +74,11 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     :param accept_data_loss: start expired partitions at the earliest retained offset; allow a start that skips records
     :param start: where the new version starts (default: resume where the old one stopped)
     :param accept_reprocessing: allow a start that processes records a second time
+    :param sink: the job's sink declaration (SinkSpec, mapping or JSON; default: not declared, at-least-once)
     """
 
     template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id", "start",
-                                      "accept_reprocessing", "accept_data_loss", *JOURNAL_FIELDS)
+                                      "accept_reprocessing", "accept_data_loss", "sink", *JOURNAL_FIELDS)
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -76,12 +91,14 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         accept_data_loss: bool | str = False,
         start: StartChoice | Mapping[str, Any] | str | None = None,
         accept_reprocessing: bool | str = False,
+        sink: SinkSpec | Mapping[str, Any] | str | None = None,
         journal: str | None = None,
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         self.start = start
         self.accept_reprocessing = accept_reprocessing
         self.init_journal(journal, journal_conn_id, journal_phase)
@@ -110,16 +127,50 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         reader = CheckpointReader(self.checkpoint_uri, fs=fs)
         accept_loss = flag(self.accept_data_loss, "accept_data_loss")
         choice = start_choice(self.start)
+        handover, account = ledger_handover(reader, SinkSpec.from_value(self.sink), self.storage_hook,
+                                            source=self.source, log=self.log)
         handover, result, broker = reconciled_handover_view(
             reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
+            handover=handover,
         )
         if choice.mode is StartMode.RESUME:
-            return HandoverResult(handover, result.starting_offsets, result).to_dict()
+            return HandoverResult(handover, result.starting_offsets, result, sink=account.to_dict()).to_dict()
         plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
                              kafka_hook=self.kafka_hook, source=self.source, log=self.log)
         plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
                              accept_data_loss=accept_loss)
-        return HandoverResult(handover, plan.starting_offsets, result, plan).to_dict()
+        return HandoverResult(handover, plan.starting_offsets, result, plan, sink=account.to_dict()).to_dict()
+
+
+def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: CheckpointStorageHook, *,
+                    source: int | str | None, log: StepLog) -> tuple[Handover, SinkAccount]:
+    """The stopped query's handover and the sink ledger's account of the batch the stop cut, if any
+    (see :class:`CheckpointHandoverOperator`); reads the checkpoint and the sink's record only."""
+    snapshot = reader.snapshot()
+    handover = handover_from_snapshot(snapshot)
+    cut = snapshot.in_flight_batch
+    if cut is None:
+        return handover, account_cut(spec, cut_batch=None, committed=None, planned=None, record=None)
+    planned_sources = reader.batch_sources(cut)
+    planned = kafka_offsets_of(planned_sources, source)
+    record = None
+    if spec.kind.exact:
+        fs, path = storage.filesystem(spec.location)
+        record = sink_holds_batch(fs, path, spec, old_query_id=snapshot.query_id, batch=cut, uri=spec.location)
+    account = account_cut(spec, cut_batch=cut, committed=handover.kafka_offsets(source), planned=planned,
+                          record=record)
+    for line in account.lines():
+        log.info("sink ledger: %s", line)
+    if account.disposition is not CutDisposition.HELD or record is None:
+        return handover, account
+    if snapshot.state_operators:
+        raise SinkAheadOfState(
+            found=(f"the sink holds batch {cut} of the old query ({record}) and the checkpoint committed only "
+                   f"{'batch ' + str(handover.batch_id) if handover.batch_id is not None else 'no batch'}; the query "
+                   f"keeps state (operators {', '.join(map(str, snapshot.state_operators))})"),
+            expected="a stateless query, or a checkpoint that committed every batch the sink holds",
+            path=reader.uri)
+    return handover.after_held_batch(cut, planned_sources, record), account
 
 
 def flag(value: bool | str, name: str) -> bool:
@@ -289,12 +340,18 @@ def reconciled_handover_view(
     source: int | str | None,
     accept_data_loss: bool,
     log: StepLog,
+    handover: Handover | None = None,
 ) -> tuple[Handover, Reconciliation, BrokerView]:
-    """:func:`reconciled_handover` plus the broker view it was reconciled with."""
-    handover = reader.handover()
+    """:func:`reconciled_handover` plus the broker view it was reconciled with; ``handover``: one
+    already taken from ``reader`` (default: its last committed batch)."""
+    handover = handover or reader.handover()
     offsets = handover.kafka_offsets(source)
     if handover.from_initial:
         log.info("no batch committed yet in %s: handing over the initial offsets", reader.uri)
+    elif handover.held_by_sink:
+        log.info("query %s: batch %s was cut after the sink recorded it (%s): handing over its end; %d partitions "
+                 "of %s", handover.query_id, handover.batch_id, handover.held_by_sink, len(offsets.partitions()),
+                 ", ".join(offsets.topics))
     else:
         log.info(
             "query %s: last committed batch %s, in-flight batch %s; %d partitions of %s",

@@ -178,7 +178,7 @@ class UpgradeReportOperator(BaseOperator):
                                         ready_at=ready_at) if outcome == UPGRADED else None,
             stop_requested_at=stop_requested_at, ready_at=ready_at,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
-            start_plan=extract.get("start_plan"),
+            start_plan=extract.get("start_plan"), sink=extract.get("sink"),
             rollback=rollback if isinstance(rollback, dict) and "partitions" in rollback else None,
             state_export=self._state_export(ti), compatibility=self._compatibility(ti),
             path=path.describe() if path is not None else "",

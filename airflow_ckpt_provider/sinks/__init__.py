@@ -5,7 +5,18 @@ fsspec; :mod:`.ledger` decides, from that record, whether the new version's writ
 skipped (preflight) and whether the sink holds the new query's batches (verify).
 """
 
-from airflow_ckpt_provider.sinks.ledger import SinkDelivery, SinkFinding, inspect_sink, verify_sink
+from airflow_ckpt_provider.sinks.ledger import (
+    CutDisposition,
+    OffsetRange,
+    SinkAccount,
+    SinkDelivery,
+    SinkFinding,
+    account_cut,
+    inspect_sink,
+    sink_holds_batch,
+    verify_sink,
+)
 from airflow_ckpt_provider.sinks.spec import SinkKind, SinkSpec
 
-__all__ = ["SinkDelivery", "SinkFinding", "SinkKind", "SinkSpec", "inspect_sink", "verify_sink"]
+__all__ = ["CutDisposition", "OffsetRange", "SinkAccount", "SinkDelivery", "SinkFinding", "SinkKind", "SinkSpec",
+           "account_cut", "inspect_sink", "sink_holds_batch", "verify_sink"]

@@ -9,6 +9,12 @@ and call them.
   by Delta (its batch ids restart at 0): :class:`DeltaWritesSkipped`, before anything stops. The
   finding tells the approver whether the sink is exact or at-least-once, and the old query's last
   batch the table holds.
+* Handover (:func:`sink_holds_batch`, :func:`account_cut`): a batch the stop cut (planned in
+  ``offsets/M``, no ``commits/M``) may already be in the sink. A sink the provider reads says so
+  itself (Delta: ``txn(old appId, M)``; file sink: ``_spark_metadata/M``): when it holds the batch
+  whole the new version starts after it, else the sink holds none of it (both record a batch
+  atomically) and the new version processes it once. Any other sink may hold part of it: the
+  :class:`SinkAccount` names the input range, per partition, that may be processed twice.
 * Verify (:func:`verify_sink`): every batch the new query committed (the first
   :data:`MAX_VERIFIED_BATCHES`) must be in the table's log as ``txn(new appId, batch)``; a
   batch the query committed and the table does not hold fails the upgrade
@@ -24,6 +30,8 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.sinks.delta import DeltaLog, DeltaTxn
 from airflow_ckpt_provider.sinks.spec import SinkKind, SinkSpec
 
@@ -163,6 +171,135 @@ def verify_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, new
         if len(recorded) == len(wanted):
             break
     return judge_delivery(spec, app_id=app_id, committed=wanted, recorded=recorded, latest=latest, uri=uri or path)
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Input records ``[start, end)`` of one Kafka partition (``start`` -2: from the earliest)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int | None:
+        """How many records (None when the start is the earliest, not an offset)."""
+        return None if self.start < 0 else self.end - self.start
+
+    def describe(self) -> str:
+        start = "earliest" if self.start < 0 else str(self.start)
+        count = "" if self.count is None else f" ({self.count:,} records)"
+        return f"{self.topic}-{self.partition} [{start}, {self.end}){count}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "start": self.start, "end": self.end,
+                "count": self.count}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OffsetRange:
+        return cls(str(data["topic"]), int(data["partition"]), int(data["start"]), int(data["end"]))
+
+
+def cut_ranges(committed: KafkaOffsets, planned: KafkaOffsets) -> tuple[OffsetRange, ...]:
+    """The input of a cut batch per partition: from where the last committed batch ended
+    (``committed``; a partition it did not know: the earliest) to the cut batch's planned end."""
+    ranges = []
+    for topic, partition, end in planned.items():
+        start = committed.offsets.get(topic, {}).get(partition, -2)
+        if end > max(start, 0):
+            ranges.append(OffsetRange(topic, partition, start, end))
+    return tuple(ranges)
+
+
+class CutDisposition(StrEnum):
+    NONE = "none"              # the stop cut no batch
+    HELD = "held"              # the sink holds the cut batch whole: the new version starts after it
+    NOT_HELD = "not_held"      # the sink holds none of it: the new version processes it once
+    MAY_REPEAT = "may_repeat"  # an at-least-once sink may hold part of it: processed again by the new version
+
+
+@dataclass(frozen=True)
+class SinkAccount:
+    """What the switch means for the sink: the batch the stop cut (if any), what the sink holds of
+    it and why, and per partition the input ranges the sink may receive twice (``twice``) or never
+    (``skipped``). Both are empty for a sink the provider reads (Delta, file sink): its own
+    record decides where the new version starts. ``record`` names that record."""
+
+    disposition: CutDisposition
+    why: str
+    cut_batch: int | None = None
+    record: str | None = None
+    twice: tuple[OffsetRange, ...] = ()
+    skipped: tuple[OffsetRange, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return not self.twice and not self.skipped
+
+    def lines(self) -> list[str]:
+        """For the log and the report: the why, then one line per range."""
+        out = [self.why]
+        out += [f"may be processed twice: {r.describe()}" for r in self.twice]
+        out += [f"skipped: {r.describe()}" for r in self.skipped]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"disposition": str(self.disposition), "why": self.why, "cut_batch": self.cut_batch,
+                "record": self.record, "exact": self.exact, "twice": [r.to_dict() for r in self.twice],
+                "skipped": [r.to_dict() for r in self.skipped]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SinkAccount:
+        return cls(CutDisposition(data["disposition"]), str(data["why"]), data.get("cut_batch"), data.get("record"),
+                   tuple(OffsetRange.from_dict(r) for r in data.get("twice", ())),
+                   tuple(OffsetRange.from_dict(r) for r in data.get("skipped", ())))
+
+
+def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffsets | None,
+                planned: KafkaOffsets | None, record: str | None) -> SinkAccount:
+    """Decide what the sink holds of the batch the stop cut (``cut_batch``, planned up to
+    ``planned``, after the last committed batch's ``committed`` end; None: the stop cut none).
+    ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`)."""
+    if cut_batch is None:
+        return SinkAccount(CutDisposition.NONE, "the stop cut no batch: the old query committed every batch it "
+                                                "planned, so the sink holds nothing beyond the handover")
+    if spec.kind.exact:
+        if record is not None:
+            return SinkAccount(CutDisposition.HELD, cut_batch=cut_batch, record=record, why=(
+                f"the stop cut batch {cut_batch} after the sink recorded it ({record}): the sink holds it whole, "
+                f"so the new version starts after it"))
+        return SinkAccount(CutDisposition.NOT_HELD, cut_batch=cut_batch, why=(
+            f"the stop cut batch {cut_batch} before the sink recorded it: the sink records a batch atomically "
+            f"({spec.kind}), so it holds none of it and the new version processes it once"))
+    ranges = cut_ranges(committed, planned) if committed is not None and planned is not None else ()
+    what = spec.kind.value if spec.declared else "a sink that is not declared"
+    return SinkAccount(CutDisposition.MAY_REPEAT, cut_batch=cut_batch, twice=ranges, why=(
+        f"the stop cut batch {cut_batch}: {what} is at-least-once (the provider cannot read what it holds), so "
+        f"it may hold part of that batch, and the new version processes the batch's input again"))
+
+
+def sink_holds_batch(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, old_query_id: str | None,
+                     batch: int, uri: str | None = None) -> str | None:
+    """The sink's own record that it holds the old query's ``batch`` whole, as a sentence, else None:
+    Delta — ``txn(old appId, version >= batch)`` in the table's current snapshot; file sink —
+    ``_spark_metadata/<batch>`` (or its ``.compact``) in the output path. None for any other sink."""
+    if fs is None or not spec.declared:
+        return None
+    if spec.kind.is_delta:
+        app_id = spec.old_app_id(old_query_id)
+        if not app_id:
+            return None
+        txn = DeltaLog(fs, path, uri=uri).transactions().get(app_id)
+        if txn is None or txn.version < batch:
+            return None
+        return f"Delta txn appId {app_id} version {txn.version} at table version {txn.table_version}"
+    if spec.kind is SinkKind.FILE:
+        for name in (str(batch), f"{batch}.compact"):
+            entry = f"{path.rstrip('/')}/_spark_metadata/{name}"
+            if fs.exists(entry):
+                return f"file sink metadata _spark_metadata/{name}"
+    return None
 
 
 def _list(numbers: Sequence[int]) -> str:

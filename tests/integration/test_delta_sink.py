@@ -11,7 +11,9 @@ starts and runs:
 * the same writes with :func:`~airflow_ckpt_provider.spark.delta_txn_options` (txnAppId = the
   checkpoint's query id): 0 lost, 0 duplicated, preflight and verify pass;
 * the Delta streaming sink: the preflight reads the old query's last batch from the table's own
-  log, verify finds every batch of the new query there; 0 lost, 0 duplicated.
+  log, verify finds every batch of the new query there; 0 lost, 0 duplicated;
+* the Delta streaming sink with a batch cut after Delta's commit and before Spark's (a fault in
+  the driver): the handover step's sink ledger hands over after it; 0 lost, 0 duplicated.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
 from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.local.records import ContinuousProducer
+from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
 from airflow_ckpt_provider.sinks.delta import DeltaLog
@@ -225,3 +229,62 @@ def test_delta_streaming_sink_is_read_from_its_log(kafka, kafka_connection, spar
     delivery = outcome["delivery"]
     assert delivery.checked and sorted(delivery.batches) == committed(tmp_path / "new-cp")
     assert outcome["kafka"] > 0 and (outcome["lost"], outcome["duplicated"]) == (0, 0), outcome
+
+
+def fail_commit_of_a_coming_batch(checkpoint: Path) -> int:
+    """Fault injection in the driver: an empty directory where Spark will write ``commits/<M>`` for a
+    batch it has not committed yet, so the driver fails right AFTER the sink committed batch M and
+    before Spark's own commit (as a stop or a crash that cuts the batch there). Returns M."""
+    while True:
+        target = last_committed(checkpoint) + 2
+        try:
+            (checkpoint / "commits" / str(target)).mkdir()
+            return target
+        except FileExistsError:
+            continue
+
+
+def test_a_batch_cut_after_the_delta_commit_is_handed_over_after_it(kafka, kafka_connection, spark, new_topic,
+                                                                    tmp_path) -> None:
+    """The Delta streaming sink commits batch M to the table before Spark writes commits/M; the old
+    query dies between the two. The ledger reads txn(old query id, M) in the table and hands over
+    after M, so the new version writes none of M again: 0 lost, 0 duplicated. The negative control:
+    the table holds every record of M's input, so a handover from the last commit (M-1) would have
+    written all of them a second time."""
+    topic = new_topic(3)
+    bootstrap = kafka.bootstrap_servers
+    old_cp, new_cp, table = tmp_path / "old-cp", tmp_path / "new-cp", str(tmp_path / "events")
+    spec = SinkSpec(kind=SinkKind.DELTA, location=table)
+    producer = ContinuousProducer(bootstrap, topic, rate=300).start()
+    v1 = streaming_sink(records(spark, bootstrap, topic), str(old_cp), table)
+    wait_for(lambda: last_committed(old_cp) >= 2, "3 batches of version 1")
+    cut = fail_commit_of_a_coming_batch(old_cp)
+    wait_for(lambda: not v1.isActive, f"version 1 failing to commit batch {cut}")
+    assert v1.exception() is not None, "version 1 ended by the injected fault"
+    producer.stop()
+    (old_cp / "commits" / str(cut)).rmdir()  # the fault, not Spark's data
+    assert last_committed(old_cp) == cut - 1 and (old_cp / "offsets" / str(cut)).is_file()
+    old_query_id = CheckpointReader(str(old_cp)).snapshot().query_id
+    assert DeltaLog(LOCAL, table).transactions()[old_query_id].version == cut, "Delta committed the cut batch"
+
+    extract = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(old_cp),
+                                         kafka_conn_id=kafka_connection, sink=spec.to_json())
+    result = HandoverResult.from_json(extract.execute({}))  # type: ignore[arg-type]
+    assert result.handover.batch_id == cut and result.handover.held_by_sink, result.handover
+    assert result.sink is not None and result.sink["disposition"] == "held" and result.sink["exact"]
+    # negative control: the cut batch's input is in the table whole; from commit M-1 it would be written twice
+    naive = CheckpointReader(str(old_cp)).handover().kafka_offsets()
+    held = result.handover.kafka_offsets()
+    cut_input = {(p, o) for _, p, end in held.items() for o in range(naive.get(topic, p) or 0, end)}
+    in_table = {(r.partition, r.offset) for r in spark.read.format("delta").load(table).collect()}
+    assert cut_input and cut_input <= in_table, "the table holds the cut batch, so a naive start duplicates it"
+
+    producer = ContinuousProducer(bootstrap, topic, rate=300).start()  # records arrive during the switch
+    v2 = streaming_sink(records(spark, bootstrap, topic, result.offsets().to_json()), str(new_cp), table)
+    wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
+    stop_between_batches(v2, producer)
+    delivery = verify_sink(LOCAL, table, spec, new_query_id=CheckpointReader(str(new_cp)).snapshot().query_id,
+                           committed=committed(new_cp), old_query_id=old_query_id, handover_batch=cut)
+    assert delivery.checked
+    produced, lost, duplicated = audit(spark, table, bootstrap, topic)
+    assert produced > 0 and (lost, duplicated) == (0, 0), (produced, lost, duplicated, len(cut_input))
