@@ -15,6 +15,7 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.secrets import REDACTED, is_sensitive_key, redact_conf, redact_text
+from airflow_ckpt_provider.source_header import SOURCE_HEADER, Source, source_of
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,54 @@ class KafkaBroker:
             found = consumer.offsets_for_times({tp: int(timestamp_ms) for tp in wanted}) if wanted else {}
         return {(tp.topic, tp.partition): (None if found.get(tp) is None else int(found[tp].offset)) for tp in wanted}
 
+    def sources_written_since(self, topic: str, since_ms: int, *, max_records: int = 2_000_000,
+                              header: str = SOURCE_HEADER) -> set[Source] | None:
+        """The input records named by ``header`` on the records of output ``topic`` whose timestamp
+        is >= ``since_ms``, up to each partition's log end when the scan starts: a set of
+        (topic, partition, offset). None when more than ``max_records`` records would be read
+        (the scan is bounded). Records without the header are read and ignored. Logs progress.
+        Raises as :meth:`view` does."""
+        from kafka import TopicPartition
+
+        with self._consumer(f"the records of {topic} since {since_ms}") as consumer:
+            parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            if not parts:
+                return set()
+            ends = consumer.end_offsets(parts)
+            found = consumer.offsets_for_times({tp: int(since_ms) for tp in parts})
+            starts = {tp: ends[tp] if found.get(tp) is None else int(found[tp].offset) for tp in parts}
+            total = sum(ends[tp] - starts[tp] for tp in parts)
+            if total > max_records:
+                log.warning("%s holds %d records since %d: more than the %d a scan reads", topic, total, since_ms,
+                            max_records)
+                return None
+            wanted = [tp for tp in parts if ends[tp] > starts[tp]]
+            sources: set[Source] = set()
+            if not wanted:
+                return sources
+            consumer.assign(wanted)
+            for tp in wanted:
+                consumer.seek(tp, starts[tp])
+            log.info("scanning %d records of %s (%d partitions) for the %r header", total, topic, len(wanted), header)
+            done = 0
+            pending = set(wanted)
+            while pending:
+                batch = consumer.poll(timeout_ms=1000, max_records=10_000)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        if message.offset >= ends[tp]:
+                            break
+                        done += 1
+                        source = source_of(message.headers or (), header)
+                        if source is not None:
+                            sources.add(source)
+                for tp in list(pending):
+                    if consumer.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+                if batch and done and done % 100_000 < sum(len(m) for m in batch.values()):
+                    log.info("scanned %d of %d records of %s", done, total, topic)
+            return sources
+
     def view(self, topics: Iterable[str]) -> BrokerView:
         """Partitions and (earliest, latest) offsets of ``topics``; unknown topics are left out.
 
@@ -137,3 +186,4 @@ class KafkaBroker:
         if missing:
             log.info("topics not found on %s: %s", self.bootstrap_servers, ", ".join(missing))
         return BrokerView(view)
+

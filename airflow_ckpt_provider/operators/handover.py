@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -26,10 +27,11 @@ from airflow_ckpt_provider.checkpoint.rollback import (
     new_version_progress,
     rollback_handover,
 )
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkSpec, account_cut, sink_holds_batch
+from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):
@@ -128,7 +130,7 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         accept_loss = flag(self.accept_data_loss, "accept_data_loss")
         choice = start_choice(self.start)
         handover, account = ledger_handover(reader, SinkSpec.from_value(self.sink), self.storage_hook,
-                                            source=self.source, log=self.log)
+                                            source=self.source, log=self.log, kafka=self.kafka_hook)
         handover, result, broker = reconciled_handover_view(
             reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
             handover=handover,
@@ -142,10 +144,31 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
         return HandoverResult(handover, plan.starting_offsets, result, plan, sink=account.to_dict()).to_dict()
 
 
+#: How far before the previous batch's planned time the output topic is read (clocks of the driver
+#: and of the brokers that stamp the records may differ this much).
+SCAN_CLOCK_SKEW_MS = 60_000
+
+
+def _scan_from(reader: CheckpointReader, cut: int) -> int | None:
+    """Epoch ms from which the output topic is read for the records of batch ``cut``: the planned
+    time of the batch before it (its records carry the source header too, proving the job writes
+    it), less :data:`SCAN_CLOCK_SKEW_MS`; None when no planned time is recorded."""
+    for batch in (cut - 1, cut):
+        try:
+            stamp = reader.offset_entry(batch).batch_timestamp_ms if batch >= 0 else None
+        except CheckpointError:
+            stamp = None
+        if stamp is not None:
+            return max(0, stamp - SCAN_CLOCK_SKEW_MS)
+    return None
+
+
 def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: CheckpointStorageHook, *,
-                    source: int | str | None, log: StepLog) -> tuple[Handover, SinkAccount]:
+                    source: int | str | None, log: StepLog,
+                    kafka: KafkaBrokerHook | None = None) -> tuple[Handover, SinkAccount]:
     """The stopped query's handover and the sink ledger's account of the batch the stop cut, if any
-    (see :class:`CheckpointHandoverOperator`); reads the checkpoint and the sink's record only."""
+    (see :class:`CheckpointHandoverOperator`); reads the checkpoint and the sink's record only (a
+    Kafka sink's output topic through ``kafka``, the cluster of the handover)."""
     snapshot = reader.snapshot()
     handover = handover_from_snapshot(snapshot)
     cut = snapshot.in_flight_batch
@@ -153,12 +176,18 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
         return handover, account_cut(spec, cut_batch=None, committed=None, planned=None, record=None)
     planned_sources = reader.batch_sources(cut)
     planned = kafka_offsets_of(planned_sources, source)
-    record = None
+    record, seen = None, None
     if spec.kind.exact:
         fs, path = storage.filesystem(spec.location)
         record = sink_holds_batch(fs, path, spec, old_query_id=snapshot.query_id, batch=cut, uri=spec.location)
+    elif spec.kind is SinkKind.KAFKA and spec.location and kafka is not None:
+        since = _scan_from(reader, cut)
+        log.info("sink ledger: reading the output topic %s from %s for the records of batch %d", spec.location,
+                 utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None
+                 else "its start", cut)
+        seen = kafka.broker.sources_written_since(spec.location, since or 0)
     account = account_cut(spec, cut_batch=cut, committed=handover.kafka_offsets(source), planned=planned,
-                          record=record)
+                          record=record, seen=seen)
     for line in account.lines():
         log.info("sink ledger: %s", line)
     if account.disposition is not CutDisposition.HELD or record is None:

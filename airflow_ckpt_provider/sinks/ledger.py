@@ -23,7 +23,7 @@ and call them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +217,7 @@ class CutDisposition(StrEnum):
     HELD = "held"              # the sink holds the cut batch whole: the new version starts after it
     NOT_HELD = "not_held"      # the sink holds none of it: the new version processes it once
     MAY_REPEAT = "may_repeat"  # an at-least-once sink may hold part of it: processed again by the new version
+    COUNTED = "counted"        # a Kafka sink's output topic holds (part of) it, counted by source header: written twice
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,8 @@ class SinkAccount:
     def lines(self) -> list[str]:
         """For the log and the report: the why, then one line per range."""
         out = [self.why]
-        out += [f"may be processed twice: {r.describe()}" for r in self.twice]
+        twice = "processed twice" if self.disposition is CutDisposition.COUNTED else "may be processed twice"
+        out += [f"{twice}: {r.describe()}" for r in self.twice]
         out += [f"skipped: {r.describe()}" for r in self.skipped]
         return out
 
@@ -256,11 +258,27 @@ class SinkAccount:
                    tuple(OffsetRange.from_dict(r) for r in data.get("skipped", ())))
 
 
+def _runs(topic: str, partition: int, offsets: Sequence[int]) -> list[OffsetRange]:
+    """Sorted distinct ``offsets`` of one partition as contiguous ranges."""
+    runs: list[OffsetRange] = []
+    for offset in offsets:
+        if runs and runs[-1].end == offset:
+            runs[-1] = OffsetRange(topic, partition, runs[-1].start, offset + 1)
+        else:
+            runs.append(OffsetRange(topic, partition, offset, offset + 1))
+    return runs
+
+
 def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffsets | None,
-                planned: KafkaOffsets | None, record: str | None) -> SinkAccount:
+                planned: KafkaOffsets | None, record: str | None,
+                seen: Collection[tuple[str, int, int]] | None = None) -> SinkAccount:
     """Decide what the sink holds of the batch the stop cut (``cut_batch``, planned up to
     ``planned``, after the last committed batch's ``committed`` end; None: the stop cut none).
-    ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`)."""
+    ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`);
+    ``seen`` the input records a Kafka sink's output topic names by their source header
+    (:mod:`airflow_ckpt_provider.source_header`) in a window that covers the cut batch and the one
+    before it: when any is seen, the cut batch's share of them is exactly what the new version
+    writes twice; when none is (the job writes no such header), the account stays at-least-once."""
     if cut_batch is None:
         return SinkAccount(CutDisposition.NONE, "the stop cut no batch: the old query committed every batch it "
                                                 "planned, so the sink holds nothing beyond the handover")
@@ -273,6 +291,18 @@ def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffset
             f"the stop cut batch {cut_batch} before the sink recorded it: the sink records a batch atomically "
             f"({spec.kind}), so it holds none of it and the new version processes it once"))
     ranges = cut_ranges(committed, planned) if committed is not None and planned is not None else ()
+    if spec.kind is SinkKind.KAFKA and seen:
+        twice: list[OffsetRange] = []
+        for cut in ranges:
+            low = max(cut.start, 0)
+            hits = sorted({o for t, p, o in seen if t == cut.topic and p == cut.partition and low <= o < cut.end})
+            twice += _runs(cut.topic, cut.partition, hits)
+        count = sum(r.end - r.start for r in twice)
+        return SinkAccount(CutDisposition.COUNTED, cut_batch=cut_batch, twice=tuple(twice),
+                           record=f"{count} record(s) of batch {cut_batch} in {spec.location}, by their source header",
+                           why=(f"the stop cut batch {cut_batch}: the output topic {spec.location} already holds "
+                                f"{count:,} record(s) of its input (counted by their source header), and the new "
+                                f"version writes them again"))
     what = spec.kind.value if spec.declared else "a sink that is not declared"
     return SinkAccount(CutDisposition.MAY_REPEAT, cut_batch=cut_batch, twice=ranges, why=(
         f"the stop cut batch {cut_batch}: {what} is at-least-once (the provider cannot read what it holds), so "

@@ -15,8 +15,13 @@ sink (docs "Sinks"):
   :func:`airflow_ckpt_provider.spark.delta_txn_options` (txnAppId = the checkpoint's query id)
   the record is as exact as the streaming sink's.
 * ``file`` — Spark's file sink: ``_spark_metadata`` must not be in the new version's path.
-* ``kafka``, ``foreach_batch`` (any other writer) — at-least-once: a batch cut by the stop may
-  be written again; the approval and the report say which input range.
+* ``kafka`` — Spark's Kafka sink, ``location`` its output topic (on the cluster of the upgrade's
+  Kafka connection): at-least-once, but when the job names each output record's input record
+  (:func:`airflow_ckpt_provider.spark.with_source_header`), the handover counts exactly which
+  records of a batch the stop cut the topic already holds, and the report names them as
+  processed twice.
+* ``foreach_batch`` (any other writer) — at-least-once: a batch cut by the stop may be written
+  again; the approval and the report say which input range.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ package's standard-library-only modules (the driver has no Airflow).
   (:mod:`.trial`);
 * :func:`foreach_batch`: the job's foreachBatch function behind the stop gate, so a stop needs no
   idle moment between batches (:mod:`.gate`);
+* :func:`with_source_header`: a Kafka sink's output records name their input records, so a batch
+  cut by a stop is counted exactly in the output topic (:mod:`.kafka`);
 * :func:`delta_txn_options`: Delta idempotent writes whose txnAppId is new with each checkpoint
   (:mod:`.delta`).
 """
@@ -23,9 +25,11 @@ from airflow_ckpt_provider.spark.kafka import (
            handed_over_starting_offsets,
            handover_json,
            read_kafka,
+           with_source_header,
 )
 from airflow_ckpt_provider.spark.standby import await_handover, is_standby
 from airflow_ckpt_provider.spark.trial import is_dry_run, sink_location
 
 __all__ = ["GracefulStop", "await_handover", "checkpoint_location", "delta_txn_options", "foreach_batch",
-           "handed_over_starting_offsets", "handover_json", "is_dry_run", "is_standby", "read_kafka", "sink_location"]
+           "handed_over_starting_offsets", "handover_json", "is_dry_run", "is_standby", "read_kafka", "sink_location",
+           "with_source_header"]

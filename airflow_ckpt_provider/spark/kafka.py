@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider import json_limits
+from airflow_ckpt_provider.source_header import SOURCE_HEADER
 from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
 from airflow_ckpt_provider.spark.standby import await_handover, warm_up_session
 from airflow_ckpt_provider.spark.trial import is_dry_run
@@ -95,6 +96,24 @@ def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], opti
         frame.limit(100).write.format("noop").mode("overwrite").save()
     except Exception as exc:  # noqa: BLE001 - a warm-up never fails the job; its query will say what is wrong
         log.warning("standby warm-up read of %s failed: %s", ",".join(names), exc)
+
+
+def with_source_header(frame: DataFrame, *, topic: str = "topic", partition: str = "partition",
+                       offset: str = "offset") -> DataFrame:
+    """``frame`` with a ``headers`` column for Spark's Kafka sink that names each output record's
+    input record (header ``ckpt-source``, value ``<topic>:<partition>:<offset>``; see
+    :mod:`airflow_ckpt_provider.source_header`), taken from the Kafka source's ``topic``,
+    ``partition`` and ``offset`` columns (their names in ``frame``). Any ``headers`` the frame
+    already has are kept after it. With it, a batch cut by a stop is counted exactly in the output
+    topic: the upgrade report names the records the sink received twice."""
+    from pyspark.sql import functions as F
+
+    value = F.encode(F.concat_ws(":", F.col(topic), F.col(partition).cast("string"),
+                                 F.col(offset).cast("string")), "UTF-8")
+    header = F.array(F.struct(F.lit(SOURCE_HEADER).alias("key"), value.alias("value")))
+    if "headers" in frame.columns:
+        header = F.concat(header, F.col("headers"))
+    return frame.withColumn("headers", header)
 
 
 def read_kafka(

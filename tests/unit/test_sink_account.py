@@ -135,3 +135,28 @@ def test_a_held_handover_round_trips_and_old_handovers_still_read(tmp_path: Path
     bad = {**held.to_dict(), "held_by_sink": 3}
     with pytest.raises(InvalidHandover):
         Handover.from_json(bad)
+
+
+KAFKA_OUT = SinkSpec.from_value({"kind": "kafka", "location": "out"})
+
+
+def test_a_kafka_sink_with_source_headers_counts_exactly_what_it_holds_of_the_cut_batch() -> None:
+    # batch M read events-0 [300, 400) and events-2 from the earliest to 7; the output holds 300..349
+    # and 360 of partition 0, nothing of partition 2, and records of the batch before (proof of headers)
+    seen = {("events", 0, o) for o in range(250, 350)} | {("events", 0, 360), ("other", 0, 310)}
+    account = account_cut(KAFKA_OUT, cut_batch=3, committed=COMMITTED, planned=PLANNED, record=None, seen=seen)
+    assert account.disposition is CutDisposition.COUNTED and not account.exact
+    assert account.twice == (OffsetRange("events", 0, 300, 350), OffsetRange("events", 0, 360, 361))
+    assert "51 record(s)" in account.why and account.lines()[1].startswith("processed twice: events-0 [300, 350)")
+
+
+@pytest.mark.parametrize("seen", [None, set()])
+def test_a_kafka_sink_whose_records_name_no_source_stays_at_least_once(seen: set | None) -> None:
+    account = account_cut(KAFKA_OUT, cut_batch=3, committed=COMMITTED, planned=PLANNED, record=None, seen=seen)
+    assert account.disposition is CutDisposition.MAY_REPEAT and len(account.twice) == 2
+
+
+def test_a_held_cut_batch_seen_in_the_output_of_a_kafka_sink_counts_none_when_none_is_there() -> None:
+    seen = {("events", 0, 299)}  # the batch before the cut one wrote; the cut one wrote nothing yet
+    account = account_cut(KAFKA_OUT, cut_batch=3, committed=COMMITTED, planned=PLANNED, record=None, seen=seen)
+    assert account.disposition is CutDisposition.COUNTED and account.twice == () and account.exact
