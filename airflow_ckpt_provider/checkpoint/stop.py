@@ -51,11 +51,13 @@ from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
+    DELIVERED,
     DRIVER,
     HEARTBEAT,
     STOP_ACK,
     STOP_REQUEST,
     STOPPED_OUTCOMES,
+    Delivery,
     DriverRecord,
     Heartbeat,
     StopAck,
@@ -454,6 +456,10 @@ class ControlFiles:
 
     def ack(self) -> StopAck | None:
         return self._record(STOP_ACK, StopAck)
+
+    def delivery(self) -> Delivery | None:
+        """The ``foreach_batch`` wrapper's last delivered batch (``_ckpt/delivered.json``), None when absent."""
+        return self._record(DELIVERED, Delivery)
 
     def driver(self) -> DriverRecord | None:
         """The supervised local driver's record (``_ckpt/driver.json``), None when absent."""

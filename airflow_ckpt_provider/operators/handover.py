@@ -27,11 +27,13 @@ from airflow_ckpt_provider.checkpoint.rollback import (
     new_version_progress,
     rollback_handover,
 )
+from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
+from airflow_ckpt_provider.sinks.ledger import delivered_record
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):
@@ -180,7 +182,10 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
     if spec.kind.exact:
         fs, path = storage.filesystem(spec.location)
         record = sink_holds_batch(fs, path, spec, old_query_id=snapshot.query_id, batch=cut, uri=spec.location)
-    elif spec.kind is SinkKind.KAFKA and spec.location and kafka is not None:
+    elif spec.kind is not SinkKind.KAFKA:  # a foreachBatch writer: the provider's wrapper records deliveries
+        delivery = ControlFiles(reader.fs, reader.root, reader.uri).delivery()
+        record = delivered_record(delivery.batch_id if delivery is not None else None, cut)
+    elif spec.location and kafka is not None:
         since = _scan_from(reader, cut)
         log.info("sink ledger: reading the output topic %s from %s for the records of batch %d", spec.location,
                  utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None

@@ -274,7 +274,8 @@ def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffset
                 seen: Collection[tuple[str, int, int]] | None = None) -> SinkAccount:
     """Decide what the sink holds of the batch the stop cut (``cut_batch``, planned up to
     ``planned``, after the last committed batch's ``committed`` end; None: the stop cut none).
-    ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`);
+    ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`),
+    or for a ``foreachBatch`` writer the provider's wrapper's delivery record (:func:`delivered_record`);
     ``seen`` the input records a Kafka sink's output topic names by their source header
     (:mod:`airflow_ckpt_provider.source_header`) in a window that covers the cut batch and the one
     before it: when any is seen, the cut batch's share of them is exactly what the new version
@@ -282,6 +283,10 @@ def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffset
     if cut_batch is None:
         return SinkAccount(CutDisposition.NONE, "the stop cut no batch: the old query committed every batch it "
                                                 "planned, so the sink holds nothing beyond the handover")
+    if record is not None and not spec.kind.exact and spec.kind is not SinkKind.KAFKA:  # the wrapper's record
+        return SinkAccount(CutDisposition.HELD, cut_batch=cut_batch, record=record, why=(
+            f"the stop cut batch {cut_batch} after the job's foreachBatch function returned for it ({record}): the "
+            f"sink has it whole, so the new version starts after it"))
     if spec.kind.exact:
         if record is not None:
             return SinkAccount(CutDisposition.HELD, cut_batch=cut_batch, record=record, why=(
@@ -330,6 +335,14 @@ def sink_holds_batch(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *
             if fs.exists(entry):
                 return f"file sink metadata _spark_metadata/{name}"
     return None
+
+
+def delivered_record(delivered_batch: int | None, batch: int) -> str | None:
+    """The proof that a ``foreachBatch`` job's function returned for ``batch``, from the last
+    batch the provider's wrapper recorded as delivered (``_ckpt/delivered.json``), else None."""
+    if delivered_batch is None or delivered_batch < batch:
+        return None
+    return f"the foreach_batch wrapper recorded batch {delivered_batch} as delivered"
 
 
 def _list(numbers: Sequence[int]) -> str:

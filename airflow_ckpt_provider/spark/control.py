@@ -14,6 +14,8 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
     _ckpt/standby-release.json  written by the provider for a standby driver (launched before
                              the old version stopped, waiting in ``await_handover``): start now,
                              at these offsets
+    _ckpt/delivered.json     written by the job's ``foreach_batch`` wrapper after the job's function
+                             returned for a batch: the sink has that batch whole (the sink ledger)
 
 A standby driver heartbeats in state ``standby`` while it waits; a stop request makes it exit
 without writing a single checkpoint file (it acknowledges like a stopped query, with no batch).
@@ -42,6 +44,7 @@ STOP_REQUEST = f"{CONTROL_DIR}/stop-request.json"
 STOP_ACK = f"{CONTROL_DIR}/stop-ack.json"
 DRIVER = f"{CONTROL_DIR}/driver.json"
 STANDBY_RELEASE = f"{CONTROL_DIR}/standby-release.json"
+DELIVERED = f"{CONTROL_DIR}/delivered.json"
 
 #: Spark conf keys the launcher passes to the job (``--conf``); a standby release sets the same
 #: keys in the waiting driver's session (see :mod:`airflow_ckpt_provider.spark.kafka`).
@@ -219,6 +222,17 @@ class StopAck(_ControlRecord):
     stopped_at: str
     seen_at: str = ""  # when the driver read the request ("" from drivers before this field)
     boundary_at: str = ""  # when it found the batch boundary and called query.stop()
+
+
+@dataclass(frozen=True)
+class Delivery(_ControlRecord):
+    """The last batch whose ``foreachBatch`` function returned (its writes are done), by the
+    provider's wrapper (:func:`airflow_ckpt_provider.spark.foreach_batch`). Batch ids grow with
+    the checkpoint, so a record of batch M says every batch up to M reached the sink."""
+
+    batch_id: int
+    delivered_at: str
+    query_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,11 @@ stop with outcome ``held``: the last committed batch is N, batch N+1 is planned 
 and nothing of it reached the sink, so the handover from N is exact. The stop therefore takes
 at most the rest of the running batch, on any trigger and any load.
 
+After the job's function returns, the wrapper records the batch as delivered
+(``_ckpt/delivered.json``, :class:`~airflow_ckpt_provider.spark.control.Delivery`): should the
+query end after that and before Spark commits the batch (a kill, a crash), the provider's sink
+ledger knows the sink has the batch whole and hands over after it.
+
 A batch already inside the job's function when the gate is armed finishes and commits normally;
 the one after it is held. A withdrawn or expired request disarms the gate. Jobs whose sink is
 not a ``foreachBatch`` function (a built-in sink) have no gate: their stop waits for a batch
@@ -93,20 +98,40 @@ def gate_for(checkpoint: str) -> BatchGate:
         return _gates.setdefault(key, BatchGate())
 
 
-def foreach_batch(function: Callable[[Any, int], Any], checkpoint: str) -> Callable[[Any, int], None]:
+def foreach_batch(function: Callable[[Any, int], Any], checkpoint: str, *,
+                  record_delivery: bool = True) -> Callable[[Any, int], None]:
     """``function`` (a ``foreachBatch`` function: ``(batch_df, batch_id)``) behind the gate of the
     query on ``checkpoint`` — the same location the query and GracefulStop are given::
 
         query = frame.writeStream.foreachBatch(foreach_batch(write, checkpoint)) \\
             .option("checkpointLocation", checkpoint).start()
         GracefulStop(spark, query, checkpoint).run()
+
+    With ``record_delivery`` (default) each batch whose function returned is recorded in
+    ``_ckpt/delivered.json`` (one small write per batch on the checkpoint's storage); a failed
+    write is logged and the batch goes on (the ledger then treats a cut batch as at-least-once).
     """
     gate = gate_for(checkpoint)
+    recorder: list[Any] = []
+
+    def record(batch: Any, batch_id: int) -> None:
+        from airflow_ckpt_provider.clock import utc_iso
+        from airflow_ckpt_provider.spark.control import DELIVERED, Delivery
+        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
+        try:
+            if not recorder:
+                recorder.append(HadoopFiles(batch.sparkSession, checkpoint))
+            recorder[0].write(DELIVERED, Delivery(batch_id, utc_iso(timespec="milliseconds")).to_json().encode())
+        except Exception as exc:  # noqa: BLE001 - the batch's own writes succeeded: never fail it here
+            log.warning("could not record batch %d as delivered: %s", batch_id, exc)
 
     def run(batch: Any, batch_id: int) -> None:
         gate.enter(batch_id)
         function(batch, batch_id)
         gate.delivered(batch_id)
+        if record_delivery:
+            record(batch, batch_id)
 
     run.__name__ = getattr(function, "__name__", "foreach_batch")
     return run

@@ -52,3 +52,18 @@ def raw_source_line(checkpoint: Path, batch: int, source: int = 0) -> str:
 
 def batch_ids(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def fail_commit_of_a_coming_batch(checkpoint: Path) -> int:
+    """Fault injection in the driver: an empty directory where Spark will write ``commits/<M>`` for
+    a batch it has not committed yet, so the driver fails right AFTER the sink wrote batch M and
+    before Spark's own commit (as a stop or a crash that cuts the batch there). Returns M; the
+    caller removes the directory once the query failed (it is the fault, not Spark's data)."""
+    while True:
+        commits = checkpoint / "commits"
+        cut = max(batch_ids(commits), default=-1) + 2 if commits.is_dir() else 1
+        try:
+            (commits / str(cut)).mkdir()
+            return cut
+        except FileExistsError:
+            continue

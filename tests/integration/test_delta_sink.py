@@ -38,7 +38,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
 from airflow_ckpt_provider.sinks.delta import DeltaLog
 from airflow_ckpt_provider.spark import delta_txn_options
-from tests.integration.streams import batch_ids
+from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 
 pytestmark = pytest.mark.integration
 
@@ -229,19 +229,6 @@ def test_delta_streaming_sink_is_read_from_its_log(kafka, kafka_connection, spar
     delivery = outcome["delivery"]
     assert delivery.checked and sorted(delivery.batches) == committed(tmp_path / "new-cp")
     assert outcome["kafka"] > 0 and (outcome["lost"], outcome["duplicated"]) == (0, 0), outcome
-
-
-def fail_commit_of_a_coming_batch(checkpoint: Path) -> int:
-    """Fault injection in the driver: an empty directory where Spark will write ``commits/<M>`` for a
-    batch it has not committed yet, so the driver fails right AFTER the sink committed batch M and
-    before Spark's own commit (as a stop or a crash that cuts the batch there). Returns M."""
-    while True:
-        target = last_committed(checkpoint) + 2
-        try:
-            (checkpoint / "commits" / str(target)).mkdir()
-            return target
-        except FileExistsError:
-            continue
 
 
 def test_a_batch_cut_after_the_delta_commit_is_handed_over_after_it(kafka, kafka_connection, spark, new_topic,

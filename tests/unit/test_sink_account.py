@@ -160,3 +160,22 @@ def test_a_held_cut_batch_seen_in_the_output_of_a_kafka_sink_counts_none_when_no
     seen = {("events", 0, 299)}  # the batch before the cut one wrote; the cut one wrote nothing yet
     account = account_cut(KAFKA_OUT, cut_batch=3, committed=COMMITTED, planned=PLANNED, record=None, seen=seen)
     assert account.disposition is CutDisposition.COUNTED and account.twice == () and account.exact
+
+
+@pytest.mark.parametrize(("delivered", "disposition", "batch_id"), [
+    (3, "held", 3),         # the job's function returned for the cut batch: hand over after it
+    (2, "may_repeat", 2),   # cut inside the function: it may have written part of it
+    (None, "may_repeat", 2),  # no wrapper (or it never recorded): at-least-once
+])
+def test_a_foreach_batch_job_is_decided_by_the_wrappers_delivery_record(
+        tmp_path: Path, delivered: int | None, disposition: str, batch_id: int) -> None:
+    from airflow_ckpt_provider.spark.control import DELIVERED, Delivery
+
+    built = write_checkpoint(str(tmp_path / "ck"), batches=range(4), committed=range(3))
+    if delivered is not None:
+        (tmp_path / "ck" / DELIVERED).parent.mkdir()
+        (tmp_path / "ck" / DELIVERED).write_text(Delivery(delivered, "2026-11-27T07:00:00.000+00:00").to_json())
+    result = extract(built.uri, {"kind": "foreach_batch"})
+    assert result["sink"]["disposition"] == disposition
+    assert Handover.from_json(result["handover"]).batch_id == batch_id
+    assert result["sink"]["exact"] == (disposition == "held")
