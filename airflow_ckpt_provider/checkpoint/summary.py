@@ -10,9 +10,11 @@ new version reads it) and how far behind the old query was. Numbers carry their 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.manifest import human_bytes
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, Reconciliation
@@ -40,6 +42,7 @@ class UpgradePlan:
     relaunch_mode: str = ""  # "standby" | "cold" | "" (not said: a preflight used on its own)
     start_plan: StartPlan | None = None  # a start other than where the old version stops
     start_warning: str = ""  # e.g. a rewound batch close to Spark's purge horizon
+    load: str = ""  # load_line(): busy, falling behind, idle or steady
 
 
 def _link(uri: str) -> str:
@@ -80,6 +83,52 @@ def _partition_rows(plan: UpgradePlan) -> list[str]:
     if len(rows) > MAX_PARTITION_ROWS:
         rows = rows[:MAX_PARTITION_ROWS] + [f"| … and {len(rows) - MAX_PARTITION_ROWS} more partitions | | | | |"]
     return rows
+
+
+#: How many of the newest batches the load line looks at.
+LOAD_BATCHES = 20
+#: A gap between a commit and the next batch's plan shorter than this (or than a tenth of the
+#: median batch) counts as "back to back": Spark planned the next batch at once.
+BACK_TO_BACK_S = 0.25
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def load_line(history: Sequence[BatchRecord], behind: int, *, now_s: float) -> str:
+    """The approver's line on how the old query runs, from its newest committed batches (planned
+    and commit times, input rows) and the records it is ``behind`` the broker's log end: busy
+    (batches back to back: the default trigger, or batches longer than their trigger), falling
+    behind (more than 3 batches' worth of records behind), idle, or steady. Pure."""
+    done = [(b.planned_at_ms / 1000, b.committed_at, b.input_rows) for b in history
+            if b.committed_at is not None and b.planned_at_ms is not None][-LOAD_BATCHES:]
+    lag = f"{_records(behind)} behind the broker's log end"
+    if len(done) < 2:
+        return f"**Load:** too few committed batches to judge; {lag}."
+    durations = [max(0.0, committed - planned) for planned, committed, _ in done]
+    gaps = [max(0.0, nxt[0] - prev[1]) for prev, nxt in zip(done, done[1:], strict=False)]
+    typical = _median(durations)
+    tight = sum(1 for g in gaps if g < max(BACK_TO_BACK_S, typical / 10))
+    rows = [rows for _, _, rows in done if rows]
+    per_batch = _median([float(r) for r in rows]) if rows else 0.0
+    shape = f"the last {len(done)} batches took {typical:.1f} s each (median)"
+    idle_for = now_s - done[-1][1]
+    if behind > 0 and per_batch and behind > 3 * per_batch:
+        return (f"**Load: falling behind** — {lag}, about {behind / per_batch:.0f} batches' worth; {shape}. The stop "
+                "holds the next batch at the sink gate (jobs using `foreach_batch`); the new version starts with that "
+                "backlog.")
+    if tight >= max(1, int(0.8 * len(gaps))):
+        return (f"**Load: busy** — {shape} and ran back to back ({tight} of {len(gaps)} gaps under "
+                f"{max(BACK_TO_BACK_S, typical / 10):.2f} s: Spark's default trigger, or batches longer than their "
+                f"trigger interval); {lag}. The stop holds the next batch at the sink gate (jobs using "
+                "`foreach_batch`); on a built-in sink it may cut one, which the sink ledger accounts for.")
+    if behind == 0 and idle_for > max(10.0, 5 * _median(gaps)):
+        return (f"**Load: idle** — the last batch committed {idle_for:.0f} s ago and nothing is waiting: the new "
+                "version is checked by its start and the broker's log end, not by a batch.")
+    return f"**Load:** steady — {shape}, {_median(gaps):.1f} s apart (median); {lag}."
 
 
 #: What the approver is told about each relaunch mode (resources and downtime).
@@ -125,6 +174,9 @@ def approval_summary(plan: UpgradePlan) -> str:
              "| --- | --- | --- | --- | --- |", *_partition_rows(plan), "",
              "The offsets are taken again after the graceful stop (startingOffsets of the last committed "
              "batch then). All preflight checks passed: nothing has been changed yet."]
+    if plan.load:
+        where = lines.index("#### Where the new version starts, per partition")
+        lines[where:where] = [plan.load, ""]
     start = plan.start_plan
     if start is not None and start.choice.mode is not StartMode.RESUME:
         lines[lines.index("#### Where the new version starts, per partition")] = "#### Where the old version stops"

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover
 from airflow_ckpt_provider.checkpoint.archive import check_archive_location
 from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
     CheckpointNotEmpty,
     ForwardRollbackRefused,
     InvalidLaunchHandle,
@@ -19,6 +21,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateStartUnsupported,
     UpgradeRolledBack,
 )
+from airflow_ckpt_provider.checkpoint.history import batch_history
 from airflow_ckpt_provider.checkpoint.journal import (
     JournalRecord,
     JournalStep,
@@ -39,7 +42,7 @@ from airflow_ckpt_provider.checkpoint.rewind import (
 )
 from airflow_ckpt_provider.checkpoint.state import plan_state_export
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.checkpoint.summary import UpgradePlan, approval_summary
+from airflow_ckpt_provider.checkpoint.summary import LOAD_BATCHES, UpgradePlan, approval_summary, load_line
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
@@ -241,6 +244,7 @@ class UpgradePreflightOperator(BaseOperator):
             handover=handover, reconciliation=result, broker=broker, old_query_running=running,
             checkpoint_files=len(files), checkpoint_bytes=sum(files.values()), spark_ui_url=self._spark_ui_url(),
             relaunch_mode=str(self.relaunch_mode or ""), start_plan=start_plan, start_warning=start_warning,
+            load=self._load_line(old, handover, broker),
         ))
         summary += f"\n\n{state}\n\n{found_sink.line}\n\n{rollback}"
         value: dict[str, Any] = {
@@ -258,6 +262,23 @@ class UpgradePreflightOperator(BaseOperator):
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
+
+    def _load_line(self, old: tuple[Any, str], handover: Handover, broker: BrokerView) -> str:
+        """How the old query runs (:func:`load_line`): its newest batches and how far it is behind;
+        "" when the history cannot be read (the summary then says nothing about load)."""
+        try:
+            history = batch_history(*old, limit=LOAD_BATCHES + 1)
+        except CheckpointError as exc:
+            self.log.warning("the old query's batch history is unreadable (%s): no load line", exc)
+            return ""
+        offsets = handover.kafka_offsets(self.source)
+        behind = 0
+        for topic, partition, start in offsets.items():
+            _, latest = broker.partitions(topic).get(partition, (0, 0))
+            behind += max(0, latest - max(start, 0))
+        line = load_line(history, behind, now_s=time.time())
+        self.log.info("%s", line.replace("**", ""))
+        return line
 
     def _sink_finding(self, storage: CheckpointStorageHook, spec: SinkSpec, old_query_id: str | None) -> SinkFinding:
         """What the sink's own record says (Delta: its log), logged; refuses what Delta would skip."""
