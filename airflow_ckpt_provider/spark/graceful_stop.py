@@ -17,8 +17,11 @@ triggers) not too close to the next trigger — and then calls ``query.stop()``.
 ``offsets/`` and ``commits/`` again and reports honestly: ``clean`` when the last planned batch is
 the last committed one, ``held`` when the one after it was held at the gate (nothing of it was
 written), ``interrupted`` otherwise (a trigger started between the check and the stop: the batch
-was cut). While it waits it re-reads the request: a request withdrawn (removed or replaced) or
-expired meanwhile is not carried out — the query keeps running. It writes
+was cut). A query with a built-in sink (no gate to hold a batch at) that finds no boundary within
+two of its recent batch durations (at least :data:`BUILTIN_SINK_WAIT_FLOOR_S`) stops anyway,
+``interrupted``: the stop is bounded by about one batch on any trigger, and the provider's sink
+ledger decides what the sink holds of the batch it cut. While it waits it re-reads the request: a
+request withdrawn (removed or replaced) or expired meanwhile is not carried out — the query keeps running. It writes
 ``_ckpt/stop-ack.json``, then the heartbeat with state stopped, and returns.
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
@@ -249,14 +252,31 @@ def _trigger_interval_s(query: Any) -> float | None:
     return None
 
 
+#: The least a query with a built-in sink waits for a batch boundary before it stops anyway.
+BUILTIN_SINK_WAIT_FLOOR_S = 5.0
+
+
+def _recent_batch_s(query: Any) -> float | None:
+    """The median ``triggerExecution`` duration of the query's recent progress, None if unknown."""
+    try:
+        durations = sorted(float(p["durationMs"]["triggerExecution"]) / 1000.0
+                           for p in (query.recentProgress or ()) if p.get("durationMs", {}).get("triggerExecution"))
+    except Exception:  # noqa: BLE001 - Spark Connect or an unexpected shape: no estimate
+        return None
+    return durations[len(durations) // 2] if durations else None
+
+
 class GracefulStop:
     """Run a started streaming ``query`` until it ends or a stop request arrives (see module doc).
 
     ``checkpoint_location`` is the query's ``checkpointLocation``. ``trigger_interval`` overrides
     the processing-time interval found on the query (used to avoid stopping just before a trigger
     fires); ``margin`` is how close to the next trigger a stop is not attempted.
-    ``boundary_timeout`` (seconds, default: none) stops anyway, reported as interrupted if a
-    batch was cut, when no boundary was seen that long after the request.
+    ``boundary_timeout`` (seconds) stops anyway, reported as interrupted if a batch was cut, when
+    no boundary was seen that long after the request; by default none for a query whose sink goes
+    through :func:`~airflow_ckpt_provider.spark.gate.foreach_batch` (its gate holds the next
+    batch), and two recent batch durations (at least :data:`BUILTIN_SINK_WAIT_FLOOR_S`) for one
+    with a built-in sink.
     """
 
     def __init__(
@@ -330,11 +350,17 @@ class GracefulStop:
         log.info("stop request %s (by %s): %s", request.request_id, request.requested_by or "unknown",
                  "holding the next batch at the sink gate" if self.gate.used else "waiting for a batch boundary")
         next_check = asked + self.poll_interval
+        builtin_wait = max(BUILTIN_SINK_WAIT_FLOOR_S, 2 * (_recent_batch_s(self.query) or 0.0))
         while self.query.isActive:
             if self.gate.held_batch is not None or self._at_boundary():
                 break
-            if self.boundary_timeout is not None and time.monotonic() - asked > self.boundary_timeout:
+            waited = time.monotonic() - asked
+            if self.boundary_timeout is not None and waited > self.boundary_timeout:
                 log.warning("no batch boundary within %.1f s: stopping anyway", self.boundary_timeout)
+                break
+            if self.boundary_timeout is None and not self.gate.used and waited > builtin_wait:
+                log.warning("no batch boundary within %.1f s and no sink gate (a built-in sink): stopping now; the "
+                            "provider's sink ledger decides what the sink holds of a batch this cuts", builtin_wait)
                 break
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + self.poll_interval

@@ -198,6 +198,54 @@ def test_a_busy_default_trigger_stream_stops_at_the_sink_gate(start_job) -> None
     assert set(rows) == {(p, o) for (_, p) in offsets.partitions() for o in range(offsets.get(job.topic, p))}
 
 
+def file_sink_rows(sink: Path) -> list[tuple[int, int]]:
+    """The rows of the files the file sink's own log (``_spark_metadata``) lists: what a reader of
+    the sink sees (files of a cut batch are not in the log)."""
+    log_dir = sink / "_spark_metadata"
+    entries = sorted((p for p in log_dir.iterdir() if p.name.split(".")[0].isdigit() and not p.name.endswith(".crc")),
+                     key=lambda p: int(p.name.split(".")[0]))
+    start = max((i for i, p in enumerate(entries) if p.name.endswith(".compact")), default=0)
+    files: set[str] = set()
+    for entry in entries[start:]:
+        for line in entry.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if record.get("action", "add") == "add":
+                files.add(record["path"].removeprefix("file://"))
+    table = ds.dataset(sorted(files), format="parquet").to_table(columns=["partition", "offset"])
+    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=False))
+
+
+def test_a_busy_stream_into_a_built_in_sink_stops_within_a_few_batches(kafka, start_job, monkeypatch) -> None:  # noqa: ANN001
+    """The default trigger, batches back to back, Spark's file sink: no gate can hold a batch. The
+    driver waits about two batches for a gap, then stops (cutting one, perhaps) — acknowledged,
+    never escalated — and the handover step's sink ledger reads the file sink's own log: the sink
+    holds exactly what the handover says, once each."""
+    from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+    from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+
+    job = start_job("busy-file", rate=1500, partitions=3)
+    job.wait_for_batches(6, heartbeat=True)
+    code, out, err = run_cli("stop", str(job.checkpoint), "--timeout", "600", "--quiet-period", "1", "--json")
+    assert code == 0, err + job.log.read_text()[-3000:]
+    result = StopResult.from_json(out)
+    assert result.outcome.value == "graceful" and result.escalation is None, result
+    ack = StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+    assert ack.outcome in ("clean", "interrupted"), ack
+    assert job.proc.wait(timeout=60) == 0, "the driver exits by itself after the stop"
+
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_STOP_KAFKA", json.dumps(
+        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+    extract = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(job.checkpoint),
+                                         kafka_conn_id="ckpt_stop_kafka",
+                                         sink={"kind": "file", "location": str(job.sink)})
+    handed = HandoverResult.from_json(extract.execute({}))  # type: ignore[arg-type]
+    assert handed.sink is not None and handed.sink["exact"], handed.sink
+    offsets = handed.handover.kafka_offsets()
+    rows = file_sink_rows(job.sink)
+    assert len(rows) == len(set(rows)) == offsets.total() > 0
+    assert set(rows) == {(p, o) for (_, p) in offsets.partitions() for o in range(offsets.get(job.topic, p))}
+
+
 def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: ANN001
     job = start_job("ignore")
     job.wait_for_batches(1, heartbeat=False)

@@ -7,7 +7,9 @@ returns; MODE ``ignore`` runs the same query but only calls awaitTermination: it
 never reads the stop request and runs until it is killed. MODE ``busy`` runs on Spark's DEFAULT
 trigger (the next batch as soon as one commits; ``maxOffsetsPerTrigger`` below the producer's
 rate, so there is always a next batch) with a foreachBatch sink behind ``foreach_batch``, under
-GracefulStop: the stop holds the next batch at the sink instead of waiting for a gap.
+GracefulStop: the stop holds the next batch at the sink instead of waiting for a gap. MODE
+``busy-file`` is the same busy stream into the built-in file sink (no gate): the stop waits about
+two batches for a gap, then stops and may cut one, which the sink's own log decides.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def main() -> None:
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
     )
-    if mode == "busy":
+    if mode in ("busy", "busy-file"):
         reader = reader.option("maxOffsetsPerTrigger", 300)
     frame = reader.load().selectExpr("topic", "partition", "offset")
     if mode == "busy":
@@ -39,6 +41,8 @@ def main() -> None:
 
         query = frame.writeStream.foreachBatch(foreach_batch(append, checkpoint)) \
             .option("checkpointLocation", checkpoint).start()
+    elif mode == "busy-file":
+        query = frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint).start()
     else:
         query = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
                  .trigger(processingTime="1 second").start())
