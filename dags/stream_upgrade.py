@@ -61,10 +61,11 @@ used one by one (see the docs' XCom contract).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import DAG, Asset, Param, chain, task
+from airflow.sdk import DAG, Asset, BaseOperator, Param, XComArg, chain, task
+from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, UpgradeSteps, rollback_plan
@@ -171,9 +172,20 @@ STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') "
               "or ti.xcom_pull(task_ids='start_standby', key='launch_handle') %}"
               "{{ handle | tojson if handle else '' }}")
+
+
+class StartArgs(TypedDict):
+    """The arguments of preflight and handover that say where the new version starts."""
+
+    start: str
+    accept_reprocessing: str
+    accept_data_loss: str
+
+
 #: Where the new version starts (a StartChoice as JSON) and the consent it needs, for preflight and handover.
-START = dict(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
-             accept_reprocessing="{{ params.accept_reprocessing }}", accept_data_loss="{{ params.accept_data_loss }}")
+START = StartArgs(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
+                  accept_reprocessing="{{ params.accept_reprocessing }}",
+                  accept_data_loss="{{ params.accept_data_loss }}")
 #: The in-place restart's LaunchHandle, for its rollback's stop.
 IN_PLACE_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='in_place_restart', key='launch_handle') %}"
                    "{{ handle | tojson if handle else '' }}")
@@ -195,6 +207,20 @@ KAFKA_CONN = "{{ params.kafka_conn_id }}"
 SINK = "{{ params.sink | tojson }}"
 #: The fresh checkpoint of a forward rollback.
 ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
+
+
+def result_of(step: BaseOperator) -> dict[str, Any]:
+    """``step``'s result as an argument of a later step: its XComArg, which makes the later step wait
+    for ``step`` and which Airflow renders into the JSON object ``step`` returned before the later
+    step runs (the type is the rendered one, what the later step's ``execute`` sees)."""
+    return cast("dict[str, Any]", step.output)
+
+
+def output_key(result: XComArg, key: str) -> XComArg:
+    """One key of a ``multiple_outputs`` task's result (a ``@task`` returns the base XComArg type)."""
+    if not isinstance(result, PlainXComArg):
+        raise TypeError(f"expected the result of one task, found {type(result).__name__}")
+    return result[key]
 
 
 def build_stream_upgrade_dag(
@@ -290,16 +316,21 @@ def build_stream_upgrade_dag(
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
         )
 
+        def args_of(version: str) -> list[str]:
+            """The ``version`` ("old", "new") application's arguments, fixed by ``plan`` (a list of strings
+            once rendered)."""
+            return cast("list[str]", output_key(planned, f"{version}_application_args"))
+
         def spark_of(version: str) -> dict[str, Any]:
             """The launch arguments of the ``version`` ("old", "new") Spark, fixed by ``plan``."""
-            return {"conf": planned[f"{version}_spark_conf"], "master": planned[f"{version}_master"],
-                    "deploy_mode": planned[f"{version}_deploy_mode"], "spark_conn_id": planned[f"{version}_conn_id"],
-                    "spark_home": planned[f"{version}_spark_home"], "spark_binary": planned[f"{version}_spark_submit"]}
+            keys = {"conf": "spark_conf", "master": "master", "deploy_mode": "deploy_mode", "spark_conn_id": "conn_id",
+                    "spark_home": "spark_home", "spark_binary": "spark_submit"}
+            return {arg: output_key(planned, f"{version}_{key}") for arg, key in keys.items()}
 
         # before the approval: the new version tried on copies; "does not start" fails here, before any stop
         compatibility_check = CompatibilityCheckOperator(
             task_id="compatibility_check", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            new_application="{{ params.new_application }}", application_args=planned["new_application_args"],
+            new_application="{{ params.new_application }}", application_args=args_of("new"),
             live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
                             "archive root": "{{ params.archive_root }}"},
             carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
@@ -308,7 +339,7 @@ def build_stream_upgrade_dag(
         # in place or a new checkpoint: decided before the approval (which shows it); a resumed upgrade
         # goes on along the path its journal records
         choose_path = UpgradePathOperator(
-            task_id="choose_path", mode="{{ params.mode }}", verdict=compatibility_check.output,
+            task_id="choose_path", mode="{{ params.mode }}", verdict=result_of(compatibility_check),
             start=START["start"], in_place_steps=IN_PLACE, journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 
@@ -322,7 +353,7 @@ def build_stream_upgrade_dag(
 
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
-            application_args=planned["new_application_args"], **spark_of("new"),
+            application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED,
@@ -341,31 +372,32 @@ def build_stream_upgrade_dag(
         # the handover step's result (HandoverResult) goes whole to the steps that need it
         export_state = StateExportOperator(
             task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}", export_uri=STATE_EXPORT,
-            handover=extract.output, carry_state="{{ params.carry_state }}",
+            handover=result_of(extract), carry_state="{{ params.carry_state }}",
             upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
             **spark_of("new"), **JOURNALED,
         )
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
-            handover=extract.output,
+            handover=result_of(extract),
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
             upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
             archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         launch_args: dict[str, Any] = dict(
             task_id="relaunch", application="{{ params.new_application }}",
-            application_args=planned["new_application_args"], **spark_of("new"),
+            application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            handover=extract.output, initial_state=export_state.output, sink_path="{{ params.new_sink_path or '' }}",
+            handover=result_of(extract), initial_state=result_of(export_state),
+            sink_path="{{ params.new_sink_path or '' }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
-                    else StandbyReleaseOperator(standby_handle=start_standby.output, **launch_args))
+                    else StandbyReleaseOperator(standby_handle=result_of(start_standby), **launch_args))
         verify = HandoverVerifyOperator(
-            task_id="verify", handover=extract.output, checkpoint_uri="{{ params.new_checkpoint }}",
+            task_id="verify", handover=result_of(extract), checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, progress_window_s=progress_window_s,
             poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
@@ -413,14 +445,14 @@ def build_stream_upgrade_dag(
         )
         rollback_restart_old = StreamLaunchOperator(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
-            application_args=planned["old_application_args"], **spark_of("old"),
+            application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, journal_phase="rollback",
         )
         rollback_restart_forward = StreamLaunchOperator(
             task_id="rollback_restart_forward", application="{{ params.old_application }}",
-            application_args=planned["old_application_args"], **spark_of("old"),
+            application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri=ROLLBACK_CHECKPOINT, old_checkpoint_uri="{{ params.old_checkpoint }}",
             starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
@@ -456,20 +488,21 @@ def build_stream_upgrade_dag(
         in_place_archive = CheckpointArchiveOperator(
             task_id="in_place_archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
-            handover=in_place_handover.output, reason="in-place restart as {{ params.new_application }}",
+            handover=result_of(in_place_handover), reason="in-place restart as {{ params.new_application }}",
             remove_source=False, upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
             archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         in_place_restart = StreamLaunchOperator(
             task_id="in_place_restart", application="{{ params.new_application }}",
-            application_args=planned["new_application_args"], **spark_of("new"),
+            application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             sink_path="{{ params.new_sink_path or '' }}", kafka_conn_id=KAFKA_CONN,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
         in_place_verify = HandoverVerifyOperator(
-            task_id="in_place_verify", handover=in_place_handover.output, checkpoint_uri="{{ params.old_checkpoint }}",
-            in_place=True, kafka_conn_id=KAFKA_CONN, progress_window_s=progress_window_s, poll_interval=poll_interval,
+            task_id="in_place_verify", handover=result_of(in_place_handover),
+            checkpoint_uri="{{ params.old_checkpoint }}", in_place=True, kafka_conn_id=KAFKA_CONN,
+            progress_window_s=progress_window_s, poll_interval=poll_interval,
             **JOURNALED, **STOP_RETRY,
         )
 
@@ -496,14 +529,17 @@ def build_stream_upgrade_dag(
 
         in_place_rollback_restart = StreamLaunchOperator(
             task_id="in_place_rollback_restart", application="{{ params.old_application }}",
-            application_args=planned["old_application_args"], **spark_of("old"),
+            application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, journal_phase="rollback",
         )
 
-        tasks = {"start_standby": start_standby, "graceful_stop": graceful_stop, "extract_handover": extract,
-                 "export_state": export_state, "archive": archive, "relaunch": relaunch, "verify": verify}
+        tasks: dict[str, BaseOperator] = {"graceful_stop": graceful_stop, "extract_handover": extract,
+                                          "export_state": export_state, "archive": archive, "relaunch": relaunch,
+                                          "verify": verify}
+        if start_standby is not None:
+            tasks["start_standby"] = start_standby
         ordered = [tasks[name] for name in upgrade]
         gate = approval_gate()
         path_gate = take_path()

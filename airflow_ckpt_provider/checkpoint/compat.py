@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.upgrade.codec import Codec, Field
 
 
 class TrialKind(StrEnum):
@@ -159,18 +159,9 @@ class TrialResult:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> TrialResult:
-        raw = _load(data, "TrialResult")
-        try:
-            ops = raw.get("operators")
-            return cls(kind=TrialKind(raw["kind"]), started=raw["started"],
-                       batches_committed=int(raw.get("batches_committed") or 0),
-                       contract_honoured=bool(raw.get("contract_honoured", True)),
-                       error_class=str(raw.get("error_class") or ""), error_message=str(raw.get("error_message") or ""),
-                       log_tail=str(raw.get("log_tail") or ""),
-                       operators=None if ops is None else tuple(StatefulOperator.from_dict(o) for o in ops),
-                       seconds=float(raw.get("seconds") or 0.0))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidVerdict(found=f"a TrialResult without a valid {exc}", expected="kind and started") from None
+        """From :meth:`to_json` or its dict; :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond
+        the JSON limits) on anything else."""
+        return cls(**_TRIAL.decode(data))
 
 
 @dataclass(frozen=True)
@@ -264,33 +255,52 @@ class CompatibilityVerdict:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CompatibilityVerdict:
-        raw = _load(data, "CompatibilityVerdict")
-        try:
-            return cls(in_place_ok=raw["in_place_ok"], migrated_ok=raw["migrated_ok"],
-                       rule=Rule(raw["rule"]) if raw.get("rule") else None, operator=str(raw.get("operator") or ""),
-                       old=str(raw.get("old") or ""), new=str(raw.get("new") or ""),
-                       error_class=str(raw.get("error_class") or ""), driver_error=str(raw.get("driver_error") or ""),
-                       log_tail=str(raw.get("log_tail") or ""),
-                       trials=tuple(TrialResult.from_json(t) for t in raw.get("trials") or ()),
-                       state_batch=None if raw.get("state_batch") is None else int(raw["state_batch"]),
-                       state_rows=None if raw.get("state_rows") is None else int(raw["state_rows"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidVerdict(found=f"a verdict without a valid {exc}",
-                                 expected="in_place_ok, migrated_ok and rule") from None
+        """From :meth:`to_json` or its dict (the check's XCom, derived keys and all);
+        :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond the JSON limits) on anything else."""
+        return cls(**_VERDICT.decode(data))
 
 
-def _load(data: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
-    if isinstance(data, Mapping):
-        return data
-    try:
-        raw = load_json(data, what=what)
-    except JsonTooLarge:
-        raise
-    except ValueError:
-        raise InvalidVerdict(found=f"{what} text that is not JSON", expected="a JSON object") from None
-    if not isinstance(raw, dict):
-        raise InvalidVerdict(found=f"{what} JSON {type(raw).__name__}", expected="a JSON object")
-    return raw
+# -- the codecs of the two values (airflow_ckpt_provider.upgrade.codec) --------------------------------
+# Written by today's release without a format number and read as leniently as before the codec:
+# keys they do not declare are ignored (a verdict's XCom carries derived keys: headline,
+# new_version_starts, summary_md), ``started`` / ``in_place_ok`` / ``migrated_ok`` take any JSON
+# value, texts and counts are coerced (null -> "" or 0).
+
+
+def _text(value: Any) -> str:  # noqa: ANN401 - any JSON value, as before the codec
+    return str(value or "")
+
+
+def _count_or_none(value: Any) -> int | None:  # noqa: ANN401
+    return None if value is None else int(value)
+
+
+_TRIAL = Codec("TrialResult", InvalidVerdict, {
+    "kind": Field(decode=TrialKind, expected=" or ".join(TrialKind)),
+    "started": Field(expected="true, false or null"),
+    "batches_committed": Field(required=False, default=0, decode=lambda v: int(v or 0), expected="an integer"),
+    "contract_honoured": Field(required=False, default=True, decode=bool),
+    "error_class": Field(required=False, default="", decode=_text),
+    "error_message": Field(required=False, default="", decode=_text),
+    "log_tail": Field(required=False, default="", decode=_text),
+    "operators": Field(required=False, nullable=True,
+                       decode=lambda ops: tuple(StatefulOperator.from_dict(o) for o in ops),
+                       expected="null or a list of objects with operator_id, name and detail"),
+    "seconds": Field(required=False, default=0.0, decode=lambda v: float(v or 0.0), expected="a number"),
+}, version=None, unknown_keys="ignore", raise_as_is=(JsonTooLarge,))
+
+_VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
+    "in_place_ok": Field(expected="true, false or null"),
+    "migrated_ok": Field(expected="true, false or null"),
+    "rule": Field(required=False, decode=lambda v: Rule(v) if v else None,
+                  expected=f"empty or one of {', '.join(Rule)}"),
+    **{name: Field(required=False, default="", decode=_text)
+       for name in ("operator", "old", "new", "error_class", "driver_error", "log_tail")},
+    "trials": Field(required=False, default=(), decode=lambda v: tuple(TrialResult.from_json(t) for t in v or ()),
+                    expected="a list of TrialResult objects (or their JSON)"),
+    "state_batch": Field(required=False, decode=_count_or_none, expected="an integer or null"),
+    "state_rows": Field(required=False, decode=_count_or_none, expected="an integer or null"),
+}, version=None, unknown_keys="ignore", raise_as_is=(JsonTooLarge,))
 
 
 def _first_line(text: str) -> str:

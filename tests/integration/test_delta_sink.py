@@ -166,7 +166,13 @@ def upgrade(spark: Any, kafka: Any, topic: str, tmp: Path, old: Writer, new: Wri
         outcome["finding"] = inspect_sink(LOCAL, table, spec, old_query_id=handover.query_id)
 
     producer = ContinuousProducer(bootstrap, topic, rate=300).start()  # records arrive during the switch
-    time.sleep(1.0)
+    handed = handover.kafka_offsets()
+
+    def arrived() -> bool:
+        ranges = KafkaBroker(bootstrap).view([topic]).partitions(topic)
+        return any(end > (handed.get(topic, p) or 0) for p, (_, end) in ranges.items())
+
+    wait_for(arrived, "records after the handover")
     start = reconcile(handover.kafka_offsets(), KafkaBroker(bootstrap).view([topic])).starting_offsets
     v2 = new(records(spark, bootstrap, topic, start.to_json()), str(new_cp), table)
     wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")

@@ -263,11 +263,11 @@ def test_driver_ignoring_the_request_is_escalated(start_job) -> None:  # noqa: A
     assert not group_members(job.proc.pid), "the driver's JVM must be gone too"
     assert not (job.checkpoint / STOP_REQUEST).exists(), "the request is withdrawn after the kill"
 
-    before = (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits"))
-    time.sleep(1.5)  # the process group is gone; prove nothing writes after the report either
-    assert (batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits")) == before
-    assert before[0][-1] == result.last_planned_batch and before[1][-1] == result.last_committed_batch
-    assert result.interrupted_batch == (before[0][-1] if before[0][-1] != before[1][-1] else None)
+    # the driver's whole process group is gone (above; the kill waits for that before it reports):
+    # nothing can write after the report, so the checkpoint now is the one the report describes
+    planned, committed = batch_ids(job.checkpoint / "offsets"), batch_ids(job.checkpoint / "commits")
+    assert planned[-1] == result.last_planned_batch and committed[-1] == result.last_committed_batch
+    assert result.interrupted_batch == (planned[-1] if planned[-1] != committed[-1] else None)
 
 
 def test_a_job_without_graceful_stop_is_named_by_stop_and_inspect(kafka, start_job) -> None:  # noqa: ANN001

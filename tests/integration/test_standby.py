@@ -98,6 +98,22 @@ def wait_standby(checkpoint: Path, handle: LaunchHandle, hook: SparkLauncherHook
     return beat.run_id
 
 
+def standby_beats(checkpoint: Path, beats: int, handle: LaunchHandle, hook: SparkLauncherHook) -> None:
+    """Until the standby has written ``beats`` heartbeats after now and is still a standby: it kept
+    waiting that long by its own clock (its wait loop looks for a release every 0.2 s beside the
+    heartbeat thread), however loaded the machine. A fixed sleep may end before the driver ran."""
+    since, seen = utc_iso(timespec="milliseconds"), set()
+
+    def beaten() -> bool:
+        beat = control(checkpoint).heartbeat()
+        assert beat is not None and beat.is_standby, f"no longer a waiting standby: {beat}"
+        if beat.updated_at > since:
+            seen.add(beat.updated_at)
+        return len(seen) >= beats
+
+    wait_for(beaten, START_TIMEOUT_S, f"{beats} more standby heartbeats", handle, hook)
+
+
 def driver_exit(checkpoint: Path, handle: LaunchHandle, hook: SparkLauncherHook) -> int | None:
     def exited() -> bool:
         record = control(checkpoint).driver()
@@ -120,7 +136,7 @@ def test_standby_waits_writes_nothing_then_starts_exactly_at_the_release(kafka, 
 
     # waiting: not a file of Spark's, however long records keep arriving
     produce_records(kafka.bootstrap_servers, topic, 40, start=60)
-    time.sleep(3)
+    standby_beats(checkpoint, 3, handle, launcher)
     assert spark_files(checkpoint) == []
     assert not sink.exists()
 
@@ -129,7 +145,7 @@ def test_standby_waits_writes_nothing_then_starts_exactly_at_the_release(kafka, 
     stale = StandbyRelease(release_id="stale", released_at=utc_iso(), starting_offsets=json.dumps({topic: {"0": 0, "1": 0}}),
                            standby_run_id="an-earlier-standby")
     ctl.write_record(STANDBY_RELEASE, stale.to_json().encode())
-    time.sleep(2)
+    standby_beats(checkpoint, 2, handle, launcher)
     assert spark_files(checkpoint) == []
 
     start = {"0": 17, "1": 23}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -328,12 +329,23 @@ def test_kill_local_terminates_the_process_group() -> None:
 
 
 def test_kill_local_escalates_to_sigkill() -> None:
-    proc = start_group("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                       "open(1, 'w').write(''); time.sleep(120)")
-    time.sleep(0.3)  # let the handler be installed
-    action = kill_group(proc.pid, term_timeout=0.5)
-    assert "SIGKILL" in action
-    assert proc.wait(timeout=10) == -signal.SIGKILL
+    # the child says when it ignores SIGTERM (a SIGTERM before that would end it, and no escalation)
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "print('ignoring SIGTERM', flush=True); time.sleep(120)"],
+                            start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        readable, _, _ = select.select([proc.stdout], [], [], 120)
+        assert readable, "the child did not start within 120 s"
+        assert proc.stdout.readline() == b"ignoring SIGTERM\n"
+        action = kill_group(proc.pid, term_timeout=0.5)
+        assert "SIGKILL" in action
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
 
 @pytest.mark.parametrize("other", [

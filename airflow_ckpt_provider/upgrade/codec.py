@@ -1,0 +1,218 @@
+"""One strict decoding for every value the provider persists or exchanges (pure: no Airflow, no
+fsspec, no I/O).
+
+A value type declares a :class:`Codec`: its name, its own typed error, its format number and its
+:class:`Field` s. :meth:`Codec.decode` takes the value's JSON text (or the object XCom gives
+back) and, in this order:
+
+1. parses text through :func:`~airflow_ckpt_provider.checkpoint.jsonin.load_json` (the size and
+   depth limits of :mod:`airflow_ckpt_provider.json_limits`);
+2. requires a JSON object;
+3. checks the format number (the ``format`` key): present, an integer, and one this release
+   reads; a newer one is refused, never guessed at;
+4. refuses keys no field declares;
+5. checks each field: present when required, of its declared JSON types, then decoded (a nested
+   value by its own codec, an enum by value, ...).
+
+Anything refused raises the value's own error (a
+:class:`~airflow_ckpt_provider.checkpoint.errors.CheckpointError`) saying what was found and
+what was expected; a field's decoder may raise ``ValueError``, ``TypeError`` or ``KeyError`` and
+the codec turns it into that error. :meth:`Codec.encode` writes the format number.
+
+Strict is the default. The values written by today's release carry no format number and some are
+read leniently (derived keys ignored, numbers accepted as text); their codecs say so explicitly
+(``version=None``, ``unknown_keys="ignore"``, a field without ``types``) so that what they accept
+does not change while they move here, and each leniency can be removed by one line when the
+upgrade record gives them a versioned format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+
+__all__ = ["FORMAT_KEY", "Codec", "Field", "json_type_name"]
+
+#: The key of a value's format number.
+FORMAT_KEY = "format"
+#: JSON types by the Python type :func:`json.loads` gives them.
+_JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string", int: "integer", float: "number",
+                                bool: "boolean", type(None): "null"}
+
+
+def json_type_name(value: object) -> str:
+    """The JSON name of ``value``'s type (``object``, ``array``, ``string``, ...), else the Python name."""
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _has_type(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # a JSON boolean is no number
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    if isinstance(value, Mapping):
+        return dict in types
+    if isinstance(value, tuple):
+        return list in types
+    return isinstance(value, types)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a value's JSON object.
+
+    ``types``: the JSON types accepted (``dict``, ``list``, ``str``, ``int``, ``float`` — an
+    integer is a number —, ``bool``); None accepts any JSON value (a leniency of today's values);
+    ``required``: refused when absent (else ``default``); ``nullable``: ``null`` accepted and
+    decoded as None without ``decode``; ``decode``: turns the checked value into the field's value
+    (None: kept as it is); ``expected``: what an error says the field takes (default: its JSON
+    types)."""
+
+    types: tuple[type, ...] | None = None
+    required: bool = True
+    default: Any = None
+    nullable: bool = False
+    decode: Callable[[Any], Any] | None = None
+    expected: str = ""
+
+    def expects(self) -> str:
+        if self.expected:
+            return self.expected
+        names = ["any JSON value"] if self.types is None else sorted({_JSON_NAMES[t] for t in self.types})
+        return " or ".join(names + (["null"] if self.nullable and self.types is not None else []))
+
+
+class Codec:
+    """The decoding of one value type (see the module doc): ``what`` names the value in errors,
+    ``error`` is its typed error, ``version`` the format number it writes and reads (None: a value
+    of today's release, written without one), ``versions`` the older format numbers it still
+    reads, ``unknown_keys`` "refuse" or (a leniency) "ignore", ``raise_as_is`` the errors of
+    parsing that go up unchanged instead of becoming ``error`` (e.g. the typed
+    :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`)."""
+
+    def __init__(self, what: str, error: type[CheckpointError], fields: Mapping[str, Field], *,
+                 version: int | None = 1, versions: tuple[int, ...] = (),
+                 unknown_keys: Literal["refuse", "ignore"] = "refuse",
+                 raise_as_is: tuple[type[Exception], ...] = ()) -> None:
+        if FORMAT_KEY in fields:
+            raise ValueError(f"{what}: {FORMAT_KEY!r} is the codec's own key, not a field")
+        if unknown_keys not in ("refuse", "ignore"):
+            raise ValueError(f"unknown_keys must be 'refuse' or 'ignore', not {unknown_keys!r}")
+        self.what = what
+        self.error = error
+        self.fields = dict(fields)
+        self.version = version
+        self.versions = frozenset(versions) | ({version} if version is not None else set())
+        self.unknown_keys = unknown_keys
+        self.raise_as_is = raise_as_is
+
+    def refuse(self, found: str, expected: str) -> CheckpointError:
+        """The value's own error (to raise)."""
+        return self.error(found=found, expected=expected)
+
+    def parse(self, data: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
+        """Steps 1 and 2: the JSON object of ``data`` (a mapping is taken as it is)."""
+        if isinstance(data, Mapping):
+            return data
+        if not isinstance(data, (str, bytes, bytearray)):
+            raise self.refuse(f"{self.what} given as a {type(data).__name__}", f"{self.what} JSON text or object")
+        # imported here: the checkpoint package's __init__ imports modules whose values use this codec
+        from airflow_ckpt_provider.checkpoint.jsonin import load_json
+
+        try:
+            raw = load_json(bytes(data) if isinstance(data, bytearray) else data, what=self.what)
+        except self.raise_as_is:
+            raise
+        except ValueError as exc:  # not JSON, not UTF-8, or beyond the limits (JsonTooLarge is a ValueError)
+            raise self.refuse(_reason(exc, f"{self.what} text that is not JSON ({exc})"),
+                              f"{self.what} as a JSON object") from None
+        if not isinstance(raw, dict):
+            raise self.refuse(f"{self.what} JSON {json_type_name(raw)}", f"{self.what} as a JSON object")
+        return raw
+
+    def check_format(self, raw: Mapping[str, Any]) -> None:
+        """Step 3."""
+        if self.version is None:
+            if FORMAT_KEY in raw and self.unknown_keys == "refuse":
+                raise self.refuse(f"{self.what} with a format number ({_short(raw[FORMAT_KEY])})",
+                                  f"{self.what} as this release writes it (no format number): a newer release "
+                                  "wrote it")
+            return
+        if FORMAT_KEY not in raw:
+            raise self.refuse(f"{self.what} without a format number", f"{FORMAT_KEY} {self.version}")
+        found = raw[FORMAT_KEY]
+        if isinstance(found, bool) or not isinstance(found, int):
+            raise self.refuse(f"{self.what} format {_short(found)}", f"an integer format number ({self.version})")
+        if found not in self.versions:
+            newer = " (written by a newer release: upgrade the provider)" if found > self.version else ""
+            raise self.refuse(f"{self.what} format {found}{newer}",
+                              f"format {' or '.join(str(v) for v in sorted(self.versions))}")
+
+    def fields_of(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Steps 4 and 5 over a parsed object: each field's decoded value, by field name."""
+        if self.unknown_keys == "refuse":
+            unknown = sorted(str(k) for k in raw if k not in self.fields and k != FORMAT_KEY)
+            if unknown:
+                raise self.refuse(f"{self.what} with unknown key(s) {', '.join(map(repr, unknown[:10]))}",
+                                  f"only {', '.join(self.fields)}")
+        values: dict[str, Any] = {}
+        for name, spec in self.fields.items():
+            if name not in raw:
+                if spec.required:
+                    raise self.refuse(f"{self.what} without {name!r}", f"{name}: {spec.expects()}")
+                values[name] = spec.default
+                continue
+            value = raw[name]
+            if value is None and spec.nullable:
+                values[name] = None
+                continue
+            if spec.types is not None and not _has_type(value, spec.types):
+                raise self.refuse(f"{self.what} {name!r} of JSON {json_type_name(value)} ({_short(value)})",
+                                  f"{name}: {spec.expects()}")
+            if spec.decode is None:
+                values[name] = value
+                continue
+            try:
+                values[name] = spec.decode(value)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise self.refuse(f"{self.what} {name!r} = {_short(value)}, not valid ({_reason(exc)})",
+                                  f"{name}: {spec.expects()}") from None
+        return values
+
+    def decode(self, data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+        """All five steps: the decoded field values of ``data``, by field name."""
+        raw = self.parse(data)
+        self.check_format(raw)
+        return self.fields_of(raw)
+
+    def encode(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` (already JSON-able) with the format number, as :meth:`decode` reads them back."""
+        unknown = sorted(set(values) - set(self.fields))
+        if unknown:
+            raise ValueError(f"{self.what}: no field(s) {', '.join(unknown)}")
+        return dict(values) if self.version is None else {FORMAT_KEY: self.version, **values}
+
+
+def _reason(exc: BaseException, otherwise: str = "") -> str:
+    """What ``exc`` found: a provider error's own ``found``, else ``otherwise`` or its text."""
+    found = getattr(exc, "found", None)
+    if isinstance(found, str) and found:
+        return found
+    if otherwise:
+        return otherwise
+    if isinstance(exc, KeyError):
+        return f"no {exc}"
+    return str(exc) or type(exc).__name__

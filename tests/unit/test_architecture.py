@@ -1,0 +1,145 @@
+"""What may import what (docs/src/architecture.md): the layers of the package and dags/, each
+with the layers of this provider and the outside packages it may import, checked on every
+import statement (ast: lazy imports inside functions too, relative ones resolved). The table is
+today's rule; a change to it is a change of the architecture, made here and on the page."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "airflow_ckpt_provider"
+#: The modules at the top of the package (clock, enums, json_limits, ...): helpers every layer may
+#: import, themselves held to the "helpers" rule (no layer, no watched outside package).
+HELPERS = {p.stem for p in PACKAGE.glob("*.py")}
+#: The package's modules and subpackages (a name imported from the package that is none of them is
+#: defined by its ``__init__``, like ``__version__``).
+TOP_NAMES = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+#: Outside packages whose reach the table limits (anything else is not checked).
+WATCHED = {"airflow", "pyspark", "py4j", "fsspec", "kafka", "confluent_kafka"}
+
+#: layer -> (layers of this provider it may import besides HELPERS, watched outside packages it may import)
+RULES: dict[str, tuple[set[str], set[str]]] = {
+    # the standard-library-only modules at the package's top
+    "helpers": (set(), set()),
+    # in the user's Spark driver: only pyspark; nothing of the Airflow side, not even the core
+    "spark": (set(), {"pyspark", "py4j"}),
+    # the pure core and its storage: fsspec, never Airflow, Spark or a Kafka client; of the driver
+    # side only the control-file protocol (spark.control, standard library only)
+    "checkpoint": ({"spark.control", "upgrade"}, {"fsspec"}),
+    # the upgrade as recorded state: no Airflow, no fsspec
+    "upgrade": ({"checkpoint"}, set()),
+    # what a sink holds: read through fsspec
+    "sinks": ({"checkpoint"}, {"fsspec"}),
+    # where drivers run and whether they live (pyspark only to find a SPARK_HOME)
+    "jobs": ({"checkpoint", "spark"}, {"fsspec", "pyspark"}),
+    # one external client each
+    "hooks": ({"checkpoint", "jobs", "spark"}, {"airflow", "fsspec", "kafka", "pyspark"}),
+    "triggers": ({"checkpoint", "hooks", "jobs", "spark"}, {"airflow", "fsspec"}),
+    # the upgrade steps
+    "operators": ({"checkpoint", "hooks", "jobs", "sinks", "spark", "triggers", "upgrade"}, {"airflow", "fsspec"}),
+    # the command line: the core and the hooks' clients, never an operator, nor Airflow directly
+    "cli": ({"checkpoint", "hooks", "jobs", "local", "spark", "triggers"}, {"fsspec"}),
+    # the embedded dev stack and test harness (leaves the package with issue 30)
+    "local": ({"checkpoint", "cli", "hooks", "jobs", "spark"}, {"fsspec", "kafka", "pyspark"}),
+    # the reference DAG: operators and the core's value types
+    "dags": ({"checkpoint", "operators"}, {"airflow"}),
+    # the demo jobs the DAG upgrades: Spark jobs like a user's
+    "dags/jobs": ({"spark"}, {"pyspark"}),
+}
+
+
+def layer_of(path: Path) -> str:
+    if path.is_relative_to(REPO / "dags" / "jobs"):
+        return "dags/jobs"
+    if path.is_relative_to(REPO / "dags"):
+        return "dags"
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else "helpers"
+
+
+def imports_of(path: Path) -> Iterator[str]:
+    """Absolute names of every module ``path`` imports (``from airflow_ckpt_provider import x``
+    counts as ``airflow_ckpt_provider.x``)."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    package = ".".join(parts[:-1])  # a module's package; an __init__'s own package
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            if module == "airflow_ckpt_provider":
+                yield from (f"{module}.{alias.name}" for alias in node.names)
+            else:
+                yield module
+
+
+def target(name: str) -> str | None:
+    """The layer (or watched outside package) an imported name belongs to; None when unwatched."""
+    parts = name.split(".")
+    if parts[0] != "airflow_ckpt_provider":
+        return parts[0] if parts[0] in WATCHED else None
+    if len(parts) == 1 or parts[1] in HELPERS or parts[1] not in TOP_NAMES:
+        return None  # a helper, or a name the package's __init__ defines (__version__)
+    return "spark.control" if parts[1:3] == ["spark", "control"] else parts[1]
+
+
+def violations(path: Path) -> list[str]:
+    layer = layer_of(path)
+    own, outside = RULES[layer]
+    found = []
+    for name in imports_of(path):
+        hit = target(name)
+        if hit is None or hit.split(".")[0] == layer or hit in outside:
+            continue
+        if hit in own or (hit == "spark.control" and "spark" in own):
+            continue
+        found.append(name)
+    return sorted(set(found))
+
+
+FILES = sorted([*PACKAGE.rglob("*.py"), *(REPO / "dags").rglob("*.py")])
+
+
+def test_every_layer_has_a_rule() -> None:
+    assert {layer_of(p) for p in FILES} <= set(RULES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_follow_the_layers(path: Path) -> None:
+    wrong = violations(path)
+    assert not wrong, (f"{path.relative_to(REPO)} ({layer_of(path)}) imports {wrong}: see docs/src/architecture.md "
+                       "for what this layer may import")
+
+
+@pytest.mark.parametrize(("layer", "source", "wrong"), [
+    ("checkpoint", "import airflow", ["airflow"]),
+    ("checkpoint", "def f():\n    from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook",
+     ["airflow_ckpt_provider.hooks.storage"]),
+    ("checkpoint", "from airflow_ckpt_provider.spark import graceful_stop", ["airflow_ckpt_provider.spark"]),
+    ("checkpoint", "from airflow_ckpt_provider.spark.control import Heartbeat", []),
+    ("checkpoint", "from airflow_ckpt_provider import clock", []),
+    ("spark", "from airflow_ckpt_provider.checkpoint.errors import CheckpointError",
+     ["airflow_ckpt_provider.checkpoint.errors"]),
+    ("upgrade", "import fsspec", ["fsspec"]),
+    ("hooks", "from ..operators.stop import GracefulStopOperator", ["airflow_ckpt_provider.operators.stop"]),
+])
+def test_the_rule_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str, source: str,
+                          wrong: list[str]) -> None:
+    """The checker itself: a planted module in ``layer`` is judged as its imports say."""
+    fake_repo = tmp_path
+    module = fake_repo / "airflow_ckpt_provider" / layer / "planted.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(source + "\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", fake_repo)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_repo / "airflow_ckpt_provider")
+    assert violations(module) == wrong
