@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--batches", type=int, default=2, help="batches per trial (default 2)")
     check.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may run (default 600)")
     check.add_argument("--no-migrated", action="store_true", help="only the in-place trial")
+    check.add_argument("--source", help="Kafka source index or name of the migrated trial's start (default: the "
+                                        "only Kafka source, as the handover requires)")
     check.add_argument("--no-state", action="store_true",
                        help="the migrated trial starts with empty state (default: a stateful old query's state, "
                             "exported from the copy, as the upgrade carries it)")
@@ -57,7 +59,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         conf=_conf(args.conf), storage=CheckpointStorageHook(**storage_options(args.storage_option)),
         trial_root=args.trial_location, live_locations={f"live location {i + 1}": u for i, u in enumerate(args.live)},
         batches=args.batches, timeout=args.timeout, migrated=not args.no_migrated,
-        carry_state=not args.no_state)
+        carry_state=not args.no_state, source=args.source)
     if args.json:
         out.write(json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n")
     else:

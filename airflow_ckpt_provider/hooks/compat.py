@@ -49,7 +49,6 @@ from airflow_ckpt_provider.checkpoint.compat import (
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
 from airflow_ckpt_provider.checkpoint.files import read_file
-from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
@@ -139,6 +138,7 @@ def check_upgrade(
     migrated: bool = True,
     carry_state: bool = True,
     contract_check: bool = True,
+    source: int | str | None = None,
 ) -> CompatibilityVerdict:
     """Try ``new_application`` in place and migrated on copies of ``old_checkpoint`` (see the
     module doc) and return the verdict.
@@ -165,6 +165,8 @@ def check_upgrade(
     check_trial_location(root, {"old checkpoint": old_checkpoint, **dict(live_locations or {})})
     old_fs, old_path = storage.filesystem(old_checkpoint)
     handover = CheckpointReader(old_checkpoint, fs=old_fs).handover()
+    # the handover's selection rule (AmbiguousSource, SourceNotKafka), before anything is copied or launched
+    migrated_start = handover.kafka_offsets(source).to_json() if migrated else None
     old_ops = _operators(_read_json(old_fs, posixpath.join(old_path, OPERATORS_RECORD)))
     trial_fs, trial_path = storage.filesystem(root)
     trials: list[_Trial] = []
@@ -183,7 +185,7 @@ def check_upgrade(
             checkpoint = f"{trial_uri}/checkpoint"
             trial_conf = {**dict(conf or {}), CONF_TRIAL: "true", CONF_TRIAL_SINK: f"{trial_uri}/sink",
                           CONF_TRIAL_BATCHES: str(batches)}
-            starting = _starting_offsets(handover) if kind is TrialKind.MIGRATED else None
+            starting = migrated_start if kind is TrialKind.MIGRATED else None
             if kind is TrialKind.MIGRATED and state is not None:
                 trial_conf[CONF_INITIAL_STATE_PATH] = state.location
             log.info("trial %s: launching %s on %s%s", kind.value, new_application, checkpoint,
@@ -239,16 +241,6 @@ def _export_state(launcher: SparkLauncherHook, storage: CheckpointStorageHook, c
     log.info("trial: the migrated trial gets the old query's state after batch %s (%s rows)", manifest.batch_id,
              f"{manifest.rows:,}")
     return _TrialState(target, manifest.batch_id, manifest.rows)
-
-
-def _starting_offsets(handover: Handover) -> str:
-    """The handover's ``startingOffsets`` for the migrated trial: the only Kafka source's; with
-    several Kafka sources, their offsets when they all agree (a self-join of one topic), else
-    the refusal of :meth:`Handover.kafka_offsets` (several sources need several startingOffsets)."""
-    kafka = {s.kafka.to_json() for s in handover.sources if s.kafka is not None}
-    if len(kafka) == 1:
-        return kafka.pop()
-    return handover.kafka_offsets().to_json()  # raises AmbiguousSource/SourceNotKafka with the sources
 
 
 def _wait(launcher: SparkLauncherHook, trials: list[_Trial], *, timeout: float, poll_interval: float) -> None:

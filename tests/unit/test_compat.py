@@ -344,3 +344,36 @@ def test_the_migrated_trial_gets_the_state_the_upgrade_carries(monkeypatch: pyte
         assert verdict.state_batch is None
     assert verdict.in_place_ok is True and verdict.migrated_ok is True
     assert list((tmp_path / "trials").iterdir()) == [], "the trial files, the export among them, are deleted"
+
+
+class Launched(Exception):
+    """The fake launcher's answer: the check got as far as launching a trial."""
+
+
+class NoLaunch:
+    def launch(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        raise Launched(kwargs.get("starting_offsets"))
+
+
+def test_check_upgrade_selects_the_kafka_source_by_the_handovers_rule(tmp_path: Path) -> None:
+    """``ckpt check-upgrade`` refuses what the handover refuses — two Kafka sources, even with
+    offsets that agree (a self-join of one topic) — before it copies or launches anything; a
+    chosen source is used as the handover would use it."""
+    from airflow_ckpt_provider.checkpoint.errors import AmbiguousSource
+    from airflow_ckpt_provider.hooks.compat import check_upgrade
+    from tests.unit.conftest import kafka_json, kafka_offsets_at, write_checkpoint
+
+    def self_join(batch: int) -> list[str | None]:
+        line = kafka_json(kafka_offsets_at(batch))
+        return [line, line]
+
+    built = write_checkpoint(str(tmp_path / "ck"), sources=self_join)
+    trials = tmp_path / "trials"
+    trials.mkdir()
+    common = dict(old_checkpoint=built.uri, new_application=str(tmp_path / "v2.py"), launcher=NoLaunch(),
+                  trial_root=str(trials), contract_check=False, carry_state=False)
+    with pytest.raises(AmbiguousSource):
+        check_upgrade(**common)  # type: ignore[arg-type]
+    assert list(trials.iterdir()) == [], "nothing copied before the refusal"
+    with pytest.raises(Launched):
+        check_upgrade(**common, source=1, migrated=True)  # type: ignore[arg-type]

@@ -143,3 +143,4 @@ def test_from_snapshot_without_anything() -> None:
     with pytest.raises(NoOffsets, match="batch 0 planned, not committed"):
         handover_from_snapshot(_snapshot(last_committed_batch=None, sources=(), initial_sources=(),
                                          last_planned_batch=0, in_flight_batch=0))
+
