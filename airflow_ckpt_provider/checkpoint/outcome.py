@@ -20,6 +20,7 @@ class TaskState(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     RUNNING = "running"
+    UPSTREAM_FAILED = "upstream_failed"
     NOT_RUN = "not run"
 
 
@@ -30,6 +31,9 @@ class UpgradeOutcome(StrEnum):
     ROLLED_BACK = "rolled back"
     REJECTED = "rejected"
     FAILED = "failed"
+    #: the old version was stopped, the upgrade failed, and the rollback could not restart it:
+    #: NO version runs (the journal stays open and the stream locked; the report says what to do)
+    ROLLBACK_FAILED = "rollback failed"
     #: a run of an upgrade id that an earlier run finished: it did nothing (not a final outcome of
     #: the journal, which keeps the first run's)
     ALREADY_DONE = "already done"
@@ -38,6 +42,7 @@ class UpgradeOutcome(StrEnum):
 UPGRADED, ROLLED_BACK, REJECTED, FAILED = (UpgradeOutcome.UPGRADED, UpgradeOutcome.ROLLED_BACK,
                                            UpgradeOutcome.REJECTED, UpgradeOutcome.FAILED)
 ALREADY_DONE = UpgradeOutcome.ALREADY_DONE
+ROLLBACK_FAILED = UpgradeOutcome.ROLLBACK_FAILED
 
 
 class RollbackMode(StrEnum):
@@ -119,7 +124,8 @@ def upgrade_outcome(
 ) -> str:
     """``rejected`` (a person said no), ``upgraded`` (every upgrade step succeeded), ``rolled
     back`` (the old version was restarted: ``rollback_step``, or any of several, succeeded),
-    else ``failed``."""
+    ``rollback failed`` (a restart was attempted, or its restore before it, and none succeeded:
+    no version runs), else ``failed``."""
     if rejected:
         return REJECTED
     if all(states.get(step) == TaskState.SUCCESS for step in upgrade_steps):
@@ -127,6 +133,8 @@ def upgrade_outcome(
     restarts = [rollback_step] if isinstance(rollback_step, str) else list(rollback_step or ())
     if any(states.get(step) == TaskState.SUCCESS for step in restarts):
         return ROLLED_BACK
+    if any(states.get(step) in (TaskState.FAILED, TaskState.UPSTREAM_FAILED) for step in restarts):
+        return ROLLBACK_FAILED
     return FAILED
 
 

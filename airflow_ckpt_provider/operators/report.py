@@ -16,6 +16,7 @@ from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.outcome import (
     ALREADY_DONE,
     REJECTED,
+    ROLLBACK_FAILED,
     UPGRADED,
     TaskState,
     UpgradeSteps,
@@ -143,6 +144,9 @@ class UpgradeReportOperator(BaseOperator):
         archive_uri = archive.get("location", "")
         notes = [f"{name} failed: {step_error(ti, name) or 'see its log'}" for name, state in states.items()
                  if state == TaskState.FAILED]
+        if outcome == ROLLBACK_FAILED:
+            notes.insert(0, self._no_version_runs())
+            self.log.error("%s", notes[0])
         stop = ti.xcom_pull(task_ids=self.stop_task_id) if self.stop_task_id else None
         if isinstance(stop, dict) and stop.get("timeline"):
             notes.append(f"{self.stop_task_id}: {describe_stop_timeline(stop['timeline'])}")
@@ -190,10 +194,23 @@ class UpgradeReportOperator(BaseOperator):
         fault_point(f"{self.task_id}:stored")
         if journal is not None:
             journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder)
+        if outcome == ROLLBACK_FAILED:
+            raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
+                                expected="outcome 'upgraded', or 'rolled back' with the old version running",
+                                action=self._no_version_runs())
         if outcome not in (UPGRADED, REJECTED):
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _no_version_runs(self) -> str:
+        """What to do when the rollback could not restart the old version (no version runs)."""
+        return (f"NO VERSION OF STREAM {self.stream_name!r} IS RUNNING: the old version was stopped and the rollback "
+                f"could not restart it. Start the old version on its checkpoint {self.old_checkpoint_uri} yourself "
+                "(`ckpt launch`; if the rollback's restore failed, restore the archive first with `ckpt restore`), "
+                "check that it commits batches, then release the stream's lock (`ckpt journal <journal> "
+                "--release-lock`) or re-trigger this DAG run to resume the upgrade. The journal stays open and the "
+                "stream locked until then.")
 
     def _take(self, steps: UpgradeSteps) -> None:
         """Report on the in-place path: its steps, handover, archive, stop and rollback, and one

@@ -32,7 +32,9 @@ def test_should_roll_back(states: dict[str, str], expected: bool) -> None:
         ({s: "success" for s in ["stop", *AFTER]}, False, "upgraded"),
         ({"stop": "success", "extract": "success", "archive": "success", "relaunch": "failed",
           "rollback": "success"}, False, "rolled back"),
-        ({"stop": "success", "relaunch": "failed", "rollback": "failed"}, False, "failed"),
+        ({"stop": "success", "relaunch": "failed", "rollback": "failed"}, False, "rollback failed"),
+        ({"stop": "success", "relaunch": "failed", "rollback": "upstream_failed"}, False, "rollback failed"),
+        ({"stop": "success", "relaunch": "failed", "rollback": "skipped"}, False, "failed"),
         ({"stop": "failed"}, False, "failed"),
         ({}, True, "rejected"),
     ],
@@ -161,7 +163,7 @@ def test_either_restart_step_makes_the_outcome_rolled_back() -> None:
     assert upgrade_outcome({**base, "rollback_restart_old": S}, upgrade_steps=steps, rollback_step=restarts) \
         == "rolled back"
     assert upgrade_outcome({**base, "rollback_restart_forward": F}, upgrade_steps=steps,
-                           rollback_step=restarts) == "failed"
+                           rollback_step=restarts) == "rollback failed"
 
 
 @pytest.mark.parametrize(("states", "shown"), [

@@ -145,3 +145,14 @@ def test_a_chosen_start_is_in_the_report() -> None:
     md = with_plan.to_markdown()
     assert "## Where the new version started" in md and "| t-0 | 42 | 30 | 12 | 0 |" in md
     assert "## Where the new version started" not in report().to_markdown()
+
+
+def test_a_failed_rollback_says_no_version_runs_and_what_to_do() -> None:
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+
+    op = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri="/ckpt/orders-v1",
+                               new_checkpoint_uri="/ckpt/orders-v2", step_task_ids=[], upgrade_task_ids=[],
+                               handover_task_id="h", archive_task_id="a")
+    text = op._no_version_runs()
+    assert text.startswith("NO VERSION OF STREAM 'orders' IS RUNNING")
+    assert "/ckpt/orders-v1" in text and "ckpt launch" in text and "--release-lock" in text
