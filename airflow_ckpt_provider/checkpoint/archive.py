@@ -38,7 +38,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointChanged,
     CheckpointError,
     CheckpointNotFound,
-    CorruptCheckpointFile,
     HandoverMismatch,
     NotACheckpoint,
     QueryStillRunning,
@@ -342,7 +341,7 @@ class CheckpointArchive:
         (:class:`StateChecksumMismatch`), as Spark would refuse to restart from it."""
         try:
             checked = check_state_checksums(self.fs, data, files, where=archive_uri)
-        except (StateChecksumMismatch, CorruptCheckpointFile) as exc:
+        except StateChecksumMismatch as exc:
             log.warning("the checkpoint %s does not agree with Spark's own state file checksums; it is archived "
                         "as it is, but Spark would not restart from it (nor from a restore of it): %s",
                         source_uri, exc)

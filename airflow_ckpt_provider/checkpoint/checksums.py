@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".crc"
+STATE_DIR = "state/"
 ALGORITHM = "CRC32C"
 #: a sidecar is a few hundred bytes; anything much larger is not one
 MAX_SIDECAR_BYTES = 64 * 1024
@@ -79,10 +80,12 @@ def crc32c(data: bytes, crc: int = 0) -> int:
 
 
 def is_sidecar(rel_path: str) -> bool:
-    """Whether a file (relative path) is a Spark checksum sidecar: a visible ``<name>.crc``.
-    Hadoop's hidden ``.<name>.crc`` files are not."""
+    """Whether a file (path relative to the checkpoint) is a Spark checksum sidecar: a visible
+    ``<name>.crc`` under ``state/``, where Spark writes them. Hadoop's hidden ``.<name>.crc`` files
+    are not, nor is a ``.crc`` file elsewhere (Spark writes no sidecar there)."""
     name = posixpath.basename(rel_path)
-    return name.endswith(SIDECAR_SUFFIX) and not name.startswith(".") and len(name) > len(SIDECAR_SUFFIX)
+    return (rel_path.startswith(STATE_DIR) and name.endswith(SIDECAR_SUFFIX) and not name.startswith(".")
+            and len(name) > len(SIDECAR_SUFFIX))
 
 
 def main_file(sidecar: str) -> str:
@@ -149,8 +152,8 @@ def check_state_checksums(
     ``files`` is the tree's listing ({relative path: size}). Every sidecar in ``expected`` (relative
     paths: the sidecars the original held) must be present, and every sidecar whose file is
     present must match that file's size and CRC32C. :class:`StateChecksumMismatch` names the first
-    file concerned (``where`` is the location shown); a sidecar that is not valid JSON raises
-    :class:`CorruptCheckpointFile`. ``content=False`` checks only that the expected sidecars are
+    file concerned (``where`` is the location shown), the sidecar itself when it is not what Spark
+    writes. ``content=False`` checks only that the expected sidecars are
     listed (reads nothing).
     """
     missing = sorted(p for p in expected if p not in files and main_file(p) in files)
@@ -163,7 +166,10 @@ def check_state_checksums(
     checked = 0
     for sidecar in sidecars(files) if content else ():
         target = main_file(sidecar)
-        recorded = SparkChecksum.parse(read_file(fs, posixpath.join(root, sidecar)), f"{where}/{sidecar}")
+        try:
+            recorded = SparkChecksum.parse(read_file(fs, posixpath.join(root, sidecar)), f"{where}/{sidecar}")
+        except CorruptCheckpointFile as exc:  # Spark fails to read it too
+            raise StateChecksumMismatch(file=sidecar, path=where, found=exc.found, expected=exc.expected) from None
         if files[target] != recorded.main_file_size:
             raise StateChecksumMismatch(
                 file=target, path=where, found=f"{files[target]} bytes",

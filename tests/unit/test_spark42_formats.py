@@ -116,7 +116,8 @@ def test_malformed_sidecars_are_refused(body: bytes) -> None:
 
 
 @pytest.mark.parametrize(("path", "sidecar"), [("state/0/0/1_u.zip.crc", True), ("state/0/0/.1_u.zip.crc", False),
-                                               ("commits/.3.crc", False), (".crc", False), ("state/0/0/1.zip", False)])
+                                               ("commits/.3.crc", False), ("state/0/0/.crc", False),
+                                               ("state/0/0/1.zip", False), ("sinks/x.crc", False)])
 def test_sidecars_are_visible_crc_files(path: str, sidecar: bool) -> None:
     assert is_sidecar(path) is sidecar
 
@@ -139,7 +140,8 @@ def test_a_tree_whose_sidecars_agree(tmp_path: Path) -> None:
     assert check_state_checksums(fsspec.filesystem("file"), str(root), files, where="t", expected=expected) == 2
 
 
-@pytest.mark.parametrize("damage", ["changed file", "changed sidecar", "resized file", "dropped sidecar"])
+@pytest.mark.parametrize("damage", ["changed file", "changed sidecar", "resized file", "dropped sidecar",
+                                    "garbled sidecar"])
 def test_a_desynchronised_or_dropped_sidecar_names_the_file(tmp_path: Path, damage: str) -> None:
     root, files = state_tree(tmp_path)
     expected = [p for p in files if is_sidecar(p)]
@@ -150,12 +152,14 @@ def test_a_desynchronised_or_dropped_sidecar_names_the_file(tmp_path: Path, dama
         (root / f"{target}.crc").write_bytes(SparkChecksum(value=1, main_file_size=650).to_json())
     elif damage == "resized file":
         (root / target).write_bytes(b"rocksdb")
+    elif damage == "garbled sidecar":
+        (root / f"{target}.crc").write_bytes(b'{"algorithm":"CRC32C","val')
     else:
         (root / f"{target}.crc").unlink()
     files = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
     with pytest.raises(StateChecksumMismatch) as caught:
         check_state_checksums(fsspec.filesystem("file"), str(root), files, where="t", expected=expected)
-    assert caught.value.file == (f"{target}.crc" if damage == "dropped sidecar" else target)
+    assert caught.value.file == (f"{target}.crc" if damage in ("dropped sidecar", "garbled sidecar") else target)
     assert isinstance(caught.value, ArchiveCorrupt)  # every caller of the archive checks catches it
 
 
