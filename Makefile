@@ -8,15 +8,20 @@ INSTALLED := $(VENV)/.installed
 # the second, older Spark of the tests (a major Spark upgrade: v1 on 3.5, v2 on 4.0)
 SPARK35_VENV ?= .venv-spark35
 SPARK35 := $(SPARK35_VENV)/.installed
+# the newer Spark of the tests (the checkpoint formats Spark 4.1/4.2 write: offsets v2, commits v2,
+# state file checksums), pyspark 4.2 in its own virtualenv
+SPARK42_VENV ?= .venv-spark42
+SPARK42 := $(SPARK42_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm spark35 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
+.PHONY: help venv jvm spark35 spark42 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
+	@echo "make spark42 install pyspark 4.2 in $(SPARK42_VENV) with its Kafka connector (the Spark 4.2 format tests)"
 	@echo "make hdfs    resolve the single-node HDFS jars (Hadoop 3.4.1) the HDFS tests start"
 	@echo "make test-hdfs run only the tests on a real HDFS (they are also part of make integration)"
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
@@ -46,6 +51,14 @@ $(SPARK35): $(INSTALLED) airflow_ckpt_provider/local/maven/spark35-kafka/pom.xml
 	touch $@
 
 spark35: $(SPARK35)
+
+# pyspark 4.2 likewise (the newest Spark whose Kafka connector resolves from Maven Central): the
+# integration tests write checkpoints with it in Spark 4.1/4.2's formats
+$(SPARK42): $(INSTALLED) airflow_ckpt_provider/local/maven/spark42-kafka/pom.xml
+	CKPT_SPARK42_VENV=$(SPARK42_VENV) $(PY) -m airflow_ckpt_provider.local.spark install 4.2
+	touch $@
+
+spark42: $(SPARK42)
 
 # a single-node HDFS (NameNode + DataNode, Hadoop 3.4.1 from Maven) for the HDFS tests; a no-op once
 # resolved (the POM's hash is stamped)
@@ -77,7 +90,7 @@ lint: venv
 # when it ends ($(TIERS)/system.log while it runs). `make unit`, `make integration` and
 # `make system` run one tier in the foreground.
 TIERS := .work/tiers
-test: lint jvm spark35 hdfs browser
+test: lint jvm spark35 spark42 hdfs browser
 	@mkdir -p $(TIERS); rm -f $(TIERS)/system.log $(TIERS)/system.rc; \
 	  echo "system tier started in the background: $(TIERS)/system.log"; \
 	  ( CKPT_TEST_AIRFLOW_HOME=$(CURDIR)/.airflow/tests-system $(PY) -m pytest tests/system $(PYTEST_ARGS) \
@@ -91,7 +104,7 @@ test: lint jvm spark35 hdfs browser
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: jvm spark35 hdfs
+integration: jvm spark35 spark42 hdfs
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # the HDFS tier alone (about a minute: HDFS starts in ~10 s); make integration runs it too
@@ -117,4 +130,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK42_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

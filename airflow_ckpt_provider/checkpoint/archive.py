@@ -30,6 +30,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider.checkpoint.checksums import check_state_checksums
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveConflict,
     ArchiveCorrupt,
@@ -40,6 +41,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     HandoverMismatch,
     NotACheckpoint,
     QueryStillRunning,
+    StateChecksumMismatch,
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.files import (
@@ -313,6 +315,7 @@ class CheckpointArchive:
         if not local:
             verify_files(self.fs, data, entries, where=archive_uri, workers=workers, log=log, verb="verified")
             clock.lap("verify")
+        self._check_state_checksums(data, files, archive_uri, source_uri)
         manifest = ArchiveManifest(
             stream_name=stream_name, upgrade_id=upgrade_id, name=plan.name, source_uri=source_uri,
             archive_uri=archive_uri, query_id=snapshot.query_id,
@@ -330,6 +333,21 @@ class CheckpointArchive:
         if remove_source:
             self._remove_source(source_fs, source, source_uri)
         return manifest
+
+    def _check_state_checksums(self, data: str, files: Mapping[str, int], archive_uri: str, source_uri: str) -> None:
+        """Check the archived copy against Spark's own state file checksums (``<file>.crc``, Spark
+        4.1+). A mismatch came from the checkpoint itself (every copied byte was verified): it is
+        archived as it is, as evidence, with a warning; restoring it is refused later
+        (:class:`StateChecksumMismatch`), as Spark would refuse to restart from it."""
+        try:
+            checked = check_state_checksums(self.fs, data, files, where=archive_uri)
+        except StateChecksumMismatch as exc:
+            log.warning("the checkpoint %s does not agree with Spark's own state file checksums; it is archived "
+                        "as it is, but Spark would not restart from it (nor from a restore of it): %s",
+                        source_uri, exc)
+            return
+        if checked:
+            log.info("%d state file checksums (Spark's <file>.crc) agree with their archived files", checked)
 
     def _snapshot(self, fs: AbstractFileSystem, root: str, uri: str) -> CheckpointSnapshot:
         reader = CheckpointReader(root, fs=fs)

@@ -127,6 +127,18 @@ class CommitWithoutOffsets(CheckpointError):
     )
 
 
+class MissingCheckpointMetadata(CheckpointError):
+    """A checkpoint with batches but no ``metadata`` file (the query id). Spark 4.2 refuses to
+    restart it (``STREAMING_CHECKPOINT_MISSING_METADATA_FILE``); older Sparks give the query a new
+    id, which breaks every sink that dedupes by query id."""
+
+    summary = "checkpoint metadata file missing"
+    default_action = (
+        "Restore the metadata file ({\"id\":\"<the query id>\"}) from a backup or an archive of this "
+        "checkpoint; nothing was read further or changed. Spark 4.2 will not restart the query without it."
+    )
+
+
 class CorruptCheckpointFile(CheckpointError):
     """A checkpoint file that cannot be trusted; ``line`` is 1-based when known."""
 
@@ -361,6 +373,19 @@ class ArchiveCorrupt(ArchiveError):
 
     def _where(self) -> str:
         return f" ({shorten(self.path)}: {shorten(self.file)})" if self.path else f" ({shorten(self.file)})"
+
+
+class StateChecksumMismatch(ArchiveCorrupt):
+    """A state file and Spark's own checksum of it (``<file>.crc``, Spark 4.1+
+    ``spark.sql.streaming.checkpoint.fileChecksum.enabled``) disagree, or the checksum that the
+    archive holds for a file is gone; ``file`` names the file. Spark would stop the restarted
+    query with ``CHECKPOINT_FILE_CHECKSUM_VERIFICATION_FAILED``."""
+
+    summary = "state file checksum mismatch"
+    default_action = (
+        "Do not restore or restart from this copy: Spark verifies these checksums when it reads the "
+        "state. Re-archive from the original checkpoint if it still exists, else restore an older archive."
+    )
 
 
 class CheckpointChanged(ArchiveError):
@@ -766,7 +791,8 @@ class SparkNotInstalled(LocalStackError):
     """A Spark version the local stack runs (its own virtualenv) is not installed."""
 
     summary = "Spark version not installed"
-    default_action = "Run `make spark35` (or `python -m airflow_ckpt_provider.local.spark install 3.5`)."
+    default_action = ("Run `make spark35` or `make spark42` "
+                      "(`python -m airflow_ckpt_provider.local.spark install 3.5|4.2`).")
 
 
 class PortInUse(LocalStackError):

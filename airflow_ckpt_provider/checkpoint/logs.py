@@ -9,11 +9,19 @@ Spark 2.1 onward wrote and still resumes from):
 * Version lines: ``v`` + a Java int above 0, as ``MetadataVersionUtil.validateVersion`` reads them;
   lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (``getLines``).
 * ``offsets/N``: ``v1`` or ``v2``; then OffsetSeqMetadata JSON (may be empty in v1; no ``conf``
-  from Spark 2.1); then one line per source: offset JSON or ``-`` (v1, in source order) or
-  ``name:json`` (v2, any order).
+  from Spark 2.1; required in v2, where it may add ``sourceMetadataInfo`` and
+  ``controlBatchInfo``); then one line per source: offset JSON or ``-`` (v1, in source order) or
+  ``<key>:<offset JSON or ->`` (v2, any order; Spark's ``OffsetSeqLog`` splits at the first
+  ``:``). A v2 key is the source's name when source evolution names it
+  (``DataStreamReader.name``: ASCII letters, digits, ``_``), else its id, the source's position
+  (``0``, ``1``, ...; ``spark.sql.streaming.offsetLog.formatVersion=2``).
 * ``commits/N``: ``v1``..``v3`` (version line trimmed); then ``{"nextBatchWatermarkMs":..}`` (v2
   adds ``stateUniqueIds``, v3 ``sinkMetadataMap``); Spark treats a missing JSON line as ``{}``.
   Spark 2.1 wrote no commit log.
+* ``<state file>.crc`` (Spark 4.1+, ``spark.sql.streaming.checkpoint.fileChecksum.enabled``):
+  Spark's own checksum of a state file, one JSON object ``{"algorithm":"CRC32C","value":<Java
+  int>,"mainFileSize":<bytes>,"timestampMs":..,"creator":{..}}`` (``ChecksumCheckpointFileManager``).
+  Not to be confused with Hadoop's hidden ``.<name>.crc`` below.
 * ``metadata``: the JSON document ``{"id":"<uuid>"}``, in any layout (json4s reads it whole).
 * ``sources/<i>/0`` (Kafka initial offsets): a 0x00 byte, ``v1\\n``, then offset JSON; Spark 2.1.0
   wrote the JSON's length as one byte, then the JSON. Other sources: ``v1`` + their own lines.
@@ -63,6 +71,8 @@ CRC_MAGIC = b"crc\x00"
 DEFAULT_BYTES_PER_CHECKSUM = 512
 
 _LINE_BREAK = re.compile(r"\r\n|\n|\r")
+# a v2 offset log key naming a source by its id (its position), not by a name
+_SOURCE_ID = re.compile(r"(0|[1-9][0-9]{0,8})")
 # Java's Integer.parseInt: an optional sign, then decimal digits (Unicode digits too), within int32
 _JAVA_INT = re.compile(r"[+-]?\d+")
 _INT_MAX = 2**31 - 1
@@ -90,6 +100,8 @@ class CommitLogEntry:
     version: int
     next_batch_watermark_ms: int
     state_unique_ids: Mapping[str, Any] | None = field(default=None, hash=False)
+    #: commits v3 (sink evolution): sink name -> what the sink recorded for the batch
+    sink_metadata: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
 def parse_batch_name(name: str, path: str | None = None) -> int | None:
@@ -301,18 +313,7 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
         for number, line in enumerate(lines[2:], start=3):
             sources.append(_source(number - 3, None if line == "-" else line, None, path, number))
     else:
-        named: dict[str, tuple[int, str | None]] = {}
-        for number, line in enumerate(lines[2:], start=3):
-            name, sep, raw = line.partition(":")
-            if not sep or not name or name in named:
-                raise CorruptCheckpointFile(
-                    path=path, line=number, found=f"source line {line[:40]!r}",
-                    expected="'<unique source name>:<offset JSON or ->'",
-                )
-            named[name] = (number, None if raw == "-" else raw)
-        for index, name in enumerate(sorted(named)):
-            number, named_raw = named[name]
-            sources.append(_source(index, named_raw, name, path, number))
+        sources = _keyed_sources(lines[2:], path)
     return OffsetLogEntry(
         version=version,
         sources=tuple(sources),
@@ -321,6 +322,31 @@ def parse_offset_log(data: bytes | str, path: str) -> OffsetLogEntry:
         conf=dict(conf),
         spark_2_1=version == 1 and "conf" not in meta and {"batchWatermarkMs", "batchTimestampMs"} <= set(meta),
     )
+
+
+def _keyed_sources(lines: list[str], path: str) -> list[SourceOffsets]:
+    """The source lines of a v2 offset log, ``<key>:<offset JSON or ->`` in any order.
+
+    A key of decimal digits is a source id (unnamed sources, ``offsetLog.formatVersion=2``): the
+    source keeps that position as its index and has no name, exactly as in a v1 log, so a handover
+    reads the same whichever version wrote it. Any other key is a source name (source evolution);
+    named sources follow the numbered ones in name order and are indexed by that position."""
+    keyed: dict[str, tuple[int, str | None]] = {}
+    for number, line in enumerate(lines, start=3):
+        key, sep, raw = line.partition(":")
+        if not sep or not key or key in keyed:
+            raise CorruptCheckpointFile(
+                path=path, line=number, found=f"source line {line[:40]!r}",
+                expected="'<unique source name or id>:<offset JSON or ->'",
+            )
+        keyed[key] = (number, None if raw == "-" else raw)
+    ids = sorted((int(key), key) for key in keyed if _SOURCE_ID.fullmatch(key))
+    names = sorted(key for key in keyed if not _SOURCE_ID.fullmatch(key))
+    sources = [_source(index, keyed[key][1], None, path, keyed[key][0]) for index, key in ids]
+    first = len(ids)
+    sources += [_source(first + position, keyed[key][1], key, path, keyed[key][0])
+                for position, key in enumerate(names)]
+    return sources
 
 
 def check_committed_sources(sources: tuple[SourceOffsets, ...], batch: int, path: str) -> None:
@@ -365,10 +391,16 @@ def parse_commit_log(data: bytes | str, path: str) -> CommitLogEntry:
         raise CorruptCheckpointFile(
             path=path, line=2, found=f"stateUniqueIds={ids!r:.40}", expected="an object"
         )
+    sinks = body.get("sinkMetadataMap")
+    if sinks is not None and not isinstance(sinks, dict):
+        raise CorruptCheckpointFile(
+            path=path, line=2, found=f"sinkMetadataMap={sinks!r:.40}", expected="an object"
+        )
     return CommitLogEntry(
         version=version,
         next_batch_watermark_ms=_int_field(body, "nextBatchWatermarkMs", path, 2) or 0,
         state_unique_ids=ids,
+        sink_metadata=sinks,
     )
 
 

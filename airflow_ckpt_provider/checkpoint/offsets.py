@@ -204,9 +204,10 @@ def classify(raw: str | None) -> tuple[SourceKind, KafkaOffsets | None]:
 
 @dataclass(frozen=True)
 class SourceOffsets:
-    """Offset of one source: ``index`` in source order (for named v2 sources: position in name
-    order), ``name`` for named sources, the ``raw`` text as Spark wrote it (None for ``-``), its
-    ``kind`` and, for Kafka, the parsed ``kafka`` offsets."""
+    """Offset of one source: ``index`` in source order (a v2 source keyed by its id: that id; named
+    v2 sources: after the numbered ones, in name order), ``name`` for named sources, the ``raw``
+    text as Spark wrote it (None for ``-``), its ``kind`` and, for Kafka, the parsed ``kafka``
+    offsets."""
 
     index: int
     kind: SourceKind

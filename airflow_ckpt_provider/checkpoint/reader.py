@@ -24,6 +24,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CommitWithoutOffsets,
     CorruptCheckpointFile,
     IncompleteRestore,
+    MissingCheckpointMetadata,
     NotACheckpoint,
     UnreadableCheckpoint,
 )
@@ -276,8 +277,17 @@ class CheckpointReader:
         )
 
     def handover(self, *, taken_at: str | None = None) -> Handover:
-        """Handover from the last committed batch (else initial offsets); raises NoOffsets if none."""
-        return handover_from_snapshot(self.snapshot(), taken_at=taken_at)
+        """Handover from the last committed batch (else initial offsets); raises NoOffsets if none,
+        and :class:`MissingCheckpointMetadata` for batches without the ``metadata`` file: without
+        the query id neither a rollback to this checkpoint (Spark 4.2 refuses to restart it) nor a
+        sink that dedupes by query id can be trusted."""
+        snapshot = self.snapshot()
+        if snapshot.query_id is None and snapshot.last_planned_batch is not None:
+            raise MissingCheckpointMetadata(
+                found=f"offsets/ up to batch {snapshot.last_planned_batch} but no metadata file",
+                expected='the metadata file {"id":"<query id>"} beside offsets/ and commits/',
+                path=self._display(self._join("metadata")))
+        return handover_from_snapshot(snapshot, taken_at=taken_at)
 
     def retained_batches(self, root: _Dir | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(planned, committed): the batch ids whose ``offsets/`` and ``commits/`` entries are
@@ -380,7 +390,8 @@ class CheckpointReader:
                 expected="the metadata file beside its checksum",
                 action="Restore the metadata file from a backup (it holds the query id).",
             )
-        log.warning("checkpoint %s has no metadata file; query id unknown", self.uri)
+        log.warning("checkpoint %s has no metadata file; query id unknown (Spark 4.2 refuses to restart it: "
+                    "STREAMING_CHECKPOINT_MISSING_METADATA_FILE; the handover is refused)", self.uri)
         return None
 
     def _initial_sources(self) -> tuple[SourceOffsets, ...]:

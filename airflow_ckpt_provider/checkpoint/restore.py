@@ -18,6 +18,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider.checkpoint.checksums import check_state_checksums, is_sidecar
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     ArchiveIncomplete,
@@ -54,6 +55,7 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     check_listing,
     copy_file,
     default_workers,
+    list_tree,
     make_dirs,
     run_parallel,
     verify_files,
@@ -85,13 +87,26 @@ def read_manifest(fs: AbstractFileSystem, archive_path: str) -> ArchiveManifest:
 
 def verify_archive(fs: AbstractFileSystem, archive_path: str, *, workers: int | None = None) -> ArchiveManifest:
     """Re-read every archived file against the manifest; returns it, or raises
-    :class:`ArchiveCorrupt` naming the first bad file (also ArchiveIncomplete / ArchiveNotFound)."""
+    :class:`ArchiveCorrupt` naming the first bad file (also ArchiveIncomplete / ArchiveNotFound).
+    First, Spark's own state file checksums (Spark 4.1+ ``<file>.crc``) are checked against their
+    files: :class:`StateChecksumMismatch` (an ArchiveCorrupt) names a file whose checksum is gone
+    or disagrees with it, which Spark would refuse on restart."""
     manifest = read_manifest(fs, archive_path)
-    verify_files(fs, posixpath.join(norm_path(fs, archive_path), DATA_DIR), manifest.files,
-                 where=archive_path, workers=workers or default_workers(fs), log=log)
+    data = posixpath.join(norm_path(fs, archive_path), DATA_DIR)
+    check_sidecars(fs, data, manifest, where=archive_path)
+    verify_files(fs, data, manifest.files, where=archive_path, workers=workers or default_workers(fs), log=log)
     log.info("archive %s verified: %s files, %s", archive_path, f"{manifest.file_count:,}",
              human_bytes(manifest.total_bytes))
     return manifest
+
+
+def check_sidecars(fs: AbstractFileSystem, root: str, manifest: ArchiveManifest, *, where: str,
+                   content: bool = True) -> int:
+    """:func:`check_state_checksums` of the copy of ``manifest``'s checkpoint under ``root``: the
+    sidecars the manifest lists must be there and (``content``) agree with their files."""
+    files, _ = list_tree(fs, root) if fs.exists(root) else ({}, [])
+    expected = [f.path for f in manifest.files if is_sidecar(f.path)]
+    return check_state_checksums(fs, root, files, where=where, expected=expected, content=content)
 
 
 def _lock_path(fs: AbstractFileSystem, target: str) -> str:
@@ -174,6 +189,7 @@ def restore_archive(
     manifest = read_manifest(archive_fs, archive_path)
     target = norm_path(target_fs, target_path)
     data = posixpath.join(norm_path(archive_fs, archive_path), DATA_DIR)
+    check_sidecars(archive_fs, data, manifest, where=archive_path, content=False)  # a dropped checksum, by name
     check_listing(archive_fs, data, manifest.files, where=archive_path)  # links, special files: refused before writing
     local = is_local(target_fs)
     lock = _lock_path(target_fs, target)
@@ -242,6 +258,9 @@ def _copy_verified(archive_fs: AbstractFileSystem, archive_path: str, data: str,
     progress.finish()
     verify_files(fs, into, manifest.files, where=where, workers=workers, log=log, verb="verified restored",
                  ignore=frozenset({RESTORE_MARKER}) if marker else frozenset())
+    checked = check_sidecars(fs, into, manifest, where=where)  # what Spark verifies when it reads the state
+    if checked:
+        log.info("%d state file checksums (Spark's <file>.crc) agree with their restored files", checked)
 
 
 def _rename_into_place(fs: AbstractFileSystem, temp: str, target: str) -> None:

@@ -5,14 +5,17 @@ One source of truth for the Spark configuration: :func:`local_spark_conf` gives 
 into ``spark-submit --conf`` arguments, so an in-process query and a submitted job see the
 same jars and settings. The connector goes through ``spark.jars`` (no Ivy at run time).
 
-Two Spark versions, for a major Spark upgrade (:class:`SparkInstall`, :func:`spark_install`):
-``"4.0"``, the pyspark of this interpreter, and ``"3.5"``, pyspark 3.5 in its own virtualenv
+Three Spark versions, for Spark upgrades (:class:`SparkInstall`, :func:`spark_install`):
+``"4.0"``, the pyspark of this interpreter; ``"3.5"``, pyspark 3.5 in its own virtualenv
 (``.venv-spark35`` of the checkout, or ``$CKPT_SPARK35_VENV``) with its own connector jars
-(:data:`jvm.SPARK35_KAFKA`). :func:`install` creates that virtualenv (``make spark35``); its
-drivers import this checkout's ``airflow_ckpt_provider`` through a ``.pth`` file, so they run
-the code under test with nothing but pyspark and py4j installed (no Airflow).
+(:data:`jvm.SPARK35_KAFKA`); ``"4.2"``, pyspark 4.2 likewise (``.venv-spark42``,
+``$CKPT_SPARK42_VENV``, :data:`jvm.SPARK42_KAFKA`), the Spark whose checkpoint formats (offsets
+v2, commits v2/v3, state file checksums) the format tests write. :func:`install` creates such a
+virtualenv (``make spark35``, ``make spark42``); its drivers import this checkout's
+``airflow_ckpt_provider`` through a ``.pth`` file, so they run the code under test with nothing
+but pyspark and py4j installed (no Airflow).
 
-Command line: ``python -m airflow_ckpt_provider.local.spark install 3.5`` | ``where 3.5``.
+Command line: ``python -m airflow_ckpt_provider.local.spark install 3.5|4.2`` | ``where 3.5``.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ LOCAL_MASTER = "local[2]"
 SPARK40 = "4.0"
 #: The older Spark of the tests, in its own virtualenv.
 SPARK35 = "3.5"
-VERSIONS = (SPARK40, SPARK35)
-_CONNECTORS = {SPARK40: jvm.SPARK_KAFKA, SPARK35: jvm.SPARK35_KAFKA}
-_VENV_ENV = {SPARK35: "CKPT_SPARK35_VENV"}
+#: The newer Spark of the tests (its checkpoint formats), in its own virtualenv.
+SPARK42 = "4.2"
+VERSIONS = (SPARK40, SPARK35, SPARK42)
+_CONNECTORS = {SPARK40: jvm.SPARK_KAFKA, SPARK35: jvm.SPARK35_KAFKA, SPARK42: jvm.SPARK42_KAFKA}
+_VENV_ENV = {SPARK35: "CKPT_SPARK35_VENV", SPARK42: "CKPT_SPARK42_VENV"}
 _PTH = "airflow-ckpt-provider-checkout.pth"
 
 
@@ -80,8 +85,9 @@ class SparkInstall:
 
 
 def spark_venv_dir(version: str = SPARK35) -> Path:
-    """The virtualenv of a Spark version other than this interpreter's: ``$CKPT_SPARK35_VENV``,
-    else ``.venv-spark35`` of the source checkout, else under ``~/.cache/airflow-ckpt-provider``."""
+    """The virtualenv of a Spark version other than this interpreter's: ``$CKPT_SPARK35_VENV``
+    (``$CKPT_SPARK42_VENV``), else ``.venv-spark35`` (``.venv-spark42``) of the source checkout,
+    else under ``~/.cache/airflow-ckpt-provider``."""
     if version not in _VENV_ENV:
         raise ValueError(f"Spark {version} has no virtualenv of its own; versions with one: {', '.join(_VENV_ENV)}")
     configured = os.environ.get(_VENV_ENV[version])
@@ -112,8 +118,9 @@ def _installed_pyspark(venv_dir: Path) -> str | None:
 
 
 def spark_install(version: str = SPARK40) -> SparkInstall:
-    """The local Spark ``version`` ("4.0" or "3.5"), checked: its pyspark is the version its
-    connector POM pins. Raises :class:`SparkNotInstalled` (3.5 before ``make spark35``) or
+    """The local Spark ``version`` ("4.0", "3.5" or "4.2"), checked: its pyspark is the version its
+    connector POM pins. Raises :class:`SparkNotInstalled` (3.5 before ``make spark35``, 4.2 before
+    ``make spark42``) or
     :class:`VersionMismatch`; the jars are checked when asked for (:class:`JarsMissing`)."""
     if version not in VERSIONS:
         raise ValueError(f"unknown local Spark {version!r}; known: {', '.join(VERSIONS)}")
@@ -128,14 +135,19 @@ def spark_install(version: str = SPARK40) -> SparkInstall:
     venv_dir = spark_venv_dir(version)
     installed = _installed_pyspark(venv_dir)
     if installed is None:
-        raise SparkNotInstalled(found=f"no pyspark in {venv_dir}", expected=f"pyspark {pinned} installed there")
+        raise SparkNotInstalled(found=f"no pyspark in {venv_dir}", expected=f"pyspark {pinned} installed there",
+                                action=f"Run `make {_make_target(version)}`.")
     if installed != pinned:
         raise VersionMismatch(found=f"pyspark {installed} in {venv_dir}",
                               expected=f"pyspark {pinned}, the Spark version of {jvm.pom_path(connector)}",
-                              action="Run `make spark35` (it installs the pinned version).")
+                              action=f"Run `make {_make_target(version)}` (it installs the pinned version).")
     site = _site_packages(venv_dir)
     assert site is not None  # a pyspark was found in it
     return SparkInstall(installed, site / "pyspark", venv_dir / "bin" / "python", connector)
+
+
+def _make_target(version: str) -> str:
+    return f"spark{version.replace('.', '')}"
 
 
 def install(version: str = SPARK35) -> SparkInstall:
@@ -178,7 +190,7 @@ def _pip(python: Path, *args: str) -> None:
 
 def connector_jars(version: str = SPARK40) -> list[str]:
     """Paths of Spark's Kafka connector jars; :class:`JarsMissing` before ``make jvm``
-    (``make spark35`` for "3.5")."""
+    (``make spark35`` for "3.5", ``make spark42`` for "4.2")."""
     if version == SPARK40:
         jvm.check_spark_version()
         return [str(path) for path in jvm.jars(jvm.SPARK_KAFKA)]
@@ -267,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("install", "create the version's virtualenv and fetch its jars"),
                        ("where", "print the version's SPARK_HOME, Python and jars")):
-        sub.add_parser(name, help=text).add_argument("version", choices=[SPARK35] if name == "install" else VERSIONS)
+        choices = list(_VENV_ENV) if name == "install" else list(VERSIONS)
+        sub.add_parser(name, help=text).add_argument("version", choices=choices)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
