@@ -75,3 +75,27 @@ def new_topic(kafka) -> Callable[[int], str]:  # noqa: ANN001
         return name
 
     return create
+
+
+def _installed_spark(version: str) -> object:
+    """The local Spark ``version`` of its `make spark<version>` virtualenv; fails (never skips)
+    with what to do when it is missing: `make test` installs it."""
+    from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+    from airflow_ckpt_provider.local.spark import spark_install
+
+    try:
+        return spark_install(version)
+    except LocalStackError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spark35() -> object:
+    """Spark 3.5 (`make spark35`): the OLD version of the Spark-upgrade tests."""
+    return _installed_spark("3.5")
+
+
+@pytest.fixture(scope="session")
+def spark42() -> object:
+    """Spark 4.2 (`make spark42`): writes checkpoints in Spark 4.1/4.2's formats."""
+    return _installed_spark("4.2")

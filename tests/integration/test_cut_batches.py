@@ -65,6 +65,17 @@ def cut_after_output(query: Any, checkpoint: Path, producer: ContinuousProducer)
     return cut
 
 
+def run_version_2(start: Callable[[], Any], checkpoint: Path, bootstrap: str, source: str) -> None:
+    """Start version 2 while a producer writes (records arrive during the switch), run it to 3
+    committed batches, stop the producer, let it read everything, stop it."""
+    producer = ContinuousProducer(bootstrap, source, rate=300).start()
+    query = start()
+    wait_for(lambda: last_committed(checkpoint) >= 2, "3 batches of version 2")
+    producer.stop()
+    query.processAllAvailable()
+    query.stop()
+
+
 def kafka_connection(monkeypatch: pytest.MonkeyPatch, bootstrap: str) -> str:
     monkeypatch.setenv("AIRFLOW_CONN_CKPT_CUT_KAFKA", json.dumps(
         {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": bootstrap}}))
@@ -108,12 +119,8 @@ def test_a_foreach_batch_cut_after_the_function_returned_is_handed_over_after_it
     written = {(r.partition, r.offset) for r in spark.read.parquet(str(out)).collect()}
     assert cut_input and cut_input <= written, "negative control: a start from the last commit writes them twice"
 
-    producer = ContinuousProducer(bootstrap, source, rate=300).start()  # records arrive during the switch
-    v2 = to_parquet(spark, bootstrap, source, out, new_cp, result.offsets().to_json())
-    wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
-    producer.stop()
-    v2.processAllAvailable()
-    v2.stop()
+    run_version_2(lambda: to_parquet(spark, bootstrap, source, out, new_cp, result.offsets().to_json()),
+                  new_cp, bootstrap, source)
     ends = KafkaBroker(bootstrap).view([source]).partitions(source)
     expected = {(p, o) for p, (_, end) in ends.items() for o in range(end)}
     seen = Counter((r.partition, r.offset) for r in spark.read.parquet(str(out)).collect())
@@ -167,12 +174,8 @@ def test_a_kafka_sink_batch_cut_after_its_writes_is_counted_as_processed_twice(
     reported = {(r["topic"], r["partition"], o) for r in account["twice"] for o in range(r["start"], r["end"])}
     assert reported, "the cut batch's records reached the output topic before the fault"
 
-    producer = ContinuousProducer(bootstrap, source, rate=300).start()  # records arrive during the switch
-    v2 = to_kafka(spark, bootstrap, source, out, new_cp, result.offsets().to_json())
-    wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
-    producer.stop()
-    v2.processAllAvailable()
-    v2.stop()
+    run_version_2(lambda: to_kafka(spark, bootstrap, source, out, new_cp, result.offsets().to_json()),
+                  new_cp, bootstrap, source)
 
     ends = KafkaBroker(bootstrap).view([source]).partitions(source)
     expected = {(source, p, o) for p, (_, end) in ends.items() for o in range(end)}

@@ -170,18 +170,23 @@ def gaps_between_batches(checkpoint: Path) -> list[float]:
     return gaps
 
 
-def test_a_busy_default_trigger_stream_stops_at_the_sink_gate(start_job) -> None:  # noqa: ANN001
-    """Spark's default trigger, batches back to back (the producer outpaces maxOffsetsPerTrigger):
-    no idle moment between batches to stop in. The next batch is held at the job's foreachBatch
-    gate: acknowledged, never escalated, and the sink holds exactly the committed batches."""
-    job = start_job("busy", rate=1500, partitions=3)
+def stop_a_busy_job(start_job: Callable[..., Job], mode: str) -> tuple[Job, StopResult, StopAck]:
+    """Start ``mode`` on a busy topic, let it commit 6 batches, ``ckpt stop`` it: acknowledged
+    (graceful), never escalated. Returns the job, the stop's result and the driver's ack."""
+    job = start_job(mode, rate=1500, partitions=3)
     job.wait_for_batches(6, heartbeat=True)
-
     code, out, err = run_cli("stop", str(job.checkpoint), "--timeout", "600", "--quiet-period", "1", "--json")
     assert code == 0, err + job.log.read_text()[-3000:]
     result = StopResult.from_json(out)
     assert result.outcome.value == "graceful" and result.escalation is None, result
-    ack = StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+    return job, result, StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+
+
+def test_a_busy_default_trigger_stream_stops_at_the_sink_gate(start_job) -> None:  # noqa: ANN001
+    """Spark's default trigger, batches back to back (the producer outpaces maxOffsetsPerTrigger):
+    no idle moment between batches to stop in. The next batch is held at the job's foreachBatch
+    gate: acknowledged, never escalated, and the sink holds exactly the committed batches."""
+    job, result, ack = stop_a_busy_job(start_job, "busy")
     assert ack.outcome == "held", ack
     assert ack.last_planned_batch == ack.last_committed_batch + 1 == result.interrupted_batch
     assert job.proc.wait(timeout=60) == 0, "the driver exits by itself after the stop"
@@ -223,13 +228,7 @@ def test_a_busy_stream_into_a_built_in_sink_stops_within_a_few_batches(kafka, st
     from airflow_ckpt_provider.checkpoint.handover import HandoverResult
     from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 
-    job = start_job("busy-file", rate=1500, partitions=3)
-    job.wait_for_batches(6, heartbeat=True)
-    code, out, err = run_cli("stop", str(job.checkpoint), "--timeout", "600", "--quiet-period", "1", "--json")
-    assert code == 0, err + job.log.read_text()[-3000:]
-    result = StopResult.from_json(out)
-    assert result.outcome.value == "graceful" and result.escalation is None, result
-    ack = StopAck.from_json((job.checkpoint / STOP_ACK).read_text())
+    job, result, ack = stop_a_busy_job(start_job, "busy-file")
     assert ack.outcome in ("clean", "interrupted"), ack
     assert job.proc.wait(timeout=60) == 0, "the driver exits by itself after the stop"
 

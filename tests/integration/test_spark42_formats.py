@@ -39,7 +39,6 @@ from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.checksums import SparkChecksum, is_sidecar
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
-    LocalStackError,
     MissingCheckpointMetadata,
     StateChecksumMismatch,
 )
@@ -50,7 +49,7 @@ from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_arc
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.local.audit import audit, broker_ranges, read_sink_records
 from airflow_ckpt_provider.local.records import produce_records
-from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf, spark_install
+from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
 
 pytestmark = pytest.mark.integration
 
@@ -59,14 +58,6 @@ VARIANTS = ("named", "unnamed")
 FIRST, LATER = 300, 140  # records before the first run, and produced after it (past the handover)
 RUN_TIMEOUT_S = 600
 
-
-@pytest.fixture(scope="module")
-def spark42() -> SparkInstall:
-    """The Spark 4.2 of `make spark42`; fails (never skips) with what to do when it is missing."""
-    try:
-        return spark_install(SPARK42)
-    except LocalStackError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 def run_spark42(spark42: SparkInstall, work: Path, name: str, queries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,28 +24,19 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
-from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.local.audit import audit, broker_ranges, read_sink_records
 from airflow_ckpt_provider.local.records import produce_records
-from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, local_spark_conf, spark_install
+from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, local_spark_conf
 from airflow_ckpt_provider.local.upgrade_demo import V2, UpgradeDemo
 from airflow_ckpt_provider.spark.control import CONF_STANDBY, STANDBY_RELEASE, StandbyRelease
 from tests.integration.test_standby import START_TIMEOUT_S, control, spark_files, wait_for, wait_standby
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(scope="module")
-def spark35() -> SparkInstall:
-    """The Spark 3.5 of `make spark35`; fails (never skips) with what to do when it is missing."""
-    try:
-        return spark_install(SPARK35)
-    except LocalStackError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 def spark_version_of(handle_log: str | None) -> str:
