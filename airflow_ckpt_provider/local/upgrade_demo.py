@@ -70,13 +70,14 @@ class UpgradeDemo:
                  kafka: LocalKafka | None = None, old_spark: SparkInstall | None = None,
                  new_spark: SparkInstall | None = None, v1: Path = V1, v2: Path = V2,
                  record: Callable[[int], tuple[bytes, bytes]] | None = None, topic: str = TOPIC,
-                 stream: str = STREAM) -> None:
+                 stream: str = STREAM, bursts: tuple[float, float] | None = None) -> None:
         self.work = work.resolve()
         self.v1, self.v2, self.record, self.stream = v1, v2, record, stream
         self.old_spark, self.new_spark = old_spark, new_spark
         self.partitions = partitions
         self.rate = rate
         self.trigger = trigger
+        self.bursts = bursts
         self.old_cp, self.new_cp = self.work / "checkpoints" / "v1", self.work / "checkpoints" / "v2"
         self.archive_root, self.sink = self.work / "archive", self.work / "sink"
         self.logs = self.work / "logs"
@@ -98,7 +99,7 @@ class UpgradeDemo:
         self.kafka.start()
         self.kafka.create_topic(self.topic, self.partitions)
         self.producer = ContinuousProducer(self.kafka.bootstrap_servers, self.topic, rate=self.rate,
-                                           record=self.record).start()
+                                           record=self.record, bursts=self.bursts).start()
         handle = self.launch(application or self.v1, self.old_cp, starting_offsets="earliest", spark=self.old_spark)
         self.wait_for_batch(self.old_cp, min_batches - 1, timeout, handle)  # batch ids start at 0
         log.info("version 1 running on %s (%d batches committed)", self.old_cp, min_batches)

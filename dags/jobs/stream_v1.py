@@ -27,6 +27,8 @@ from airflow_ckpt_provider.spark.trial import sink_location
 
 VERSION = "v1"
 DEDUP_KEY = ["key"]
+#: ``--trigger default``: Spark's default trigger, the next micro-batch as soon as one commits
+DEFAULT_TRIGGER = "default"
 
 
 def columns(records: DataFrame) -> DataFrame:
@@ -46,7 +48,9 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--sink", required=True, help="Parquet folder the batches are appended to")
-    parser.add_argument("--trigger", default="1 second", help="processing-time trigger interval")
+    parser.add_argument("--trigger", default="1 second",
+                        help=f"processing-time trigger interval, or {DEFAULT_TRIGGER!r}: Spark's default trigger "
+                             "(no .trigger(): the next batch starts as soon as one commits)")
     parser.add_argument("--checkpoint", help="used when the launcher passes no checkpoint conf")
     args = parser.parse_args(argv)
 
@@ -59,13 +63,14 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
     def append(batch: DataFrame, batch_id: int) -> None:
         batch.write.mode("append").parquet(sink)
 
-    query = (
+    writer = (
         transform(records).writeStream.foreachBatch(foreach_batch(append, checkpoint))
         .option("checkpointLocation", checkpoint)
-        .trigger(processingTime=args.trigger)
         .queryName(f"demo_stream_{version}")
-        .start()
     )
+    if args.trigger != DEFAULT_TRIGGER:
+        writer = writer.trigger(processingTime=args.trigger)
+    query = writer.start()
     GracefulStop(spark, query, checkpoint).run()
     spark.stop()
 

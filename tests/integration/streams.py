@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,27 @@ def fail_commit_of_a_coming_batch(checkpoint: Path) -> int:
             return cut
         except FileExistsError:
             continue
+
+
+def batch_times(checkpoint: Path) -> dict[int, tuple[float, float | None]]:
+    """Per batch in ``offsets/``: (planned, committed) in epoch seconds — planned from its
+    ``batchTimestampMs`` (offsets/N metadata), committed from the mtime of ``commits/N`` (None: not
+    committed)."""
+    commits = checkpoint / "commits"
+    times: dict[int, tuple[float, float | None]] = {}
+    for batch in batch_ids(checkpoint / "offsets"):
+        planned = json.loads((checkpoint / "offsets" / str(batch)).read_text().split("\n")[1])["batchTimestampMs"]
+        commit = commits / str(batch)
+        times[batch] = (planned / 1000, commit.stat().st_mtime if commit.exists() else None)
+    return times
+
+
+def gaps_between_batches(checkpoint: Path) -> dict[int, float]:
+    """Seconds from commit N being written to batch N+1 being planned, keyed by N+1."""
+    return batch_gaps(batch_times(checkpoint))
+
+
+def batch_gaps(times: dict[int, tuple[float, float | None]]) -> dict[int, float]:
+    """:func:`gaps_between_batches` of :func:`batch_times` taken earlier (Spark purges old batches)."""
+    return {batch + 1: times[batch + 1][0] - committed for batch, (_, committed) in times.items()
+            if committed is not None and batch + 1 in times}

@@ -14,11 +14,17 @@ starts and runs:
   log, verify finds every batch of the new query there; 0 lost, 0 duplicated;
 * the Delta streaming sink with a batch cut after Delta's commit and before Spark's (a fault in
   the driver): the handover step's sink ledger hands over after it; 0 lost, 0 duplicated.
+
+And a foreachBatch MERGE (upsert keyed by the record key) through the provider's path —
+:func:`~airflow_ckpt_provider.spark.foreach_batch` and
+:func:`~airflow_ckpt_provider.spark.delta_txn_conf` — stopped at the sink gate while the producer
+runs: each key's row is its last record in Kafka and counts exactly its records.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,7 +43,7 @@ from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
 from airflow_ckpt_provider.sinks.delta import DeltaLog
-from airflow_ckpt_provider.spark import delta_txn_options
+from airflow_ckpt_provider.spark import delta_txn_conf, delta_txn_options, foreach_batch
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 
 pytestmark = pytest.mark.integration
@@ -283,3 +289,193 @@ def test_a_batch_cut_after_the_delta_commit_is_handed_over_after_it(kafka, kafka
     assert delivery.checked
     produced, lost, duplicated = audit(spark, table, bootstrap, topic)
     assert produced > 0 and (lost, duplicated) == (0, 0), (produced, lost, duplicated, len(cut_input))
+
+
+# -- a foreachBatch MERGE (upsert), stopped at the sink gate -------------------------------------------
+
+#: keys repeat: every key gets many records, so "the last record for the key" is a real choice
+KEYS = 40
+#: MERGE batches are slow (several Spark jobs each): version 1 runs to the table's first Delta
+#: checkpoint (version 0 creates the table, with CHECKPOINT_INTERVAL MERGEs after it)
+MERGE_OLD_BATCHES = CHECKPOINT_INTERVAL
+MERGE_SQL = """
+MERGE INTO delta.`{table}` t USING {view} s ON t.key = s.key
+WHEN MATCHED THEN UPDATE SET t.`partition` = s.`partition`, t.`offset` = s.`offset`, t.value = s.value,
+                             t.records = t.records + s.records
+WHEN NOT MATCHED THEN INSERT *
+"""
+
+
+def keyed(prefix: str, keys: int, late: int = 0) -> Callable[[int], tuple[bytes, bytes]]:
+    """Records whose keys repeat (``<prefix>-<i mod keys>``); with ``late``, every other record has
+    one of ``late`` keys no earlier record had (``late-<i mod late>``)."""
+
+    def record(i: int) -> tuple[bytes, bytes]:
+        key = f"late-{i % late}" if late and i % 2 else f"{prefix}-{i % keys}"
+        return key.encode(), f"{prefix}-record-{i}".encode()
+
+    return record
+
+
+def keyed_records(spark: Any, bootstrap: str, topic: str, starting_offsets: str = "earliest") -> Any:
+    return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", starting_offsets)
+            .option("failOnDataLoss", "true").load()
+            .selectExpr("CAST(key AS STRING) AS key", "partition", "offset", "CAST(value AS STRING) AS value"))
+
+
+def merge_upsert(frame: Any, checkpoint: str, table: str) -> Any:
+    """The job's writer: per batch, the last record of each key (and how many the batch had) MERGEd
+    into the table keyed by the record key — not idempotent by itself (``records`` adds up), so a
+    batch applied twice or skipped shows. Behind the provider's gate (:func:`foreach_batch`), an
+    idempotent Delta write with the checkpoint's query id (:func:`delta_txn_conf`)."""
+    from pyspark.sql import functions as F
+
+    def upsert(batch: Any, batch_id: int) -> None:
+        latest = (batch.groupBy("key")
+                  .agg(F.max_by(F.struct("partition", "offset", "value"), "offset").alias("last"),
+                       F.count("*").alias("records"))
+                  .selectExpr("key", "last.partition AS `partition`", "last.offset AS `offset`", "last.value AS value",
+                              "records"))
+        view = f"upserts_{batch_id}"
+        latest.createOrReplaceTempView(view)
+        session = batch.sparkSession
+        with delta_txn_conf(session, checkpoint, batch_id):
+            session.sql(MERGE_SQL.format(table=table, view=view))
+        session.catalog.dropTempView(view)
+
+    return (frame.writeStream.foreachBatch(foreach_batch(upsert, checkpoint))
+            .option("checkpointLocation", checkpoint).start())
+
+
+def create_keyed_table(spark: Any, table: str) -> None:
+    spark.createDataFrame([], "key STRING, `partition` INT, `offset` BIGINT, value STRING, records BIGINT") \
+        .write.format("delta").save(table)
+
+
+def last_record_per_key(bootstrap: str, topic: str) -> tuple[dict[str, tuple[int, int, str]], Counter[str], int]:
+    """Read the whole topic with kafka-python: each key's last record (partition, offset, value),
+    each key's record count, and the records read."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        last: dict[str, tuple[int, int, str]] = {}
+        counts: Counter[str] = Counter()
+        read = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            assert time.monotonic() < deadline, "the topic was not read to its end"
+            for tp, messages in consumer.poll(timeout_ms=1000).items():
+                for m in messages:
+                    if m.offset >= ends[tp]:
+                        continue
+                    key = m.key.decode()
+                    if key in last:
+                        assert last[key][0] == m.partition, f"key {key} in two partitions"
+                        assert last[key][1] < m.offset
+                    last[key] = (m.partition, m.offset, m.value.decode())
+                    counts[key] += 1
+                    read += 1
+        assert read == sum(ends.values()), "every offset from 0 was read (no retention gap)"
+        return last, counts, read
+    finally:
+        consumer.close()
+
+
+def delta_versions(spark: Any, table: str) -> list[tuple[int, str]]:
+    return sorted((row.version, row.operation)
+                  for row in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version", "operation").collect())
+
+
+def test_foreach_batch_merge_holds_each_keys_last_record(kafka, kafka_connection, spark, new_topic,
+                                                        tmp_path) -> None:
+    """A foreachBatch MERGE (upsert keyed by the record key) through the provider's path: v1 stopped
+    at the sink gate while the producer runs, v2 on a new checkpoint from the handover, new keys
+    arriving during the switch. Every key's row is its last record in Kafka, and its ``records``
+    count is the key's record count in Kafka: no batch lost, none applied twice. Delta honours the
+    txn pair for MERGE: each MERGE records the query id and batch id in the log (so preflight and
+    verify read it), and a MERGE replayed with a recorded pair is skipped."""
+    from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+    from airflow_ckpt_provider.spark import GracefulStop
+
+    bootstrap = kafka.bootstrap_servers
+    topic = new_topic(3)
+    old_cp, new_cp, table = tmp_path / "old-cp", tmp_path / "new-cp", str(tmp_path / "customers")
+    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=table)
+    create_keyed_table(spark, table)
+    producer = ContinuousProducer(bootstrap, topic, rate=300, record=keyed("k", KEYS)).start()
+    v1 = merge_upsert(keyed_records(spark, bootstrap, topic), str(old_cp), table)
+    stopped: dict[str, Any] = {}
+
+    def run_v1() -> None:
+        try:
+            stopped["ack"] = GracefulStop(spark, v1, str(old_cp), heartbeat_interval=0.5, poll_interval=0.2).run()
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            stopped["error"] = exc
+
+    driver = threading.Thread(target=run_v1, name="v1-graceful-stop")
+    driver.start()
+    wait_for(lambda: last_committed(old_cp) >= MERGE_OLD_BATCHES - 1 or not driver.is_alive(),
+             f"{MERGE_OLD_BATCHES} batches of version 1")
+    assert preflight(spec, old_cp, tmp_path, kafka_connection)["sink"]["exact"]
+
+    # the stop, producer running: the gate holds the next batch before it writes
+    ControlFiles(LOCAL, str(old_cp)).request_stop("test", "merge upgrade", DEADLINE_S)
+    driver.join(DEADLINE_S)
+    assert not driver.is_alive() and "error" not in stopped, stopped
+    ack = stopped["ack"]
+    assert ack is not None and ack.outcome in ("held", "clean"), ack
+    handover = CheckpointReader(str(old_cp)).handover()
+    assert handover.in_flight_batch is None or ack.outcome == "held"
+    assert handover.batch_id == ack.last_committed_batch == committed(old_cp)[-1]
+    finding = inspect_sink(LOCAL, table, spec, old_query_id=handover.query_id)
+    assert finding.exact and finding.old_last_batch == handover.batch_id, finding  # the held batch: nothing
+
+    # v2 from the handover; new keys arrive during the switch
+    late = ContinuousProducer(bootstrap, topic, rate=200, record=keyed("n", KEYS, late=7)).start()
+    start = reconcile(handover.kafka_offsets(), KafkaBroker(bootstrap).view([topic])).starting_offsets
+    v2 = merge_upsert(keyed_records(spark, bootstrap, topic, start.to_json()), str(new_cp), table)
+    wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
+    producer.stop()
+    late.stop()
+    v2.processAllAvailable()
+    v2.stop()
+
+    new_query_id = CheckpointReader(str(new_cp)).snapshot().query_id
+    delivery = verify_sink(LOCAL, table, spec, new_query_id=new_query_id, committed=committed(new_cp),
+                           old_query_id=handover.query_id, handover_batch=handover.batch_id)
+    assert delivery.checked and sorted(delivery.batches) == committed(new_cp)[:len(delivery.batches)], delivery
+    history = delta_versions(spark, table)
+    assert {op for version, op in history if version > 0} == {"MERGE"}, history
+    txns = DeltaLog(LOCAL, table).transactions()
+    assert handover.query_id and new_query_id
+    assert txns[handover.query_id].version == handover.batch_id
+    assert txns[new_query_id].version == committed(new_cp)[-1]
+
+    last, counts, read = last_record_per_key(bootstrap, topic)
+    assert any(key.startswith("late-") for key in last), "keys first seen after the handover"
+    rows = {row.key: row for row in spark.read.format("delta").load(table).collect()}
+    assert set(rows) == set(last), (sorted(set(last) - set(rows)), sorted(set(rows) - set(last)))
+    wrong = {key: ((r.partition, r.offset, r.value), last[key]) for key, r in rows.items()
+             if (r.partition, r.offset, r.value) != last[key]}
+    assert not wrong, wrong
+    miscounted = {key: (r.records, counts[key]) for key, r in rows.items() if r.records != counts[key]}
+    assert not miscounted, f"(table, Kafka) records per key; more = a batch applied twice, fewer = lost: {miscounted}"
+    assert sum(r.records for r in rows.values()) == read > 0
+
+    # Delta honours the pair for MERGE: a MERGE under a pair it recorded is skipped — a batch
+    # replayed by the new query, and (the naive job's loss) a new checkpoint's batch 0 under the
+    # OLD query's appId, which a constant txnAppId would present
+    replay = spark.createDataFrame([(next(iter(rows)), 0, 0, "replayed", 1000)],
+                                   "key STRING, `partition` INT, `offset` BIGINT, value STRING, records BIGINT")
+    replay.createOrReplaceTempView("replayed")
+    for checkpoint, batch in ((new_cp, committed(new_cp)[-1]), (old_cp, 0)):
+        with delta_txn_conf(spark, str(checkpoint), batch):
+            spark.sql(MERGE_SQL.format(table=table, view="replayed"))
+        assert delta_versions(spark, table) == history, f"a MERGE as batch {batch} of {checkpoint.name} was skipped"
+    spark.catalog.dropTempView("replayed")

@@ -29,7 +29,7 @@ from airflow_ckpt_provider.jobs.local import group_members
 from airflow_ckpt_provider.local.audit import broker_ranges
 from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
-from tests.integration.streams import batch_ids
+from tests.integration.streams import batch_ids, gaps_between_batches
 
 pytestmark = pytest.mark.integration
 
@@ -161,15 +161,6 @@ def test_operator_stops_a_running_job_between_batches(airflow_home, start_job, t
     assert code == 4 and "nothing to stop" in err
 
 
-def gaps_between_batches(checkpoint: Path) -> list[float]:
-    """Seconds from commit N being written to batch N+1 being planned (its batchTimestampMs)."""
-    gaps = []
-    for batch in batch_ids(checkpoint / "commits")[:-1]:
-        planned = json.loads((checkpoint / "offsets" / str(batch + 1)).read_text().split("\n")[1])["batchTimestampMs"]
-        gaps.append(planned / 1000 - (checkpoint / "commits" / str(batch)).stat().st_mtime)
-    return gaps
-
-
 def stop_a_busy_job(start_job: Callable[..., Job], mode: str) -> tuple[Job, StopResult, StopAck]:
     """Start ``mode`` on a busy topic, let it commit 6 batches, ``ckpt stop`` it: acknowledged
     (graceful), never escalated. Returns the job, the stop's result and the driver's ack."""
@@ -193,7 +184,7 @@ def test_a_busy_default_trigger_stream_stops_at_the_sink_gate(start_job) -> None
     log = job.log.read_text()
     assert f"holding batch {ack.last_planned_batch} at the sink" in log, "the driver logs the stop protocol"
 
-    gaps = gaps_between_batches(job.checkpoint)
+    gaps = list(gaps_between_batches(job.checkpoint).values())
     assert sorted(gaps)[len(gaps) // 2] < 1.0, f"the batches did not run back to back: {gaps}"
 
     # the held batch wrote nothing: the sink holds exactly the committed offsets, once each

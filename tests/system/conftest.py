@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,13 +21,27 @@ SCREENSHOTS = REPO / "artifacts" / "browser"
 
 
 @pytest.fixture
-def demo(kafka, tmp_path: Path) -> Iterator[UpgradeDemo]:  # noqa: ANN001
-    """A fresh topic, producer, sink and checkpoints on the session's broker; v1 not started yet.
-    Every Spark job running on its checkpoints is killed at the end (a failed test leaves none)."""
-    stack = UpgradeDemo(tmp_path / "demo", kafka=kafka, rate=80.0)
-    yield stack
-    stack.close()
-    stop_jobs_under(stack.work)  # the versions the DAG launched, whatever the test's outcome
+def make_demo(kafka, tmp_path: Path) -> Iterator[Callable[..., UpgradeDemo]]:  # noqa: ANN001
+    """``make_demo(**options)``: an :class:`UpgradeDemo` on the session's broker (a fresh topic,
+    producer, sink and checkpoints; v1 not started yet). Every Spark job running on its checkpoints
+    is killed at the end (a failed test leaves none)."""
+    made: list[UpgradeDemo] = []
+
+    def make(**options: Any) -> UpgradeDemo:
+        stack = UpgradeDemo(tmp_path / ("demo" if not made else f"demo-{len(made)}"), kafka=kafka, **options)
+        made.append(stack)
+        return stack
+
+    yield make
+    for stack in made:
+        stack.close()
+        stop_jobs_under(stack.work)  # the versions the DAG launched, whatever the test's outcome
+
+
+@pytest.fixture
+def demo(make_demo: Callable[..., UpgradeDemo]) -> UpgradeDemo:
+    """The demo stream: a steady trickle (80 records/s) on a 1 s processing-time trigger."""
+    return make_demo(rate=80.0)
 
 
 @pytest.fixture(scope="session")
