@@ -209,6 +209,12 @@ SINK = "{{ params.sink | tojson }}"
 ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
 
 
+def state_spark(planned: XComArg) -> dict[str, Any]:
+    """The Spark that will export the old query's state (the new version's), for the preflight's check."""
+    return {"state_spark_home": output_key(planned, "new_spark_home"),
+            "state_spark_binary": output_key(planned, "new_spark_submit")}
+
+
 def result_of(step: BaseOperator) -> dict[str, Any]:
     """``step``'s result as an argument of a later step: its XComArg, which makes the later step wait
     for ``step`` and which Airflow renders into the JSON object ``step`` returned before the later
@@ -294,7 +300,7 @@ def build_stream_upgrade_dag(
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
             carry_state="{{ params.carry_state }}", storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN,
-            sink=SINK, **START,
+            sink=SINK, **state_spark(planned), **START,
         )
 
         @task.branch

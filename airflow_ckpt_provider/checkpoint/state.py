@@ -77,6 +77,19 @@ CONF_CHECKPOINT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 #: Spark's first release whose state reader reads RocksDB checkpoint format v2 (SPARK-53294).
 FORMAT_V2_READER = "Spark 4.1.0"
+FORMAT_V2_READER_VERSION = (4, 1)
+
+
+def reads_format_v2(spark_version: str | None) -> bool | None:
+    """Whether Spark ``spark_version`` ("4.2.0") reads state checkpoint format v2; None when the
+    version is not known."""
+    if not spark_version:
+        return None
+    try:
+        major, minor = (int(part) for part in spark_version.split(".")[:2])
+    except ValueError:
+        return None
+    return (major, minor) >= FORMAT_V2_READER_VERSION
 #: a state store version file: <version>[_<unique id>].<kind>
 _VERSION_FILE = re.compile(r"^(\d+)(?:_([0-9A-Za-z-]+))?\.(delta|snapshot|zip|changelog)$")
 _FULL = ("snapshot", "zip")  # a whole version; delta and changelog need the version below
@@ -147,9 +160,15 @@ def store_versions(names: Iterable[str]) -> tuple[dict[int, frozenset[str]], boo
     return {v: frozenset(k) for v, k in found.items()}, unique_ids
 
 
-def plan_state_export(reader: CheckpointReader, batch: int | None = None) -> StateExportPlan:
+def plan_state_export(reader: CheckpointReader, batch: int | None = None, *,
+                      reader_spark: str | None = None) -> StateExportPlan:
     """Check that the state after ``batch`` (default: the last committed batch) can be exported
-    and say what is exported; raises the refusals listed in the module doc. Reads only."""
+    and say what is exported; raises the refusals listed in the module doc. Reads only.
+
+    ``reader_spark`` is the version of the Spark that will run the export ("4.2.0"; None:
+    unknown). RocksDB state checkpoint format v2 is read by :data:`FORMAT_V2_READER` or later:
+    refused for an older one (:class:`StateFormatUnsupported`, naming both versions); with an
+    unknown version it is planned, and the export job checks its own Spark before it reads."""
     snapshot = reader.snapshot()
     uri = reader.uri
     last = snapshot.last_committed_batch
@@ -170,14 +189,18 @@ def plan_state_export(reader: CheckpointReader, batch: int | None = None) -> Sta
     conf = dict(entry.conf)
     provider = conf.get(CONF_PROVIDER, HDFS_PROVIDER)
     format_version = int(conf.get(CONF_CHECKPOINT_FORMAT, "1") or 1)
-    if commit.state_unique_ids or format_version >= 2:
-        raise StateFormatUnsupported(
-            found=f"RocksDB state checkpoint format v{max(format_version, 2)} (commits/{chosen} holds stateUniqueIds)",
-            expected="state checkpoint format v1, the one Spark 4.0's state reader reads",
-            action=f"{FORMAT_V2_READER} or later reads format v2 (its statestore reader with batchId): run the "
-                   "export on it (the DAG's new_spark param), or upgrade without carrying the state. Nothing was "
-                   "written.", path=uri)
-    inferred = tuple((operator, store) for operator in operators for store in _check_operator(reader, operator, chosen))
+    v2 = bool(commit.state_unique_ids) or format_version >= 2
+    if v2:
+        format_version = max(format_version, 2)
+        if reads_format_v2(reader_spark) is False:
+            raise StateFormatUnsupported(
+                found=(f"RocksDB state checkpoint format v{format_version} (commits/{chosen} holds stateUniqueIds), "
+                       f"and the export would run on Spark {reader_spark}"),
+                expected=f"{FORMAT_V2_READER} or later to read format v2",
+                action=f"Run the export on {FORMAT_V2_READER} or later (the DAG's new_spark param: the new version's "
+                       "Spark), or upgrade without carrying the state. Nothing was written.", path=uri)
+    inferred = tuple((operator, store) for operator in operators
+                     for store in _check_operator(reader, operator, chosen, format_v2=v2))
     return StateExportPlan(
         checkpoint_uri=uri, query_id=snapshot.query_id, batch_id=chosen, operators=operators,
         inferred_stores=inferred,
@@ -186,10 +209,11 @@ def plan_state_export(reader: CheckpointReader, batch: int | None = None) -> Sta
     )
 
 
-def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> tuple[str, ...]:
+def _check_operator(reader: CheckpointReader, operator: int, batch: int, *, format_v2: bool = False) -> tuple[str, ...]:
     """Check the state version after ``batch`` in each store directory of ``operator``; returns
     the store names to read when the operator has no metadata (Spark 3.5 wrote none for some
-    operators), inferred from the layout, else ()."""
+    operators), inferred from the layout, else (). Files with unique ids (format v2) are refused
+    unless the commit log says the checkpoint is format v2 (``format_v2``)."""
     fs, root = reader.fs, posixpath.join(reader.root, STATE_DIR, str(operator))
     where = f"{reader.uri.rstrip('/')}/{STATE_DIR}/{operator}"
     files = list(find_entries(fs, root))
@@ -208,12 +232,12 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int) -> tupl
             continue
         parts = directory.split("/")
         stores.add(parts[1] if len(parts) > 1 else "default")  # <partition>[/<store name>]
-        if unique_ids:
+        if unique_ids and not format_v2:
             raise StateFormatUnsupported(
                 found=f"state files with unique ids in {directory} (RocksDB checkpoint format v2)",
-                expected="state checkpoint format v1, the one Spark 4.0's state reader reads",
-                action=f"{FORMAT_V2_READER} or later reads format v2: run the export on it, or upgrade without "
-                       "carrying the state. Nothing was written.", path=where)
+                expected="state checkpoint format v1 (the commit log records no stateUniqueIds)",
+                action="The checkpoint's state files and its commit log disagree; export it with the Spark that "
+                       "wrote it, or upgrade without carrying the state. Nothing was written.", path=where)
         if not version_readable(versions, needed):
             raise StateVersionPurged(
                 found=f"store {directory}: versions {min(versions)}..{max(versions)} retained, version {needed} "

@@ -73,14 +73,14 @@ def _state(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     launcher, storage = _hooks(args)
     fs, _ = storage.filesystem(args.checkpoint)
-    plan = plan_state_export(CheckpointReader(args.checkpoint, fs=fs), args.batch)
+    plan = plan_state_export(CheckpointReader(args.checkpoint, fs=fs), args.batch, reader_spark=launcher.spark_version)
     listing: dict[str, Any] = {**plan.to_dict(), "stores": []}
     if plan.exportable:
         assert plan.batch_id is not None
         with tempfile.TemporaryDirectory(prefix="ckpt-state-") as scratch:
             result = run_state_job(launcher, checkpoint_uri=args.checkpoint, batch=plan.batch_id, target_uri=scratch,
                                    conf=_conf(args.conf), list_only=True, stores=plan.inferred_stores,
-                                   timeout=args.timeout)
+                                   checkpoint_format=plan.checkpoint_format_version, timeout=args.timeout)
         listing["stores"] = result["stores"]
         listing["spark_version"] = result.get("spark_version")
     if args.json:

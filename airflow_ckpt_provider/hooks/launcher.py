@@ -121,6 +121,33 @@ def spark_home_of(binary: str | None) -> str | None:
     return None
 
 
+_RELEASE = re.compile(r"^Spark (\d+\.\d+\.\d+)")
+_PYSPARK_VERSION = re.compile(r"""^__version__(?:\s*:\s*str)?\s*=\s*["']([^"']+)["']""", re.M)
+
+
+def spark_version_at(home: str | None) -> str | None:
+    """The version of the Spark at ``home`` ("4.2.0"): a distribution's ``RELEASE`` file, else the
+    ``pyspark/version.py`` of pip's pyspark (``home`` is that package) or of a distribution's
+    ``python/``; None when none says."""
+    if not home:
+        return None
+    root = Path(home)
+    try:
+        match = _RELEASE.match((root / "RELEASE").read_text(encoding="utf-8", errors="replace"))
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    for candidate in (root / "version.py", root / "python" / "pyspark" / "version.py"):
+        try:
+            found = _PYSPARK_VERSION.search(candidate.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    return None
+
+
 def register_secrets(conf: Mapping[str, str]) -> None:
     """Give secret conf values to Airflow's secrets masker, so that whatever else logs them (task
     logs, the supervisor) masks them too: values of sensitive keys, and secrets inside other values
@@ -192,6 +219,13 @@ class SparkLauncherHook(BaseHook):
         if spark_home and (not spark_binary or os.sep not in spark_binary):
             return str(Path(spark_home) / "bin" / (spark_binary or "spark-submit"))
         return spark_binary
+
+    @property
+    def spark_version(self) -> str | None:
+        """The version of the Spark this hook submits to, when its ``SPARK_HOME`` says
+        (:func:`spark_version_at`); None for a cluster connection's or an unknown layout."""
+        home = self._home_env().get("SPARK_HOME") or self.env.get("SPARK_HOME") or os.environ.get("SPARK_HOME")
+        return spark_version_at(home)
 
     def _home_env(self) -> dict[str, str]:
         """``SPARK_HOME`` for this launch: ``spark_home``, else ``env``'s, else the one the binary's

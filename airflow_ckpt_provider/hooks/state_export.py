@@ -59,9 +59,12 @@ def run_state_job(
     poll_interval: float = 1.0,
     storage: CheckpointStorageHook | None = None,
     on_launched: Callable[[LaunchHandle], None] | None = None,
+    checkpoint_format: int = 1,
 ) -> dict[str, Any]:
     """Submit the state job, wait until it ends, return its result JSON. ``on_launched(handle)``
-    runs right after the submission (a caller records the job, to stop it after a crash). Raises
+    runs right after the submission (a caller records the job, to stop it after a crash);
+    ``checkpoint_format`` 2: the job reads RocksDB state checkpoint format v2 (it refuses to
+    on a Spark older than 4.1, before reading). Raises
     :class:`StateExportFailed` (with the driver log tail) when it fails or outlives ``timeout``
     (it is killed then)."""
     storage = storage or CheckpointStorageHook()
@@ -69,6 +72,8 @@ def run_state_job(
     args = ["--checkpoint", checkpoint_uri, "--batch", str(batch), "--target", target]
     if list_only:
         args.append("--list")
+    if checkpoint_format >= 2:
+        args += ["--checkpoint-format", str(checkpoint_format)]
     for operator, store in stores:
         args += ["--store", f"{operator}:{store}"]
     fs, _ = storage.filesystem(target)
@@ -138,7 +143,7 @@ def export_checkpoint_state(
     written, :class:`StateExportFailed` / :class:`StateExportCorrupt` after."""
     storage = storage or CheckpointStorageHook()
     fs, root = storage.filesystem(checkpoint_uri)
-    plan = plan_state_export(CheckpointReader(checkpoint_uri, fs=fs), batch)
+    plan = plan_state_export(CheckpointReader(checkpoint_uri, fs=fs), batch, reader_spark=launcher.spark_version)
     if not plan.exportable:
         return plan, None
     export_fs, export_root = storage.filesystem(export_uri)
@@ -154,7 +159,7 @@ def export_checkpoint_state(
              ", ".join(map(str, plan.operators)), plan.state_store_provider.rsplit(".", 1)[-1], export_uri)
     result = run_state_job(launcher, checkpoint_uri=checkpoint_uri, batch=plan.batch_id, target_uri=export_uri,
                            conf=conf, stores=plan.inferred_stores, timeout=timeout, poll_interval=poll_interval,
-                           storage=storage, on_launched=on_launched)
+                           storage=storage, on_launched=on_launched, checkpoint_format=plan.checkpoint_format_version)
     manifest = finish_export(export_fs, export_root, plan, result, uri=export_uri, upgrade_id=upgrade_id,
                              handover=handover)
     log.info("state export verified: %s stores, %s rows, %s bytes at %s", len(manifest.stores),

@@ -46,6 +46,7 @@ from airflow_ckpt_provider.checkpoint.summary import LOAD_BATCHES, UpgradePlan, 
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
 from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
@@ -101,9 +102,11 @@ class UpgradePreflightOperator(BaseOperator):
     or the rollback checkpoint is missing, is one of the two checkpoints or is not empty.
     For a stateful old query with ``carry_state`` (default) the state is checked as the export
     will read it (:func:`~airflow_ckpt_provider.checkpoint.state.plan_state_export`: RocksDB
-    checkpoint format v2, operator metadata missing; a start at a time or explicit offsets, which
-    falls between batches: :class:`StateStartUnsupported`), and the approver is told whether the
-    state is carried; ``carry_state=False`` says the new version starts with EMPTY state.
+    checkpoint format v2 when the Spark that exports it — ``state_spark_home`` /
+    ``state_spark_binary``, the new version's; default this environment's pyspark — is older than
+    4.1, operator metadata missing; a start at a time or explicit offsets, which falls between
+    batches: :class:`StateStartUnsupported`), and the approver is told whether the state is carried;
+    ``carry_state=False`` says the new version starts with EMPTY state.
 
     Returns (XCom) ``{"summary_md": Markdown for the approval, "handover": ...,
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
@@ -117,6 +120,7 @@ class UpgradePreflightOperator(BaseOperator):
         "stream_name", "old_checkpoint_uri", "new_checkpoint_uri", "archive_root", "new_sink_path",
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
         "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "carry_state", "rollback_mode",
+        "state_spark_home", "state_spark_binary",
         "rollback_checkpoint_uri", "sink",
     )
     ui_color = "#eef7ee"
@@ -145,12 +149,16 @@ class UpgradePreflightOperator(BaseOperator):
         rollback_mode: str = RollbackMode.RESTORE.value,
         rollback_checkpoint_uri: str = "",
         carry_state: bool | str = True,
+        state_spark_home: str | None = None,
+        state_spark_binary: str | None = None,
         sink: SinkSpec | Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         self.carry_state = carry_state
+        self.state_spark_home = state_spark_home
+        self.state_spark_binary = state_spark_binary
         self.rollback_mode = rollback_mode
         self.rollback_checkpoint_uri = rollback_checkpoint_uri
         self.relaunch_mode = relaunch_mode
@@ -293,19 +301,28 @@ class UpgradePreflightOperator(BaseOperator):
 
     def _state_line(self, reader: CheckpointReader, choice: StartChoice) -> str:
         """What happens to the old query's state, for the approver; refuses what the export would."""
-        plan = plan_state_export(reader)
+        if not flag(self.carry_state, "carry_state"):
+            operators = ", ".join(map(str, reader.snapshot().state_operators))
+            if not operators:
+                return "**State:** the old query is stateless: there is no state to carry."
+            return (f"**State: NOT carried** (`carry_state` off): the new version starts with EMPTY state for "
+                    f"stateful operator(s) {operators}.")
+        exporter = SparkLauncherHook(master="local", spark_home=self.state_spark_home or None,
+                                     spark_binary=self.state_spark_binary or None).spark_version
+        plan = plan_state_export(reader, reader_spark=exporter)
         if not plan.stateful:
             return "**State:** the old query is stateless: there is no state to carry."
         operators = ", ".join(map(str, plan.operators))
-        if not flag(self.carry_state, "carry_state"):
-            return (f"**State: NOT carried** (`carry_state` off): the new version starts with EMPTY state for "
-                    f"stateful operator(s) {operators}.")
         if choice.mode in (StartMode.AT_TIME, StartMode.OFFSETS):
             raise StateStartUnsupported(
                 found=f"a stateful old query (operators {operators}) and a start {choice.mode.value}, between batches",
                 expected="a start at a batch boundary (resume or rewind_to_batch), where the old state is exact",
                 path=self.old_checkpoint_uri)
-        return (f"**State:** operator(s) {operators} ({plan.state_store_provider.rsplit('.', 1)[-1]}): exported at "
+        exporting = exporter or "of the new version: the export checks it is 4.1 or later"
+        fmt = (f", state checkpoint format v{plan.checkpoint_format_version} read on Spark {exporting}"
+               if plan.checkpoint_format_version >= 2 else "")
+        provider = plan.state_store_provider.rsplit(".", 1)[-1]
+        return (f"**State:** operator(s) {operators} ({provider}{fmt}): exported at "
                 f"the handover batch and verified, then given to the new version as `spark.ckpt.initialStatePath` "
                 f"(it must read it: docs \"Starting from the old query's state\").")
 

@@ -85,6 +85,9 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
     from pyspark.sql import Observation, Row
     from pyspark.sql import functions as F
 
+    newer_reader = _spark_version(spark) >= (4, 2)
+    if newer_reader:  # 4.2's state reader loads stores through the StateStoreCoordinator of spark.streams
+        spark.streams.active  # noqa: B018 - creating the streaming query manager starts the coordinator
     metadata = spark.read.format("state-metadata").load(checkpoint).collect()
     listed = {int(r.operatorId) for r in metadata}
     metadata += [Row(operatorId=op, operatorName="(no operator metadata)", stateStoreName=name, numPartitions=0,
@@ -100,6 +103,10 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
             if (operator, name) in seen:
                 continue
             seen.add((operator, name))
+            if newer_reader and row.numPartitions:
+                # 4.2's reader wants the operator's partition count from the offset log, where Spark
+                # 4.2 does not record it: the session's value is its fallback
+                spark.conf.set(STATE_PARTITIONS_CONF, str(int(row.numPartitions)))
             reader = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", operator))
             reader = reader.option("stateVarName", variable) if variable else reader.option("storeName", store)
             frame = reader.load(checkpoint)
@@ -134,6 +141,28 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
             "listed_only": list_only}
 
 
+#: Spark's first release whose state reader reads RocksDB state checkpoint format v2.
+FORMAT_V2_READER = (4, 1)
+#: The state partition count Spark 4.2's state reader looks up (offset log, else the session).
+STATE_PARTITIONS_CONF = "spark.sql.streaming.internal.stateStore.partitions"
+
+
+def _spark_version(spark: Any) -> tuple[int, int]:
+    major, minor = (int(part) for part in str(spark.version).split(".")[:2])
+    return major, minor
+
+
+def use_checkpoint_format(spark: Any, version: int) -> None:
+    """Read state checkpoint format ``version`` (2: the state files carry unique ids, which the
+    reader takes from the commit log): set it on this session, or raise ``RuntimeError`` naming
+    the Spark that reads it when this one is older."""
+    if _spark_version(spark) < FORMAT_V2_READER:
+        raise RuntimeError(f"state checkpoint format v{version} is read by Spark 4.1.0 or later; this job runs on "
+                           f"Spark {spark.version}: run the export on the new version's Spark")
+    spark.conf.set("spark.sql.streaming.stateStore.checkpointFormatVersion", str(version))
+    log.info("reading state checkpoint format v%d on Spark %s", version, spark.version)
+
+
 def write_result(spark: Any, uri: str, result: dict[str, Any]) -> None:
     """Write the result JSON through Hadoop's FileSystem (any store Spark writes to)."""
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
@@ -149,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", required=True, help="export root; the Parquet goes to <target>/state/...")
     parser.add_argument("--result", default="", help=f"where the result JSON goes (default <target>/{RESULT})")
     parser.add_argument("--list", action="store_true", help="count rows only, write no Parquet")
+    parser.add_argument("--checkpoint-format", type=int, default=1,
+                        help="2: the state is RocksDB checkpoint format v2 (read by Spark 4.1 or later)")
     parser.add_argument("--store", action="append", default=[], metavar="OPERATOR:NAME",
                         help="a store of an operator without metadata (repeatable)")
     args = parser.parse_args(argv)
@@ -157,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName("ckpt-state-export").getOrCreate()
     try:
+        if args.checkpoint_format >= 2:
+            use_checkpoint_format(spark, args.checkpoint_format)
         stores = [(int(op), name) for op, _, name in (s.partition(":") for s in args.store)]
         result = export_state(spark, args.checkpoint, args.batch, args.target, list_only=args.list,
                               extra_stores=stores)

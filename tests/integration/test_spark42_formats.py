@@ -225,3 +225,36 @@ def test_a_checkpoint_without_metadata_is_refused_like_spark42_refuses_it(writte
     with pytest.raises(MissingCheckpointMetadata, match="no metadata file"):
         CheckpointReader(str(written.work / "no-metadata")).handover()
     assert isinstance(moved.handovers["named"].kafka_offsets(), KafkaOffsets)
+
+
+def test_state_format_v2_is_exported_on_spark42_and_refused_on_spark40(written: Written, spark42: SparkInstall,
+                                                                       tmp_path: Path) -> None:
+    """The RocksDB state of checkpoint format v2 (the ``named`` checkpoint: ``dropDuplicates`` by
+    partition and offset) is exported by Spark 4.2's state reader, and holds exactly one key per
+    record the first run read; on Spark 4.0 the same export is refused before anything is written."""
+    import pyarrow.dataset as pds
+
+    from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
+    from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+    from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
+
+    checkpoint = str(written.checkpoint("named"))
+    refused_at = tmp_path / "export-on-4.0"
+    with pytest.raises(StateFormatUnsupported) as raised:
+        export_checkpoint_state(checkpoint_uri=checkpoint, export_uri=str(refused_at),
+                                launcher=SparkLauncherHook(master="local[1]", log_dir=str(tmp_path / "logs")))
+    assert "Spark 4.0" in raised.value.found and not refused_at.exists()
+
+    launcher = SparkLauncherHook(master="local[1]", spark_home=str(spark42.spark_home),
+                                 log_dir=str(tmp_path / "logs"))
+    assert launcher.spark_version is not None and launcher.spark_version.startswith("4.2")
+    target = tmp_path / "export-on-4.2"
+    plan, manifest = export_checkpoint_state(checkpoint_uri=checkpoint, export_uri=str(target), launcher=launcher,
+                                             conf={**spark42.job_conf(), "spark.ui.enabled": "false"}, timeout=900)
+    assert plan.checkpoint_format_version == 2 and manifest is not None
+    assert manifest.spark_version.startswith("4.2") and manifest.checkpoint_format_version == 2
+    (store,) = manifest.stores
+    keys = pds.dataset(str(target / store.path), format="parquet").to_table(columns=["key"]).column("key").to_pylist()
+    seen = {(row["partition"], row["offset"]) for row in keys}
+    first = {(p, o) for _, p, o in written.first_sink["named"]}
+    assert store.rows == len(keys) == len(seen) == FIRST and seen == first

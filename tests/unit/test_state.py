@@ -154,3 +154,66 @@ def test_transform_with_state_without_metadata_is_refused() -> None:
     root = _checkpoint(fs, ["0/1.changelog", "0/2.changelog", "_stateSchema/default/0_abc"])
     with pytest.raises(StateMetadataMissing, match="transformWithState"):
         plan_state_export(CheckpointReader(root, fs=fs))
+
+
+def _v2_checkpoint(fs: fsspec.AbstractFileSystem) -> str:
+    """A RocksDB state checkpoint format v2: the commit log names each version's unique ids."""
+    root = _checkpoint(fs, ["_metadata/metadata", "0/1_a1b2.zip", "0/2_c3d4.changelog"])
+    conf = b'{"spark.sql.streaming.stateStore.checkpointFormatVersion":"2"}'
+    fs.pipe_file(f"{root}/offsets/1", b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":' + conf + b'}\n'
+                 b'{"t":{"0":10}}')
+    fs.pipe_file(f"{root}/commits/1", b'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["c3d4"]]}}')
+    return root
+
+
+@pytest.mark.parametrize(("exporter", "planned"), [
+    ("4.0.0", False),   # the state reader of Spark 4.0 cannot read format v2: refused, naming both
+    ("3.5.6", False),
+    ("4.1.0", True),
+    ("4.2.0", True),
+    (None, True),       # unknown here: planned, and the export job checks its own Spark first
+])
+def test_format_v2_is_exported_by_spark_4_1_or_later(exporter: str | None, planned: bool) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+
+    fs = fsspec.filesystem("memory")
+    fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
+    reader = CheckpointReader(_v2_checkpoint(fs), fs=fs)
+    if planned:
+        plan = plan_state_export(reader, reader_spark=exporter)
+        assert plan.checkpoint_format_version == 2 and plan.batch_id == 1
+        return
+    with pytest.raises(StateFormatUnsupported) as raised:
+        plan_state_export(reader, reader_spark=exporter)
+    assert f"Spark {exporter}" in raised.value.found and "Spark 4.1.0 or later" in raised.value.expected
+
+
+def test_unique_ids_without_a_v2_commit_log_are_refused() -> None:
+    from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+
+    fs = fsspec.filesystem("memory")
+    fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
+    root = _checkpoint(fs, ["_metadata/metadata", "0/1_a1b2.zip", "0/2_c3d4.changelog"])
+    with pytest.raises(StateFormatUnsupported, match="disagree"):
+        plan_state_export(CheckpointReader(root, fs=fs), reader_spark="4.2.0")
+
+
+def test_the_version_of_a_spark_home(tmp_path) -> None:  # noqa: ANN001
+    from airflow_ckpt_provider.hooks.launcher import spark_version_at
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "RELEASE").write_text("Spark 4.2.0 (git revision abc) built for Hadoop 3.4.1\n")
+    pip = tmp_path / "site-packages" / "pyspark"
+    pip.mkdir(parents=True)
+    (pip / "version.py").write_text('#\n__version__: str = "4.1.1"\n')
+    assert spark_version_at(str(dist)) == "4.2.0" and spark_version_at(str(pip)) == "4.1.1"
+    assert spark_version_at(str(tmp_path)) is None and spark_version_at(None) is None
+    import pyspark
+
+    from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+    assert SparkLauncherHook(master="local").spark_version == pyspark.__version__  # this environment's
