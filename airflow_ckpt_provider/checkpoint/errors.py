@@ -1020,3 +1020,15 @@ class SinkAheadOfState(CheckpointError):
         "write it already holds (Delta: same appId and batch id), and Spark commits the batch and its state. "
         "Then run the upgrade again. Nothing was changed."
     )
+
+
+class SinkDeclarationMismatch(CheckpointError):
+    """The declared sink's own record does not hold what the old query committed."""
+
+    summary = "the sink does not record the old query's batches as declared"
+    default_action = (
+        "Declare the sink the way the job writes it: a job that writes Delta idempotent writes under a constant "
+        "txnAppId declares it as txn_app_id (and gives the new version a new_txn_app_id); one that should write "
+        "under the checkpoint's query id writes with delta_txn_options / delta_txn_conf; check the location. "
+        "Nothing was stopped or changed."
+    )

@@ -237,7 +237,7 @@ class UpgradePreflightOperator(BaseOperator):
         if spec.kind is SinkKind.FILE and sink is None:
             sink = storage.filesystem(spec.location)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
-        found_sink = self._sink_finding(storage, spec, handover.query_id)
+        found_sink = self._sink_finding(storage, spec, handover.query_id, handover.batch_id)
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
@@ -288,10 +288,13 @@ class UpgradePreflightOperator(BaseOperator):
         self.log.info("%s", line.replace("**", ""))
         return line
 
-    def _sink_finding(self, storage: CheckpointStorageHook, spec: SinkSpec, old_query_id: str | None) -> SinkFinding:
-        """What the sink's own record says (Delta: its log), logged; refuses what Delta would skip."""
+    def _sink_finding(self, storage: CheckpointStorageHook, spec: SinkSpec, old_query_id: str | None,
+                      old_committed_batch: int | None) -> SinkFinding:
+        """What the sink's own record says (Delta: its log), logged; refuses what Delta would skip
+        and a declaration the table's record contradicts."""
         fs, path = storage.filesystem(spec.location) if spec.kind.is_delta else (None, spec.location)
-        finding = inspect_sink(fs, path, spec, old_query_id=old_query_id, uri=spec.location)
+        finding = inspect_sink(fs, path, spec, old_query_id=old_query_id, uri=spec.location,
+                               old_committed_batch=old_committed_batch)
         self.log.info("sink %s: %s", spec.describe(), "exact (its own record is read)" if finding.exact
                       else "at-least-once (the provider cannot read what it holds)")
         if finding.old_last_batch is not None:

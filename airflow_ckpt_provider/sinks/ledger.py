@@ -29,7 +29,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkDeclarationMismatch, SinkNotDelivered
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.sinks.delta import DeltaLog, DeltaTxn
@@ -76,11 +76,14 @@ class SinkDelivery:
 
 
 def assess_sink(spec: SinkSpec, *, txns: Mapping[str, DeltaTxn], table_version: int | None,
-                old_query_id: str | None, uri: str) -> SinkFinding:
+                old_query_id: str | None, uri: str, old_committed_batch: int | None = None) -> SinkFinding:
     """Decide the preflight's sink finding from the table's latest ``txn`` per appId (Delta kinds).
 
     Raises :class:`DeltaWritesSkipped` when the new version writes with a constant txnAppId that
-    the table recorded at version >= 0: Delta would skip its batches up to that version."""
+    the table recorded at version >= 0: Delta would skip its batches up to that version; and
+    :class:`SinkDeclarationMismatch` when the old query committed batches (up to
+    ``old_committed_batch``) and the table records none under the appId the declaration implies:
+    the job writes otherwise than declared, and what the new version's writes do cannot be told."""
     if not spec.declared:
         return SinkFinding(spec, exact=False, line=(
             "**Sink:** not declared: the provider cannot read what the sink holds; a batch the stop cuts may "
@@ -104,6 +107,17 @@ def assess_sink(spec: SinkSpec, *, txns: Mapping[str, DeltaTxn], table_version: 
             path=uri)
     old_app_id = spec.old_app_id(old_query_id)
     old = txns.get(old_app_id) if old_app_id else None
+    if old is None and old_app_id and old_committed_batch is not None:
+        others = sorted(txns, key=lambda app: -txns[app].table_version)
+        listed = (f"it records txns of {len(others)} other appId(s): " + ", ".join(
+            f"{app!r} at version {txns[app].version}" for app in others[:5]) if others else "it records no txn at all")
+        which = "the checkpoint's query id" if old_app_id == old_query_id else "the declared txn_app_id"
+        raise SinkDeclarationMismatch(
+            found=(f"the old query committed batches up to {old_committed_batch}, and the Delta table records no "
+                   f"txn for appId {old_app_id!r} ({which}); {listed}"),
+            expected=(f"txn({old_app_id!r}, version <= {old_committed_batch}) in the table's log, as "
+                      f"{spec.describe()} writes"),
+            path=uri)
     held = (f"the old query's last batch in the table: {old.version} (table version {old.table_version})"
             if old else "the table records no batch of the old query yet")
     new_id = f"txnAppId `{constant}`" if constant else "the new query's id"
@@ -132,7 +146,7 @@ def judge_delivery(spec: SinkSpec, *, app_id: str, committed: Sequence[int], rec
 
 
 def inspect_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, old_query_id: str | None,
-                 uri: str | None = None) -> SinkFinding:
+                 uri: str | None = None, old_committed_batch: int | None = None) -> SinkFinding:
     """The preflight's :class:`SinkFinding` (reads the Delta log for Delta kinds)."""
     if not spec.kind.is_delta or fs is None:
         return assess_sink(spec, txns={}, table_version=None, old_query_id=old_query_id, uri=uri or path)
@@ -140,7 +154,7 @@ def inspect_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, ol
     listing = delta.listing()
     txns = delta.transactions(listing)
     return assess_sink(spec, txns=txns, table_version=listing.latest, old_query_id=old_query_id,
-                       uri=uri or path)
+                       uri=uri or path, old_committed_batch=old_committed_batch)
 
 
 def verify_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, new_query_id: str | None,

@@ -198,3 +198,20 @@ def test_verify_with_a_shared_app_id_does_not_count_the_old_querys_batches(tmp_p
 def test_sinks_the_provider_cannot_read_are_not_checked(tmp_path: Path) -> None:
     delivery = verify_sink(None, "", SinkSpec(SinkKind.KAFKA), new_query_id=NEW, committed=[0])
     assert not delivery.checked and "cannot read" in delivery.note
+
+
+@pytest.mark.parametrize(("declared", "txns"), [
+    # declared "the query id" (no txn_app_id) while the job writes under a constant: the table knows only that one
+    ({"kind": "delta_foreach_batch", "location": "/t"}, {"constant-app": DeltaTxn("constant-app", 7, 9)}),
+    # declared the Delta streaming sink on a table the old query never wrote
+    ({"kind": "delta", "location": "/t"}, {}),
+])
+def test_a_declaration_the_tables_record_contradicts_is_refused(declared: dict, txns: dict) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import SinkDeclarationMismatch
+
+    spec = SinkSpec.from_value(declared)
+    with pytest.raises(SinkDeclarationMismatch) as raised:
+        assess_sink(spec, txns=txns, table_version=9, old_query_id=OLD, uri="/t", old_committed_batch=7)
+    assert "committed batches up to 7" in raised.value.found and repr(OLD) in raised.value.found
+    # an old query that committed nothing yet has nothing the table should hold
+    assert assess_sink(spec, txns=txns, table_version=9, old_query_id=OLD, uri="/t").exact
