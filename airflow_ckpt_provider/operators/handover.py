@@ -34,6 +34,7 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
 from airflow_ckpt_provider.sinks.ledger import delivered_record
+from airflow_ckpt_provider.spark.control import HELD
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):
@@ -191,8 +192,10 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
                  utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None
                  else "its start", cut)
         seen = kafka.broker.sources_written_since(spec.location, since or 0)
+    ack = ControlFiles(reader.fs, reader.root, reader.uri).ack()
+    held_at_gate = ack is not None and ack.outcome == HELD and ack.last_planned_batch == cut
     account = account_cut(spec, cut_batch=cut, committed=handover.kafka_offsets(source), planned=planned,
-                          record=record, seen=seen)
+                          record=record, seen=seen, held_at_gate=held_at_gate)
     for line in account.lines():
         log.info("sink ledger: %s", line)
     if account.disposition is not CutDisposition.HELD or record is None:

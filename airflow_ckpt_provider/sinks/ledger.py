@@ -285,7 +285,7 @@ def _runs(topic: str, partition: int, offsets: Sequence[int]) -> list[OffsetRang
 
 def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffsets | None,
                 planned: KafkaOffsets | None, record: str | None,
-                seen: Collection[tuple[str, int, int]] | None = None) -> SinkAccount:
+                seen: Collection[tuple[str, int, int]] | None = None, held_at_gate: bool = False) -> SinkAccount:
     """Decide what the sink holds of the batch the stop cut (``cut_batch``, planned up to
     ``planned``, after the last committed batch's ``committed`` end; None: the stop cut none).
     ``record`` is the sink's own proof that it holds the batch whole (:func:`sink_holds_batch`),
@@ -293,10 +293,16 @@ def account_cut(spec: SinkSpec, *, cut_batch: int | None, committed: KafkaOffset
     ``seen`` the input records a Kafka sink's output topic names by their source header
     (:mod:`airflow_ckpt_provider.source_header`) in a window that covers the cut batch and the one
     before it: when any is seen, the cut batch's share of them is exactly what the new version
-    writes twice; when none is (the job writes no such header), the account stays at-least-once."""
+    writes twice; when none is (the job writes no such header), the account stays at-least-once.
+    ``held_at_gate``: the driver acknowledged the stop by holding ``cut_batch`` at the
+    ``foreach_batch`` gate, before the job's function ran: no sink holds any of it."""
     if cut_batch is None:
         return SinkAccount(CutDisposition.NONE, "the stop cut no batch: the old query committed every batch it "
                                                 "planned, so the sink holds nothing beyond the handover")
+    if held_at_gate and record is None:
+        return SinkAccount(CutDisposition.NOT_HELD, cut_batch=cut_batch, why=(
+            f"the stop held batch {cut_batch} at the foreach_batch gate before the job's function ran: the sink holds "
+            f"none of it, and the new version processes it once"))
     if record is not None and not spec.kind.exact and spec.kind is not SinkKind.KAFKA:  # the wrapper's record
         return SinkAccount(CutDisposition.HELD, cut_batch=cut_batch, record=record, why=(
             f"the stop cut batch {cut_batch} after the job's foreachBatch function returned for it ({record}): the "

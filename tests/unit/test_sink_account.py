@@ -179,3 +179,23 @@ def test_a_foreach_batch_job_is_decided_by_the_wrappers_delivery_record(
     assert result["sink"]["disposition"] == disposition
     assert Handover.from_json(result["handover"]).batch_id == batch_id
     assert result["sink"]["exact"] == (disposition == "held")
+
+
+@pytest.mark.parametrize("kind", ["foreach_batch", "none", "delta"])
+def test_a_batch_held_at_the_gate_wrote_nothing_whatever_the_sink(kind: str) -> None:
+    spec = SPECS.get(kind) or SinkSpec.from_value({"kind": kind})
+    account = account_cut(spec, cut_batch=3, committed=COMMITTED, planned=PLANNED, record=None, held_at_gate=True)
+    assert account.disposition is CutDisposition.NOT_HELD and account.exact and "held batch 3" in account.why
+
+
+def test_the_handover_step_reads_the_gate_from_the_stop_acknowledgement(tmp_path: Path) -> None:
+    from airflow_ckpt_provider.spark.control import STOP_ACK, StopAck
+
+    built = write_checkpoint(str(tmp_path / "ck"), batches=range(4), committed=range(3))
+    (tmp_path / "ck" / STOP_ACK).parent.mkdir()
+    ack = StopAck(request_id="r", query_id=QUERY_ID, run_id="x", outcome="held", last_committed_batch=2,
+                  last_planned_batch=3, stopped_at="2026-11-27T07:00:00.000+00:00")
+    (tmp_path / "ck" / STOP_ACK).write_text(ack.to_json())
+    result = extract(built.uri, {"kind": "foreach_batch"})
+    assert result["sink"]["disposition"] == "not_held" and result["sink"]["exact"]
+    assert Handover.from_json(result["handover"]).batch_id == 2
