@@ -179,12 +179,17 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
         return handover, account_cut(spec, cut_batch=None, committed=None, planned=None, record=None)
     planned_sources = reader.batch_sources(cut)
     planned = kafka_offsets_of(planned_sources, source)
+    control = ControlFiles(reader.fs, reader.root, reader.uri)
+    ack = control.ack()
+    held_at_gate = ack is not None and ack.outcome == HELD and ack.last_planned_batch == cut
     record, seen = None, None
-    if spec.kind.exact:
+    if held_at_gate:  # the common path: the gate held the batch before it wrote; nothing to look up
+        pass
+    elif spec.kind.exact:
         fs, path = storage.filesystem(spec.location)
         record = sink_holds_batch(fs, path, spec, old_query_id=snapshot.query_id, batch=cut, uri=spec.location)
     elif spec.kind is not SinkKind.KAFKA:  # a foreachBatch writer: the provider's wrapper records deliveries
-        delivery = ControlFiles(reader.fs, reader.root, reader.uri).delivery()
+        delivery = control.delivery()
         record = delivered_record(delivery.batch_id if delivery is not None else None, cut)
     elif spec.location and kafka is not None:
         since = _scan_from(reader, cut)
@@ -192,8 +197,6 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
                  utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None
                  else "its start", cut)
         seen = kafka.broker.sources_written_since(spec.location, since or 0)
-    ack = ControlFiles(reader.fs, reader.root, reader.uri).ack()
-    held_at_gate = ack is not None and ack.outcome == HELD and ack.last_planned_batch == cut
     account = account_cut(spec, cut_batch=cut, committed=handover.kafka_offsets(source), planned=planned,
                           record=record, seen=seen, held_at_gate=held_at_gate)
     for line in account.lines():
