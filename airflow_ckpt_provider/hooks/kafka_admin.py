@@ -142,7 +142,7 @@ class KafkaBroker:
             for tp in wanted:
                 consumer.seek(tp, starts[tp])
             log.info("scanning %d records of %s (%d partitions) for the %r header", total, topic, len(wanted), header)
-            done = 0
+            done, next_report = 0, 100_000
             pending = set(wanted)
             while pending:
                 batch = consumer.poll(timeout_ms=1000, max_records=10_000)
@@ -157,8 +157,9 @@ class KafkaBroker:
                 for tp in list(pending):
                     if consumer.position(tp) >= ends[tp]:
                         pending.discard(tp)
-                if batch and done and done % 100_000 < sum(len(m) for m in batch.values()):
+                if done >= next_report:
                     log.info("scanned %d of %d records of %s", done, total, topic)
+                    next_report += 100_000
             return sources
 
     def view(self, topics: Iterable[str]) -> BrokerView:

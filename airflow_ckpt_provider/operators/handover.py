@@ -166,6 +166,27 @@ def _scan_from(reader: CheckpointReader, cut: int) -> int | None:
     return None
 
 
+def _sink_record(reader: CheckpointReader, spec: SinkSpec, storage: CheckpointStorageHook, control: ControlFiles,
+                 kafka: KafkaBrokerHook | None, *, query_id: str | None, cut: int,
+                 log: StepLog) -> tuple[str | None, set[tuple[str, int, int]] | None]:
+    """(the sink's own proof that it holds batch ``cut`` whole, or None; the input records a Kafka
+    sink's output topic names by source header, or None when not scanned): a Delta table's or file
+    sink's record, the ``foreach_batch`` wrapper's delivery record, or the output topic."""
+    if spec.kind.exact:
+        fs, path = storage.filesystem(spec.location)
+        return sink_holds_batch(fs, path, spec, old_query_id=query_id, batch=cut, uri=spec.location), None
+    if spec.kind is not SinkKind.KAFKA:  # a foreachBatch writer: the provider's wrapper records deliveries
+        delivery = control.delivery()
+        return delivered_record(delivery.batch_id if delivery is not None else None, cut), None
+    if not spec.location or kafka is None:
+        return None, None
+    since = _scan_from(reader, cut)
+    shown = utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None \
+        else "its start"
+    log.info("sink ledger: reading the output topic %s from %s for the records of batch %d", spec.location, shown, cut)
+    return None, kafka.broker.sources_written_since(spec.location, since or 0)
+
+
 def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: CheckpointStorageHook, *,
                     source: int | str | None, log: StepLog,
                     kafka: KafkaBrokerHook | None = None) -> tuple[Handover, SinkAccount]:
@@ -182,21 +203,9 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
     control = ControlFiles(reader.fs, reader.root, reader.uri)
     ack = control.ack()
     held_at_gate = ack is not None and ack.outcome == HELD and ack.last_planned_batch == cut
-    record, seen = None, None
-    if held_at_gate:  # the common path: the gate held the batch before it wrote; nothing to look up
-        pass
-    elif spec.kind.exact:
-        fs, path = storage.filesystem(spec.location)
-        record = sink_holds_batch(fs, path, spec, old_query_id=snapshot.query_id, batch=cut, uri=spec.location)
-    elif spec.kind is not SinkKind.KAFKA:  # a foreachBatch writer: the provider's wrapper records deliveries
-        delivery = control.delivery()
-        record = delivered_record(delivery.batch_id if delivery is not None else None, cut)
-    elif spec.location and kafka is not None:
-        since = _scan_from(reader, cut)
-        log.info("sink ledger: reading the output topic %s from %s for the records of batch %d", spec.location,
-                 utc_iso(datetime.fromtimestamp(since / 1000, timezone.utc), "milliseconds") if since is not None
-                 else "its start", cut)
-        seen = kafka.broker.sources_written_since(spec.location, since or 0)
+    # the common path: the gate held the batch before it wrote; no sink record to look up then
+    record, seen = (None, None) if held_at_gate else _sink_record(reader, spec, storage, control, kafka,
+                                                                  query_id=snapshot.query_id, cut=cut, log=log)
     account = account_cut(spec, cut_batch=cut, committed=handover.kafka_offsets(source), planned=planned,
                           record=record, seen=seen, held_at_gate=held_at_gate)
     for line in account.lines():
