@@ -63,17 +63,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, TypedDict, cast
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Asset, BaseOperator, Param, XComArg, chain, task
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
+from airflow_ckpt_provider.checkpoint.journal import JournalRecord
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, UpgradeSteps, rollback_plan
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
 from airflow_ckpt_provider.checkpoint.path import UpgradeMode
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
+from airflow_ckpt_provider.operators.approval import UpgradeApprovalOperator
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator, UpgradePathOperator, path_of
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
+from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.operators.launch import (
     HandoverVerifyOperator,
     StandbyReleaseOperator,
@@ -83,7 +85,8 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
-from airflow_ckpt_provider.operators.timing import STEP_CALLBACKS, step_timings, task_states
+from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.steps import PATHS, Path
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -145,20 +148,10 @@ PARAMS: dict[str, Param] = {
                                     "both checkpoints and the new application, so a re-triggered run resumes it"),
 }
 
-ROLLBACK = ["rollback_stop_new", "rollback_handover", "rollback_restore", "rollback_restart_old",
-            "rollback_restart_forward"]
-#: The upgrade's steps in the order they run, per relaunch mode.
-UPGRADE = {
-    RelaunchMode.STANDBY: ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
-                           "archive"],
-    RelaunchMode.COLD: ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"],
-}
-#: The steps of an in-place upgrade (``mode="auto"`` and in place OK), in the order they run, and
-#: of its rollback (the old version restarted on the same checkpoint).
-IN_PLACE = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
-IN_PLACE_ROLLBACK = ["in_place_rollback_stop", "in_place_rollback_restart"]
-STEPS = {mode: ["preflight", "compatibility_check", "choose_path", "approve", *steps, *IN_PLACE, *ROLLBACK,
-                *IN_PLACE_ROLLBACK] for mode, steps in UPGRADE.items()}
+#: The upgrade's steps in the order they run, per relaunch mode (the step table: upgrade/steps.py).
+UPGRADE = {mode: list(PATHS[Path(mode.value)].steps) for mode in RelaunchMode}
+#: The steps of an in-place upgrade (``mode="auto"`` and in place OK), in the order they run.
+IN_PLACE = list(PATHS[Path.IN_PLACE].steps)
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
 #: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
@@ -209,6 +202,13 @@ SINK = "{{ params.sink | tojson }}"
 ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
 
 
+def recorded(ti: Any, params: dict[str, Any] | None) -> JournalRecord | None:  # noqa: ANN401 - Airflow's TI
+    """The upgrade journal's record as it is now (None before the preflight opened one)."""
+    found = (ti.xcom_pull(task_ids="preflight") or {}) if ti else {}
+    journal = journal_at(found.get("journal"), (params or {}).get("storage_conn_id") or None)
+    return journal.read() if journal is not None and journal.exists() else None
+
+
 def state_spark(planned: XComArg) -> dict[str, Any]:
     """The Spark that will export the old query's state (the new version's), for the preflight's check."""
     return {"state_spark_home": output_key(planned, "new_spark_home"),
@@ -255,11 +255,11 @@ def build_stream_upgrade_dag(
     the new version starts (``relaunch_mode``: standby or cold, see the module doc) and how long
     a standby waits for its release before it exits by itself."""
     mode = RelaunchMode(relaunch_mode)
-    upgrade, steps = UPGRADE[mode], STEPS[mode]
+    upgrade, path_steps = UPGRADE[mode], PATHS[Path(mode.value)]
     params = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
               if defaults and name in defaults else p for name, p in PARAMS.items()}
     with DAG(dag_id=dag_id, schedule=schedule, params=params, catchup=False, max_active_runs=1,
-             default_args={**STEP_CALLBACKS, "retries": 0}, tags=["checkpoint", "upgrade"],
+             default_args={"retries": 0}, tags=["checkpoint", "upgrade"],
              doc_md=__doc__, **dag_kwargs) as dag:
 
         @task(multiple_outputs=True)
@@ -305,21 +305,23 @@ def build_stream_upgrade_dag(
 
         @task.branch
         def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str | list[str]:
-            """Ask unless approval is off, or the run resumes an upgrade already under way (approved
-            before its stop began); skip every step when the upgrade is already done."""
+            """Ask unless approval is off, or the journal shows the upgrade under way (approved before
+            its stop); skip every step when the upgrade is already done."""
             found = (ti.xcom_pull(task_ids="preflight") or {}) if ti else {}
             if found.get("already_done"):
                 return []
-            resuming = bool(found.get("resuming"))
-            return "approve" if params and params["require_approval"] and not resuming else "take_path"
+            asked = bool(params and params["require_approval"])
+            ask = planner.needs_approval(recorded(ti, params), require_approval=asked)
+            return "approve" if ask else "take_path"
 
-        approve = ApprovalOperator(
+        approve = UpgradeApprovalOperator(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
             body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}\n\n"
                  "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}\n\n"
                  "{{ (ti.xcom_pull(task_ids='choose_path') or {}).get('summary_md', '') }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
+            journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 
         def args_of(version: str) -> list[str]:
@@ -340,7 +342,7 @@ def build_stream_upgrade_dag(
             live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
                             "archive root": "{{ params.archive_root }}"},
             carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
-            **spark_of("new"),
+            journal=JOURNAL, journal_conn_id=STORAGE_CONN, **spark_of("new"),
         )
         # in place or a new checkpoint: decided before the approval (which shows it); a resumed upgrade
         # goes on along the path its journal records
@@ -408,26 +410,24 @@ def build_stream_upgrade_dag(
             poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
 
-        # the steps after the stop whose failure rolls back: up to the verification (an archive
-        # failing after a verified standby upgrade is retried, never rolled back: v2 already wrote)
-        after_stop = upgrade[upgrade.index("graceful_stop") + 1:upgrade.index("verify") + 1]
-        new_steps = ["relaunch"] if start_standby is None else ["start_standby", "relaunch"]
-
-        def plan_rollback(ti: Any, mode: str = RollbackMode.RESTORE.value) -> Any:
-            states = {s.name: s.state for s in step_timings(ti, upgrade, task_states(ti, upgrade))}
-            return rollback_plan(states, stop_step="graceful_stop", after_stop=after_stop, new_steps=new_steps,
-                                 done_step="verify", mode=mode)
+        def plan_rollback(ti: Any, params: dict[str, Any] | None,
+                          steps: planner.PathSteps = path_steps) -> RollbackPlan:
+            """The rollback the journal calls for once ``steps`` ended (:func:`planner.rollback_plan`):
+            the old version is restarted when this upgrade stopped it and the verification is not
+            done (an archive failing after a verified standby upgrade is retried, never rolled back)."""
+            mode = (params or {}).get("rollback_mode") or RollbackMode.RESTORE.value
+            return planner.rollback_plan(recorded(ti, params), steps, mode)
 
         @task.branch(trigger_rule="all_done")
-        def rollback_gate(ti: Any = None) -> list[str]:
+        def rollback_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
             """Stop the new version when it started and the upgrade did not complete."""
-            return ["rollback_stop_new"] if plan_rollback(ti).stop_new else []
+            return ["rollback_stop_new"] if plan_rollback(ti, params).stop_new else []
 
         @task.branch
         def restart_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
-            """Restart the old version only when this run stopped it and a later step failed: on its
+            """Restart the old version only when this upgrade stopped it and did not complete: on its
             restored checkpoint, or (``rollback_mode`` forward) on a fresh one."""
-            plan = plan_rollback(ti, (params or {}).get("rollback_mode") or RollbackMode.RESTORE.value)
+            plan = plan_rollback(ti, params)
             return ["rollback_restore"] if plan.restore else ["rollback_restart_forward"] if plan.forward else []
 
         rollback_stop_new = GracefulStopOperator(
@@ -467,16 +467,8 @@ def build_stream_upgrade_dag(
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
-            step_task_ids=steps, upgrade_task_ids=upgrade, handover_task_id="extract_handover",
-            in_place=UpgradeSteps(steps=tuple(IN_PLACE), stop="in_place_stop", handover="in_place_handover",
-                                  archive="in_place_archive", state_export=None, launch="in_place_restart",
-                                  rollback=("in_place_rollback_restart",)),
-            path_task_id="choose_path",
-            archive_task_id="archive", approval_task_id="approve",
-            rollback_task_id=["rollback_restart_old", "rollback_restart_forward"],
-            rollback_handover_task_id="rollback_handover",
-            preflight_task_id="preflight", compatibility_task_id="compatibility_check",
-            trigger_rule="all_done", archive_conn_id=STORAGE_CONN, **JOURNALED,
+            path=path_steps, in_place=PATHS[Path.IN_PLACE], trigger_rule="all_done", archive_conn_id=STORAGE_CONN,
+            **JOURNALED,
         )
 
         # the in-place path: stop, handover (batch N), verified archive, the new version ON the old
@@ -512,15 +504,10 @@ def build_stream_upgrade_dag(
             **JOURNALED, **STOP_RETRY,
         )
 
-        def plan_in_place_rollback(ti: Any) -> Any:
-            states = {s.name: s.state for s in step_timings(ti, IN_PLACE, task_states(ti, IN_PLACE))}
-            return rollback_plan(states, stop_step=IN_PLACE[0], after_stop=IN_PLACE[1:], new_steps=["in_place_restart"],
-                                 done_step="in_place_verify")
-
         @task.branch(trigger_rule="all_done")
-        def in_place_rollback_gate(ti: Any = None) -> list[str]:
-            """Roll back an in-place restart when its stop completed and a later step failed."""
-            return ["in_place_rollback_stop"] if plan_in_place_rollback(ti).stop_new else []
+        def in_place_rollback_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
+            """Roll back an in-place restart when its stop completed and it was not verified."""
+            return ["in_place_rollback_stop"] if plan_rollback(ti, params, PATHS[Path.IN_PLACE]).stop_new else []
 
         in_place_rollback_stop = GracefulStopOperator(
             task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
@@ -529,9 +516,10 @@ def build_stream_upgrade_dag(
         )
 
         @task.branch
-        def in_place_restart_gate(ti: Any = None) -> list[str]:
-            """Restart the old version only when this run stopped it (a failed stop leaves it as it is)."""
-            return ["in_place_rollback_restart"] if plan_in_place_rollback(ti).restart_old else []
+        def in_place_restart_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
+            """Restart the old version only when this upgrade stopped it (a failed stop leaves it as it is)."""
+            plan = plan_rollback(ti, params, PATHS[Path.IN_PLACE])
+            return ["in_place_rollback_restart"] if plan.restart_old else []
 
         in_place_rollback_restart = StreamLaunchOperator(
             task_id="in_place_rollback_restart", application="{{ params.old_application }}",

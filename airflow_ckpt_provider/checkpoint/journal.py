@@ -165,7 +165,7 @@ def derive_upgrade_id(intent: UpgradeIntent) -> str:
 class Rerun(StrEnum):
     """What a run of an upgrade id meets in its journal (:func:`rerun_of`)."""
 
-    NEW = "new"  # no journal, or a rejected upgrade that stopped nothing: start afresh
+    NEW = "new"  # no journal, or one where no step with a side effect began (a rejection): start afresh
     RESUME = "resume"  # steps started and the upgrade is not closed: finish it (or its rollback)
     ROLLED_BACK = "rolled back"  # closed after a rollback: never goes forward again
     UPGRADED = "upgraded"  # closed after a finished upgrade: already done
@@ -174,7 +174,7 @@ class Rerun(StrEnum):
 def rerun_of(record: JournalRecord | None) -> Rerun:
     """Decide what a run meets: see :class:`Rerun`. A rollback that did not finish (phase
     ``rollback``, journal still open) is resumed so it can complete."""
-    if record is None or (record.closed and not record.started_side_effects):
+    if record is None or not record.started_side_effects:
         return Rerun.NEW
     if record.outcome == "rolled back":
         return Rerun.ROLLED_BACK
@@ -232,6 +232,9 @@ class JournalRecord:
     closed_at: str = ""
     run_log: tuple[Mapping[str, Any], ...] = ()
     format: int = FORMAT
+    #: the decisions before any side effect (preflight, compatibility check, path, approval), each
+    #: a JournalStep with its times, result and error; not side effects (see started_side_effects)
+    planning: Mapping[str, JournalStep] = field(default_factory=dict)
 
     @property
     def closed(self) -> bool:
@@ -254,6 +257,7 @@ class JournalRecord:
         data["runs"] = list(self.runs)
         data["run_log"] = [dict(entry) for entry in self.run_log]
         data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
+        data["planning"] = {name: asdict(step) for name, step in self.planning.items()}
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
@@ -265,9 +269,10 @@ class JournalRecord:
                 raise JournalCorrupt(found=f"journal format {data.get('format')!r}", expected=f"format {FORMAT}",
                                      path=path)
             steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
+            planning = {name: JournalStep(**step) for name, step in (data.get("planning") or {}).items()}
             return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
                        created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
-                       phase=data.get("phase", UPGRADE_PHASE), steps=steps,
+                       phase=data.get("phase", UPGRADE_PHASE), steps=steps, planning=planning,
                        planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
                        closed_at=data.get("closed_at", ""),
                        run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
@@ -322,7 +327,8 @@ class UpgradeJournal:
         """Take the stream's lock and create the journal, or resume it.
 
         An existing journal with the same intent is resumed (this run is added to its runs);
-        one that was closed before any step started (a rejection) is started afresh. Raises
+        one where no step with a side effect started (a rejection, or a run that ended before its
+        stop) is started afresh, its planning with it: the checks and the approval run again. Raises
         :class:`UpgradeInProgress` if another upgrade holds the stream, :class:`JournalCorrupt`
         if the journal belongs to another intent or cannot be read.
         """
@@ -333,7 +339,7 @@ class UpgradeJournal:
                 raise JournalCorrupt(found=f"journal {upgrade_id} of another upgrade ({existing.intent.key()})",
                                      expected=f"the journal of {intent.key()}", path=self.uri,
                                      action="Give this upgrade another upgrade_id; nothing was changed.")
-            if existing is None or (existing.closed and not existing.started_side_effects):
+            if existing is None or not existing.started_side_effects:
                 record = JournalRecord(upgrade_id=upgrade_id, intent=intent, created_at=self.clock().isoformat(),
                                        runs=(run_id,), planned_handover=planned_handover,
                                        run_log=existing.run_log if existing is not None else ())
@@ -373,8 +379,11 @@ class UpgradeJournal:
             log.warning("step %s of upgrade %s: earlier attempt %s (run %s) %s; resuming", name, record.upgrade_id,
                         previous.attempts, previous.run_id,
                         "was interrupted" if previous.state == STARTED else f"failed: {previous.error}")
+        # a retry within the same run keeps the first attempt's start (the step's time in the report)
+        same_run = previous is not None and previous.run_id == run_id and previous.started_at
         step = JournalStep(name=name, state=STARTED, run_id=run_id,
-                           attempts=(previous.attempts + 1) if previous else 1, started_at=self.clock().isoformat(),
+                           attempts=(previous.attempts + 1) if previous else 1,
+                           started_at=previous.started_at if same_run and previous else self.clock().isoformat(),
                            notes=dict(previous.notes) if previous else {})
         self._write(replace(record, phase=ROLLBACK_PHASE if phase == ROLLBACK_PHASE else record.phase,
                             steps={**record.steps, name: step}))
@@ -398,6 +407,24 @@ class UpgradeJournal:
         step = record.steps.get(name) or JournalStep(name=name, state=STARTED)
         self._write(replace(record, steps={**record.steps, name: replace(
             step, state=FAILED, error=str(error)[:2000], finished_at=self.clock().isoformat())}))
+
+    def record_planning(self, name: str, *, run_id: str, started_at: str = "", state: str = DONE,
+                        result: Any = None, error: BaseException | str = "") -> None:
+        """Record a decision before any side effect (``planning``): the preflight, the
+        compatibility check, the path, the approval (``state`` started while it waits for a
+        person). A later record of the same name replaces the earlier one (a retry decides
+        again); without ``started_at`` it keeps the start of the same run's ``started`` record."""
+        if state not in (STARTED, DONE, FAILED):
+            raise ValueError(f"a planning state is started, done or failed, not {state!r}")
+        record = self.read()
+        previous = record.planning.get(name)
+        if not started_at:
+            started_at = previous.started_at if previous is not None and previous.run_id == run_id \
+                and previous.state == STARTED else self.clock().isoformat()
+        finished = "" if state == STARTED else self.clock().isoformat()
+        step = JournalStep(name=name, state=state, run_id=run_id, started_at=started_at, finished_at=finished,
+                           result=result, error=str(error)[:2000])
+        self._write(replace(record, planning={**record.planning, name: step}))
 
     def record_run(self, run_id: str, what: str, **details: Any) -> JournalRecord:
         """Add a ``run_log`` entry: what run ``run_id`` did or why it was refused (``details``

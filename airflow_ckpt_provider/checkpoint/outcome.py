@@ -1,13 +1,9 @@
-"""Decisions over the steps' recorded states: whether to roll back, and how the upgrade ended.
-Pure: no I/O.
-
-``states`` maps a step (task id) to what it recorded: ``success``, ``failed``, ``running`` or
-``not run`` (see :mod:`airflow_ckpt_provider.operators.timing`).
-"""
+"""The words of an upgrade's end, pure values: a step's state in the report, the outcome, the
+rollback's mode and plan. The decisions over the journal that produce them are in
+:mod:`airflow_ckpt_provider.upgrade.planner`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_ckpt_provider.enums import StrEnum
@@ -58,16 +54,6 @@ class RollbackMode(StrEnum):
     FORWARD = "forward"
 
 
-def should_roll_back(states: Mapping[str, str], stop_step: str, after_stop: Sequence[str]) -> bool:
-    """Roll back only when THIS run stopped the old job and a later step failed.
-
-    A failure before or during the stop (preflight refusal, approval timeout, a stop that did not
-    complete) must not restart the old version: it may still be running, and two queries must
-    never share a checkpoint.
-    """
-    return states.get(stop_step) == TaskState.SUCCESS and any(states.get(s) == TaskState.FAILED for s in after_stop)
-
-
 @dataclass(frozen=True)
 class RollbackPlan:
     """What the rollback must do: stop the new version (a standby, or the released or launched
@@ -87,74 +73,3 @@ class RollbackPlan:
     def forward(self) -> bool:
         """Restart the old version on a fresh checkpoint from the new version's handover."""
         return self.restart_old and self.mode is RollbackMode.FORWARD
-
-
-def rollback_plan(
-    states: Mapping[str, str],
-    *,
-    stop_step: str,
-    after_stop: Sequence[str],
-    new_steps: Sequence[str],
-    done_step: str,
-    mode: RollbackMode | str = RollbackMode.RESTORE,
-) -> RollbackPlan:
-    """The rollback for these step states.
-
-    ``restart_old`` is :func:`should_roll_back` over ``after_stop``: this run stopped the old
-    version and a later step failed. ``stop_new`` also holds when a step that starts the new
-    version (``new_steps``: the standby launch, the release or the cold launch) ran while
-    ``done_step`` (the verification) did not succeed: a standby started before a stop that
-    failed, or was refused, is stopped, and the old version is left as it is (it may still run).
-    ``mode`` (:class:`RollbackMode`, ``ValueError`` for anything else) says how the old version
-    restarts; it changes nothing about whether it does.
-    """
-    restart_old = should_roll_back(states, stop_step, after_stop)
-    ran = {TaskState.SUCCESS, TaskState.FAILED, TaskState.RUNNING}
-    started_new = any(states.get(step) in ran for step in new_steps)
-    return RollbackPlan(stop_new=restart_old or (started_new and states.get(done_step) != TaskState.SUCCESS),
-                        restart_old=restart_old, mode=RollbackMode(mode))
-
-
-def upgrade_outcome(
-    states: Mapping[str, str],
-    *,
-    upgrade_steps: Sequence[str],
-    rollback_step: str | Sequence[str] | None = None,
-    rejected: bool = False,
-) -> str:
-    """``rejected`` (a person said no), ``upgraded`` (every upgrade step succeeded), ``rolled
-    back`` (the old version was restarted: ``rollback_step``, or any of several, succeeded),
-    ``rollback failed`` (a restart was attempted, or its restore before it, and none succeeded:
-    no version runs), else ``failed``."""
-    if rejected:
-        return REJECTED
-    if all(states.get(step) == TaskState.SUCCESS for step in upgrade_steps):
-        return UPGRADED
-    restarts = [rollback_step] if isinstance(rollback_step, str) else list(rollback_step or ())
-    if any(states.get(step) == TaskState.SUCCESS for step in restarts):
-        return ROLLED_BACK
-    if any(states.get(step) in (TaskState.FAILED, TaskState.UPSTREAM_FAILED) for step in restarts):
-        return ROLLBACK_FAILED
-    return FAILED
-
-
-@dataclass(frozen=True)
-class UpgradeSteps:
-    """The task ids of one path through an upgrade, for its report: ``steps`` in the order they
-    run (all succeeded: upgraded), the graceful ``stop``, the ``handover`` (its HandoverResult),
-    the ``archive``, the ``state_export`` (None: the path exports none), the ``launch`` of the new
-    version and the restarts of the old version a ``rollback`` runs (one succeeded: rolled back)."""
-
-    steps: tuple[str, ...]
-    stop: str | None = "graceful_stop"
-    handover: str = "extract_handover"
-    archive: str = "archive"
-    state_export: str | None = "export_state"
-    rollback: tuple[str, ...] = ()
-    launch: str | None = "relaunch"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", tuple(self.steps))
-        object.__setattr__(self, "rollback", tuple(self.rollback))
-        if not self.steps:
-            raise ValueError("UpgradeSteps needs at least one step")

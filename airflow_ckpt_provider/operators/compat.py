@@ -10,13 +10,14 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, NewVersionDoesNotStart
+from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice
-from airflow_ckpt_provider.operators.journaled import journal_at
+from airflow_ckpt_provider.operators.journaled import decided, journal_at
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -60,11 +61,14 @@ class CompatibilityCheckOperator(BaseOperator):
     :param trial_timeout: seconds a trial may run before it is killed (then it proves nothing)
     :param enabled: False (or a template rendering "False"): run nothing, return ``{"skipped": ...}``
     :param source: Kafka source index or name the migrated trial starts from (default: the only one, as the handover)
+    :param journal: the upgrade journal's URI (templated): the verdict (or the refusal) goes in its ``planning``
+    :param journal_conn_id: Airflow connection of the journal's storage
     """
 
     template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
                                       "live_locations", "trial_root", "master", "deploy_mode", "spark_conn_id",
-                                      "spark_home", "spark_binary", "storage_conn_id", "enabled", "carry_state")
+                                      "spark_home", "spark_binary", "storage_conn_id", "enabled", "carry_state",
+                                      "journal", "journal_conn_id")
     ui_color = "#f4f0e0"
 
     def __init__(
@@ -89,10 +93,14 @@ class CompatibilityCheckOperator(BaseOperator):
         trial_timeout: float = 600.0,
         enabled: bool | str = True,
         source: int | str | None = None,
+        journal: str | None = None,
+        journal_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self.journal = journal
+        self.journal_conn_id = journal_conn_id
         if batches < 1 or trial_timeout <= 0:
             raise ValueError("batches must be at least 1 and trial_timeout positive")
         self.old_checkpoint_uri = old_checkpoint_uri
@@ -125,6 +133,10 @@ class CompatibilityCheckOperator(BaseOperator):
         return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return decided(journal_at(self.journal, self.journal_conn_id), self.task_id, context, self._check,
+                       lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")})
+
+    def _check(self) -> dict[str, Any]:
         if not flag(self.enabled, "enabled"):
             self.log.info("compatibility check switched off: no trial runs")
             return {"skipped": "switched off", "summary_md": ""}
@@ -159,8 +171,9 @@ class UpgradePathOperator(BaseOperator):
     says in place OK and the new version resumes where the old one stops (``start``). With
     ``journal`` a resumed upgrade goes on along the path its journal records
     (:func:`~airflow_ckpt_provider.checkpoint.path.resumed_path`: one of ``in_place_steps``
-    recorded: in place; another step: the migration). The choice is not a side effect and is not
-    recorded itself, so a rejected upgrade starts afresh. Returns (XCom) :meth:`PathChoice.to_dict`
+    recorded: in place; another step: the migration). The choice is not a side effect: it goes in
+    the journal's ``planning``, which a rejected upgrade's next run starts afresh. Returns (XCom)
+    :meth:`PathChoice.to_dict`
     plus ``summary_md`` (a line for the approval). Raises ``ValueError`` for an unknown mode.
 
     :param mode: ``new_checkpoint`` or ``auto`` (templated)
@@ -187,6 +200,10 @@ class UpgradePathOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         journal = journal_at(self.journal, self.journal_conn_id)
+        return decided(journal, self.task_id, context, lambda: self._choose(journal),
+                       lambda value: {k: v for k, v in value.items() if k != "summary_md"})
+
+    def _choose(self, journal: UpgradeJournal | None) -> dict[str, Any]:
         recorded = list(journal.read().steps) if journal is not None and journal.exists() else []
         choice = resumed_path(recorded, self.in_place_steps, self.mode)
         if choice is None:

@@ -9,15 +9,17 @@ recorded with its error. Without ``journal`` the operators behave exactly as on 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk import Context
 
-from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.journal import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
+T = TypeVar("T")
 
 
 def journal_at(uri: str | None, conn_id: str | None = None) -> UpgradeJournal | None:
@@ -81,4 +83,25 @@ class JournaledStep:
         return result
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep", "journal_at"]
+def decided(journal: UpgradeJournal | None, name: str, context: Context, action: Callable[[], T],
+            summary: Callable[[T], Any] = lambda _: None) -> T:
+    """Run the decision ``action`` (a step before any side effect: the compatibility check, the
+    path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
+    of its result, or ``failed`` with its error (then re-raised). Without a journal it only runs."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
+    try:
+        result = action()
+    except TaskDeferred:
+        raise
+    except Exception as exc:
+        if journal is not None:
+            journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED, error=exc)
+        raise
+    if journal is not None:
+        journal.record_planning(name, run_id=run_id, started_at=started_at, result=summary(result))
+    return result
+
+
+__all__ = ["JOURNAL_FIELDS", "JournaledStep", "decided", "journal_at"]

@@ -45,6 +45,7 @@ from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import LOAD_BATCHES, UpgradePlan, approval_summary, load_line
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -202,6 +203,7 @@ class UpgradePreflightOperator(BaseOperator):
         archive = CheckpointStorageHook(storage_conn_id=self.archive_conn_id).filesystem(self.archive_root)
         sink = storage.filesystem(self.new_sink_path) if self.new_sink_path else None
         run_id = str(context.get("run_id") or "")
+        self._started_at = utc_iso(timespec="milliseconds")
         check_archive_location(old, archive, self.stream_name, source_uri=self.old_checkpoint_uri)
         if self.journal:
             intent, upgrade_id, journal = self._journal(archive)
@@ -267,6 +269,8 @@ class UpgradePreflightOperator(BaseOperator):
         }
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
+            journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
+                                    result={"resuming": False, "old_query_running": running})
             value.update(upgrade_id=upgrade_id, journal=journal.uri)
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
@@ -412,6 +416,8 @@ class UpgradePreflightOperator(BaseOperator):
         planned = record.planned_handover or {}
         journal.record_run(run_id, f"resumed: steps done {', '.join(done) or 'none'}; "
                                    f"unfinished {', '.join(open_steps) or 'none'}")
+        journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
+                                result={"resuming": True})
         return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
                 "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
                 "steps_done": done, "already_done": False, "first_report": "", "start_plan": None}

@@ -48,7 +48,7 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     # the embedded dev stack and test harness (leaves the package with issue 30)
     "local": ({"checkpoint", "cli", "hooks", "jobs", "spark"}, {"fsspec", "kafka", "pyspark"}),
     # the reference DAG: operators and the core's value types
-    "dags": ({"checkpoint", "operators"}, {"airflow"}),
+    "dags": ({"checkpoint", "operators", "upgrade"}, {"airflow"}),
     # the demo jobs the DAG upgrades: Spark jobs like a user's
     "dags/jobs": ({"spark"}, {"pyspark"}),
 }

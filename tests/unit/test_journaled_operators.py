@@ -30,6 +30,8 @@ from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, HandoverVerifyOperator, StreamLaunchOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import TI, FakeLauncher, local_handle
 
@@ -307,8 +309,7 @@ def test_a_finished_upgrade_is_already_done_and_its_report_is_kept(tmp_path: Pat
 
     report_op = UpgradeReportOperator(
         task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
-        new_checkpoint_uri=str(tmp_path / "v2"), step_task_ids=["preflight", "graceful_stop"],
-        upgrade_task_ids=["graceful_stop"], handover_task_id="extract_handover", archive_task_id="archive",
+        new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.COLD], step_names=["preflight", "graceful_stop"],
         preflight_task_id="preflight", journal=UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-7"))
     archive = tmp_path / "archive" / "orders" / "a1"
     first_folder = report_op._store(UpgradeReport(stream="orders", outcome="upgraded", run_id="run-1"), str(archive))

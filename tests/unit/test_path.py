@@ -16,11 +16,11 @@ from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, Rule
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath, InvalidVerdict, NotStartedYet, StartMismatch
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
-from airflow_ckpt_provider.checkpoint.outcome import UpgradeSteps
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, UpgradePath, choose_path
 from airflow_ckpt_provider.checkpoint.verify import EXACT, OVERLAP, verify_resume
 from airflow_ckpt_provider.operators.compat import UpgradePathOperator
-from airflow_ckpt_provider.operators.timing import ENDED, STARTED
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as UpgradePathSteps
 from tests.unit.conftest import kafka_json, write_checkpoint
 from tests.unit.test_journaled_operators import INTENT, ReportTI, context
 
@@ -137,19 +137,21 @@ def test_the_report_of_an_in_place_upgrade(tmp_path: Path) -> None:
     from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 
     uri = resumed_checkpoint(tmp_path / "cp")
-    steps = ("in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify")
+    steps = PATHS[UpgradePathSteps.IN_PLACE].steps
+    archive = tmp_path / "archive" / "orders" / "a1"
+    fs = fsspec.filesystem("file")
+    journal = UpgradeJournal(fs, str(tmp_path / "archive" / "orders" / "_upgrades" / "u.json"))
+    journal.open(replace(INTENT, old_checkpoint=uri), "u", run_id="run-1")
+    journal.record_planning("choose_path", run_id="run-1", result=choose_path("auto", IN_PLACE_OK).to_dict())
+    results = {"in_place_handover": {"handover": handover_at(uri, 3).to_dict()},
+               "in_place_archive": {"location": str(archive)}}
+    for step in steps:
+        journal.begin(step, run_id="run-1")
+        journal.finish(step, results.get(step))
     op = UpgradeReportOperator(
         task_id="report", stream_name="orders", old_checkpoint_uri=uri, new_checkpoint_uri=str(tmp_path / "v2"),
-        step_task_ids=["graceful_stop", "relaunch", *steps], upgrade_task_ids=["graceful_stop", "relaunch"],
-        handover_task_id="extract_handover", archive_task_id="archive", path_task_id="choose_path",
-        in_place=UpgradeSteps(steps=steps, stop="in_place_stop", handover="in_place_handover",
-                              archive="in_place_archive", state_export=None, rollback=("in_place_rollback_restart",)))
-    archive = tmp_path / "archive" / "orders" / "a1"
-    xcoms: dict[tuple[str, str], Any] = {(s, STARTED): "2026-11-26T10:00:00.000+00:00" for s in steps}
-    xcoms |= {(s, ENDED): {"state": "success", "at": "2026-11-26T10:00:01.000+00:00"} for s in steps}
-    xcoms |= {("choose_path", "return_value"): choose_path("auto", IN_PLACE_OK).to_dict(),
-              ("in_place_handover", "return_value"): {"handover": handover_at(uri, 3).to_dict()},
-              ("in_place_archive", "return_value"): {"location": str(archive)}}
+        path=PATHS[UpgradePathSteps.COLD], in_place=PATHS[UpgradePathSteps.IN_PLACE], journal=journal.path)
+    xcoms: dict[tuple[str, str], Any] = {}
     result = op.execute(context("run-1", ReportTI(xcoms)))  # type: ignore[arg-type]
     assert result["outcome"] == "upgraded" and result["new_checkpoint"] == uri == result["old_checkpoint"]
     assert [b["batch_id"] for b in result["old_batches"]] == [0, 1, 2, 3]

@@ -80,8 +80,10 @@ def test_rollback_mode_param_and_its_steps(dags: dict, dag_id: str) -> None:
     assert "'.rollback'" in forward.checkpoint_uri and "params.old_application" in forward.application
     assert "params.rollback_mode" in dag.get_task("preflight").rollback_mode
     report = dag.get_task("report")
-    assert report.rollback_task_id == ["rollback_restart_old", "rollback_restart_forward"]
-    assert report.rollback_handover_task_id == "rollback_handover"
+    assert report.path.restarts == ("rollback_restart_old", "rollback_restart_forward")
+    assert report.path.rollback_handover == "rollback_handover" and report.path.restore == ("rollback_restore",)
+    named = {*report.path.steps, *report.path.restarts, *report.path.restore, report.path.rollback_handover}
+    assert named <= set(dag.task_ids), "the step table names this DAG's tasks"
 
 
 def test_standby_dag_launches_a_standby_and_releases_it(dags: dict) -> None:
@@ -217,7 +219,8 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     assert "params.check_compatibility" in check.enabled and "resuming" in check.enabled
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert "compatibility_check" in dag.get_task("approve").body
-    assert dag.get_task("report").compatibility_task_id == "compatibility_check"
+    assert "compatibility_check" in dag.get_task("report").step_names
+    assert "preflight" in check.journal, "the verdict goes in the journal's planning, where the report reads it"
 
 
 @pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
@@ -248,8 +251,8 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     """mode auto: a path of its own after the approval — stop, handover, archive that never removes
     the old checkpoint, the NEW version on the OLD checkpoint, a resume check; its rollback
     restarts the OLD version on the same checkpoint."""
-    from airflow_ckpt_provider.checkpoint.outcome import UpgradeSteps
     from airflow_ckpt_provider.operators.compat import UpgradePathOperator
+    from airflow_ckpt_provider.upgrade.steps import PATHS, Path
 
     dag = dags[dag_id]
     assert dag.params["mode"] == "new_checkpoint", "the migration stays the default"
@@ -278,10 +281,8 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     assert back.allow_existing_checkpoint and "params.old_application" in back.application
     assert "params.old_checkpoint" in back.checkpoint_uri and back.journal_phase == "rollback"
     report = dag.get_task("report")
-    assert report.path_task_id == "choose_path"
-    assert report.in_place == UpgradeSteps(steps=tuple(steps), stop="in_place_stop", handover="in_place_handover",
-                                           archive="in_place_archive", state_export=None, launch="in_place_restart",
-                                           rollback=("in_place_rollback_restart",))
+    assert report.in_place == PATHS[Path.IN_PLACE] and report.in_place.steps == tuple(steps)
+    assert {*report.in_place.steps, *report.in_place.restarts} <= set(dag.task_ids)
     assert {"in_place_verify", "in_place_rollback_restart"} <= report.upstream_task_ids
 
 

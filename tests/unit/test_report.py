@@ -11,6 +11,8 @@ from airflow_ckpt_provider.checkpoint.report import (
     downtime_seconds,
     render_timeline_png,
 )
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 
 OLD = (BatchRecord(7, 1000, 100.0, 30), BatchRecord(8, 2000, 101.5, 12))
 NEW = (BatchRecord(0, 3000, 104.0, 40), BatchRecord(1, 4000, 105.0, 20))
@@ -119,8 +121,7 @@ def test_a_stored_report_is_never_replaced_by_a_later_run(tmp_path: Path) -> Non
     from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 
     op = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri="/a",
-                               new_checkpoint_uri="/b", step_task_ids=[], upgrade_task_ids=[],
-                               handover_task_id="h", archive_task_id="a")
+                               new_checkpoint_uri="/b", path=PATHS[StepPath.COLD])
     archive = tmp_path / "archive" / "orders" / "20261123T100000Z-up-1"
     first = op._store(report(), str(archive))
     stored = {p.name: p.read_bytes() for p in (archive / "report").iterdir() if p.is_file()}
@@ -151,8 +152,7 @@ def test_a_failed_rollback_says_no_version_runs_and_what_to_do() -> None:
     from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 
     op = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri="/ckpt/orders-v1",
-                               new_checkpoint_uri="/ckpt/orders-v2", step_task_ids=[], upgrade_task_ids=[],
-                               handover_task_id="h", archive_task_id="a")
+                               new_checkpoint_uri="/ckpt/orders-v2", path=PATHS[StepPath.COLD])
     text = op._no_version_runs()
     assert text.startswith("NO VERSION OF STREAM 'orders' IS RUNNING")
     assert "/ckpt/orders-v1" in text and "ckpt launch" in text and "--release-lock" in text

@@ -1,0 +1,56 @@
+"""The upgrade's one human gate: Airflow's HITL approval, with the answer recorded in the journal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import Context
+
+from airflow_ckpt_provider.checkpoint.journal import FAILED, STARTED
+from airflow_ckpt_provider.operators.journaled import journal_at
+from airflow_ckpt_provider.upgrade.planner import APPROVAL
+
+
+class UpgradeApprovalOperator(ApprovalOperator):
+    """:class:`ApprovalOperator` ("Approve" / "Reject") that records itself in the upgrade journal's
+    ``planning`` under ``approve``: ``started`` when it asks, then the answer (``chosen``, who and
+    when) BEFORE "Reject" skips the steps after it, so the report, the rollback gates and the next
+    run read the answer from the journal, never from Airflow's task states. A failed wait (an
+    error event) is recorded ``failed``. The next run of the same upgrade asks again unless the
+    journal records an "Approve" or a step with a side effect began
+    (:func:`~airflow_ckpt_provider.upgrade.planner.needs_approval`).
+
+    :param journal: the upgrade journal's URI (templated; empty: nothing is recorded)
+    :param journal_conn_id: Airflow connection of the journal's storage (templated)
+    """
+
+    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "journal", "journal_conn_id")
+
+    def __init__(self, *, journal: str | None = None, journal_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.journal = journal
+        self.journal_conn_id = journal_conn_id
+
+    def execute(self, context: Context) -> Any:  # noqa: ANN401 - the HITL operator's own result
+        journal = journal_at(self.journal, self.journal_conn_id)
+        if journal is not None:
+            journal.record_planning(APPROVAL, run_id=str(context.get("run_id") or ""), state=STARTED)
+        return super().execute(context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:  # noqa: ANN401
+        journal = journal_at(self.journal, self.journal_conn_id)
+        run_id = str(context.get("run_id") or "")
+        chosen = [str(o) for o in event.get("chosen_options") or []] if "error" not in event else []
+        if journal is not None and chosen and set(chosen) <= set(self.options):
+            journal.record_planning(APPROVAL, run_id=run_id, result={
+                "chosen": chosen[0], "responded_by": event.get("responded_by_user"),
+                "responded_at": str(event.get("responded_at") or "")})
+            self.log.info("answer %r recorded in the upgrade journal %s", chosen[0], journal.uri)
+        try:
+            return super().execute_complete(context, event)
+        except Exception as exc:
+            if journal is not None:
+                journal.record_planning(APPROVAL, run_id=run_id, state=FAILED, error=exc)
+            raise

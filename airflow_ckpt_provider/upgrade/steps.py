@@ -1,0 +1,58 @@
+"""The upgrade's steps by name, per path: what the reference DAG runs, what the journal records
+each step under, and what the planner (:mod:`airflow_ckpt_provider.upgrade.planner`) decides over.
+A step's name is its task id in the reference DAG and its key in the journal."""
+
+from __future__ import annotations
+
+from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.upgrade.planner import APPROVAL, PathSteps
+
+#: The decisions before any side effect, in the order they run (the journal's ``planning``).
+PLANNING = ("preflight", "compatibility_check", "choose_path", APPROVAL)
+
+
+class Path(StrEnum):
+    """The paths through an upgrade: the migration with a standby or a cold launch, or the
+    restart in place."""
+
+    STANDBY = "standby"
+    COLD = "cold"
+    IN_PLACE = "in_place"
+
+
+#: The rollback of the migration: stop the new version, what it processed, the old checkpoint
+#: restored, and the old version restarted on it or (forward) on a fresh one.
+ROLLBACK = ("rollback_stop_new", "rollback_handover", "rollback_restore", "rollback_restart_old",
+            "rollback_restart_forward")
+#: The rollback of the in-place restart: stop the new version, restart the old one on the same checkpoint.
+IN_PLACE_ROLLBACK = ("in_place_rollback_stop", "in_place_rollback_restart")
+
+def _migration(steps: tuple[str, ...], new: tuple[str, ...]) -> PathSteps:
+    """A path to a new checkpoint: its own order of ``steps``, the steps that start the new version."""
+    return PathSteps(steps=steps, stop="graceful_stop", handover="extract_handover", state_export="export_state",
+                     archive="archive", launch="relaunch", verify="verify", new=new,
+                     rollback_handover="rollback_handover", restore=("rollback_restore",),
+                     restarts=("rollback_restart_old", "rollback_restart_forward"))
+
+
+PATHS: dict[Path, PathSteps] = {
+    Path.STANDBY: _migration(("start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch",
+                              "verify", "archive"), new=("start_standby", "relaunch")),
+    Path.COLD: _migration(("graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"),
+                          new=("relaunch",)),
+    Path.IN_PLACE: PathSteps(
+        steps=("in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"),
+        stop="in_place_stop", handover="in_place_handover", archive="in_place_archive", launch="in_place_restart",
+        verify="in_place_verify", new=("in_place_restart",), restarts=("in_place_rollback_restart",)),
+}
+
+
+def all_steps(path: Path) -> tuple[str, ...]:
+    """Every step a DAG of ``path`` (standby or cold, with the in-place path beside it) may run,
+    in order: the decisions, the path's steps, the in-place steps, the rollbacks."""
+    main = PATHS[path].steps
+    in_place = PATHS[Path.IN_PLACE].steps if path is not Path.IN_PLACE else ()
+    return (*PLANNING, *main, *in_place, *ROLLBACK, *IN_PLACE_ROLLBACK)
+
+
+__all__ = ["IN_PLACE_ROLLBACK", "PATHS", "PLANNING", "ROLLBACK", "Path", "all_steps"]

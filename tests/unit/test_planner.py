@@ -1,0 +1,215 @@
+"""The planner as decision tables over the journal's record: every step of every path in every
+recorded state (not run, started, done, failed), the rollback it calls for in each mode, the
+outcome, the approval, and the three wiring faults of the reference DAG's branch-and-state days
+as cases. These replace the edge-by-edge reading of Airflow's task states."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint.journal import (
+    DONE,
+    FAILED,
+    STARTED,
+    JournalRecord,
+    JournalStep,
+    UpgradeIntent,
+    UpgradeJournal,
+)
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
+from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.planner import PathSteps, StepStatus
+from airflow_ckpt_provider.upgrade.steps import PATHS, Path
+
+INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
+
+
+def record(steps: Mapping[str, str] | None = None, planning: Mapping[str, Any] | None = None) -> JournalRecord:
+    """A journal record with ``steps`` (name -> journal state) and ``planning`` (name -> result)."""
+    return JournalRecord(
+        upgrade_id="u", intent=INTENT, created_at="2026-01-01T00:00:00+00:00",
+        steps={n: JournalStep(name=n, state=s, started_at="2026-01-01T00:00:01+00:00",
+                              finished_at="" if s == STARTED else "2026-01-01T00:00:03.5+00:00",
+                              error="boom" if s == FAILED else "") for n, s in (steps or {}).items()},
+        planning={n: JournalStep(name=n, state=DONE, result=r, started_at="2026-01-01T00:00:00+00:00",
+                                 finished_at="2026-01-01T00:00:00.5+00:00") for n, r in (planning or {}).items()})
+
+
+def run_up_to(path: PathSteps, step: str, state: str | None) -> JournalRecord:
+    """The record of a run that did every step before ``step``, then left ``step`` in ``state``
+    (None: it never began) and ran nothing after it."""
+    before = path.steps[:path.steps.index(step)]
+    steps = {s: DONE for s in before}
+    if state is not None:
+        steps[step] = state
+    return record(steps)
+
+
+#: path -> step -> (stop the new version, restart the old one) when the run ends AT that step
+#: (the step failed, was interrupted, or never began after every earlier step was done).
+EXPECTED: dict[Path, dict[str, tuple[bool, bool]]] = {
+    Path.STANDBY: {"start_standby": (False, False), "graceful_stop": (True, False),
+                   "extract_handover": (True, True), "export_state": (True, True), "relaunch": (True, True),
+                   "verify": (True, True), "archive": (False, False)},
+    Path.COLD: {"graceful_stop": (False, False), "extract_handover": (True, True), "export_state": (True, True),
+                "archive": (True, True), "relaunch": (True, True), "verify": (True, True)},
+    Path.IN_PLACE: {"in_place_stop": (False, False), "in_place_handover": (True, True),
+                    "in_place_archive": (True, True), "in_place_restart": (True, True),
+                    "in_place_verify": (True, True)},
+}
+#: A standby that began its start and then failed is stopped all the same (it may be up).
+STARTED_ITSELF = {(Path.STANDBY, "start_standby"): (True, False)}
+CASES = [(path, step, state) for path, table in EXPECTED.items() for step in table for state in (None, STARTED, FAILED)]
+
+
+@pytest.mark.parametrize(("path", "step", "state"), CASES, ids=lambda v: str(v) if v is not None else "not-run")
+@pytest.mark.parametrize("mode", list(RollbackMode))
+def test_rollback_for_every_step_in_every_unfinished_state(path: Path, step: str, state: str | None,
+                                                           mode: RollbackMode) -> None:
+    steps = PATHS[path]
+    stop_new, restart_old = EXPECTED[path][step]
+    if state is not None:
+        stop_new, restart_old = STARTED_ITSELF.get((path, step), (stop_new, restart_old))
+    plan = planner.rollback_plan(run_up_to(steps, step, state), steps, mode)
+    assert plan == RollbackPlan(stop_new=stop_new, restart_old=restart_old, mode=mode)
+    assert plan.restore is (restart_old and mode is RollbackMode.RESTORE)
+    assert plan.forward is (restart_old and mode is RollbackMode.FORWARD)
+    # nothing restarted yet: a needed rollback that restarted nothing leaves no version running
+    expected = "rollback failed" if restart_old else "failed"
+    assert planner.outcome(run_up_to(steps, step, state), steps) == expected
+
+
+@pytest.mark.parametrize("path", list(Path))
+def test_every_step_done_is_upgraded_and_rolls_nothing_back(path: Path) -> None:
+    steps = PATHS[path]
+    done = record({s: DONE for s in steps.steps})
+    assert planner.outcome(done, steps) == "upgraded"
+    assert planner.rollback_plan(done, steps) == RollbackPlan(stop_new=False, restart_old=False)
+
+
+@pytest.mark.parametrize(("restarts", "expected"), [
+    ({"rollback_restart_old": DONE}, "rolled back"),
+    ({"rollback_restart_forward": DONE}, "rolled back"),
+    ({"rollback_restart_old": FAILED}, "rollback failed"),
+    ({"rollback_restart_old": STARTED}, "rollback failed"),  # killed mid-restart and never retried
+    ({"rollback_restore": FAILED}, "rollback failed"),  # the restart never began
+    ({"rollback_stop_new": FAILED}, "rollback failed"),
+    ({}, "rollback failed"),
+])
+def test_outcome_after_a_rollback(restarts: dict[str, str], expected: str) -> None:
+    steps = PATHS[Path.COLD]
+    rec = record({"graceful_stop": DONE, "extract_handover": DONE, "export_state": DONE, "archive": DONE,
+                  "relaunch": FAILED, "rollback_handover": DONE, **restarts})
+    assert planner.outcome(rec, steps) == expected
+    assert planner.restart_attempted(rec, steps) is any(k in restarts for k in ("rollback_restore",
+                                                                                "rollback_restart_old",
+                                                                                "rollback_restart_forward"))
+
+
+def test_a_step_that_failed_after_recording_done_still_rolls_back() -> None:
+    """Airflow failed the relaunch task after its journal said done (its successors never ran):
+    the stop is done and the verification is not, so the old version is restarted."""
+    rec = record({"graceful_stop": DONE, "extract_handover": DONE, "export_state": DONE, "archive": DONE,
+                  "relaunch": DONE})
+    assert planner.rollback_plan(rec, PATHS[Path.COLD]) == RollbackPlan(stop_new=True, restart_old=True)
+
+
+def test_no_journal_is_a_refusal_before_anything() -> None:
+    for path in Path:
+        assert planner.rollback_plan(None, PATHS[path]) == RollbackPlan(False, False)
+        assert planner.outcome(None, PATHS[path]) == "failed"
+
+
+# -- the approval ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("rec", "require", "ask"), [
+    (None, True, True),
+    (None, False, False),
+    (record(), True, True),
+    # an earlier run's answer or path is never reused while nothing began (the journal starts afresh)
+    (record(planning={"approve": {"chosen": "Approve"}, "choose_path": {"path": "new_checkpoint"}}), True, True),
+    (record(planning={"approve": {"chosen": "Reject"}}), True, True),
+    # the stop began: approved before it; asking again could not undo it
+    (record({"graceful_stop": STARTED}), True, False),
+    (record({"start_standby": DONE}), True, False),
+])
+def test_needs_approval(rec: JournalRecord | None, require: bool, ask: bool) -> None:
+    assert planner.needs_approval(rec, require_approval=require) is ask
+
+
+def test_a_reject_is_the_outcome_and_starts_nothing() -> None:
+    """Wiring fault 1 (a Reject that still started the standby): the answer is recorded before
+    the approval skips its successors; the plan stops nothing and restarts nothing."""
+    rejected = record(planning={"approve": {"chosen": "Reject"}})
+    for path in Path:
+        assert planner.outcome(rejected, PATHS[path]) == "rejected"
+        assert planner.rollback_plan(rejected, PATHS[path]) == RollbackPlan(False, False)
+    # had a standby started all the same, it is stopped (and the outcome is not a clean rejection)
+    started = record({"start_standby": DONE}, planning={"approve": {"chosen": "Reject"}})
+    assert planner.rollback_plan(started, PATHS[Path.STANDBY]).stop_new
+    assert planner.outcome(started, PATHS[Path.STANDBY]) == "failed"
+
+
+def test_a_journaled_choice_does_not_skip_the_next_runs_approval(tmp_path: Any) -> None:  # noqa: ANN401
+    """Wiring fault 2: a run that ended before its stop (rejected, or its approval failed) left
+    answers in the journal; the next run's preflight starts the journal afresh and asks again."""
+    fs = fsspec.filesystem("file")
+    journal = UpgradeJournal(fs, str(tmp_path / "_upgrades" / "u.json"))
+    journal.open(INTENT, "u", run_id="r1")
+    journal.record_planning("choose_path", run_id="r1", result={"path": "in_place"})
+    journal.record_planning("approve", run_id="r1", state=STARTED)
+    journal.record_planning("approve", run_id="r1", result={"chosen": "Approve"})
+    journal.close("failed", run_id="r1")  # e.g. the stop task was refused before it began
+    assert planner.needs_approval(journal.read(), require_approval=True)
+    fresh = journal.open(INTENT, "u", run_id="r2")
+    assert fresh.planning == {} and fresh.steps == {}
+    assert planner.approval_answer(fresh) is None
+
+
+def test_a_skipped_check_is_no_verdict() -> None:
+    """Wiring fault 3 (a skipped check's JSON read as a verdict): the report's verdict of a check
+    recorded as skipped is none."""
+    from airflow_ckpt_provider.operators.report import _compatibility
+
+    assert _compatibility({"skipped": "switched off", "summary_md": ""}) is None
+    assert _compatibility({"in_place": "ok", "trials": [1], "log_tail": "x"}) == {"in_place": "ok"}
+
+
+# -- what the report reads ------------------------------------------------------------------------
+
+def test_timings_states_and_errors_come_from_the_record() -> None:
+    rec = record({"graceful_stop": DONE, "extract_handover": FAILED, "export_state": STARTED},
+                 planning={"approve": {"chosen": "Approve"}})
+    rows = {t.name: t for t in planner.timings(rec, ["approve", "graceful_stop", "extract_handover",
+                                                     "export_state", "archive"])}
+    assert rows["approve"].state == "success" and rows["approve"].seconds == 0.5
+    assert rows["graceful_stop"].state == "success" and rows["graceful_stop"].seconds == 2.5
+    assert rows["extract_handover"].state == "failed"
+    assert rows["export_state"].state == "failed" and rows["export_state"].ended_at is None
+    assert rows["archive"].state == "not run" and rows["archive"].started_at is None
+    errors = planner.errors(rec, rows)
+    assert errors["extract_handover"] == "boom"
+    assert errors["export_state"].startswith("interrupted")
+    assert set(errors) == {"extract_handover", "export_state"}
+    rejected = record(planning={"approve": {"chosen": "Reject"}})
+    assert planner.timings(rejected, ["approve"])[0].state == "rejected"
+
+
+def test_status_and_results() -> None:
+    rec = record({"archive": DONE, "verify": STARTED})
+    assert planner.status_of(rec, "archive") is StepStatus.DONE
+    assert planner.status_of(rec, "verify") is StepStatus.FAILED
+    assert planner.status_of(rec, "relaunch") is StepStatus.NOT_RUN
+    assert planner.result_of(rec, "verify") is None
+    with pytest.raises(ValueError, match="unknown journal state"):
+        planner.status_of(record({"archive": "paused"}), "archive")
+
+
+def test_path_steps_refuse_a_step_outside_the_path() -> None:
+    with pytest.raises(ValueError, match="outside its path: verify"):
+        PathSteps(steps=("stop", "handover", "archive", "launch"), stop="stop", handover="handover",
+                  archive="archive", launch="launch", verify="verify")
