@@ -191,15 +191,14 @@ JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 STORAGE_CONN = "{{ params.storage_conn_id }}"
 #: What every journaled step takes: the journal, and the connection of the storage it and the step use.
 JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN, "storage_conn_id": STORAGE_CONN}
-#: Where the old query's state is exported: next to the stream's archives, one folder per upgrade.
-STATE_EXPORT = ("{{ params.archive_root.rstrip('/') }}/{{ params.stream_name }}/_state/"
-                "{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}")
+#: Where the old query's state is exported (the preflight applies the rule: checkpoint.state.export_location).
+STATE_EXPORT = "{{ ti.xcom_pull(task_ids='preflight')['state_export'] }}"
 #: The Kafka connection: every launch and verification accepts an idle topic's caught-up query with it.
 KAFKA_CONN = "{{ params.kafka_conn_id }}"
 #: The job's sink declaration (a SinkSpec as JSON), for the preflight and the verification.
 SINK = "{{ params.sink | tojson }}"
-#: The fresh checkpoint of a forward rollback.
-ROLLBACK_CHECKPOINT = "{{ params.rollback_checkpoint or (params.new_checkpoint.rstrip('/') ~ '.rollback') }}"
+#: The fresh checkpoint of a forward rollback (the preflight applies the rule: checkpoint.rollback.forward_checkpoint).
+ROLLBACK_CHECKPOINT = "{{ ti.xcom_pull(task_ids='preflight')['rollback_checkpoint'] }}"
 
 
 def recorded(ti: Any, params: dict[str, Any] | None) -> JournalRecord | None:  # noqa: ANN401 - Airflow's TI
@@ -298,7 +297,7 @@ def build_stream_upgrade_dag(
             kafka_conn_id="{{ params.kafka_conn_id }}", upgrade_id="{{ params.upgrade_id or '' }}",
             old_application="{{ params.old_application }}", new_application="{{ params.new_application }}",
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
-            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
+            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri="{{ params.rollback_checkpoint }}",
             carry_state="{{ params.carry_state }}", storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN,
             sink=SINK, **state_spark(planned), **START,
         )

@@ -52,6 +52,15 @@ class NewVersionProgress:
     planned_end: KafkaOffsets | None = None
 
 
+#: the suffix of a forward rollback's fresh checkpoint beside the new one, when none is given
+ROLLBACK_SUFFIX = ".rollback"
+
+
+def forward_checkpoint(new_checkpoint: str, given: str = "") -> str:
+    """The fresh checkpoint of a forward rollback: ``given``, else ``<new checkpoint>.rollback``."""
+    return (given or "").strip() or f"{new_checkpoint.rstrip('/')}{ROLLBACK_SUFFIX}"
+
+
 def kafka_source(sources: Sequence[SourceOffsets], source: int | str | None = None) -> KafkaOffsets | None:
     """The Kafka offsets of ``source`` among ``sources`` as :func:`kafka_offsets_of` selects them;
     None when there is none. :class:`AmbiguousSource` for several without a choice."""

@@ -40,7 +40,8 @@ from airflow_ckpt_provider.checkpoint.rewind import (
     StartMode,
     rewind_warning,
 )
-from airflow_ckpt_provider.checkpoint.state import plan_state_export
+from airflow_ckpt_provider.checkpoint.rollback import forward_checkpoint
+from airflow_ckpt_provider.checkpoint.state import export_location, plan_state_export
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.summary import LOAD_BATCHES, UpgradePlan, approval_summary, load_line
 from airflow_ckpt_provider.checkpoint.transfer import list_tree
@@ -98,7 +99,8 @@ class UpgradePreflightOperator(BaseOperator):
     :class:`InvalidStartChoice`) before anything stops unless ``accept_reprocessing`` (and
     ``accept_data_loss`` for a skip).
     ``rollback_mode="forward"`` (a rollback restarts the old version on the fresh checkpoint
-    ``rollback_checkpoint_uri`` from the new version's handover) is refused with
+    ``rollback_checkpoint_uri``, default ``<new checkpoint>.rollback``, from the new version's
+    handover) is refused with
     :class:`ForwardRollbackRefused` when the old checkpoint has state (``state/`` with operators)
     or the rollback checkpoint is missing, is one of the two checkpoints or is not empty.
     For a stateful old query with ``carry_state`` (default) the state is checked as the export
@@ -113,7 +115,8 @@ class UpgradePreflightOperator(BaseOperator):
     "starting_offsets": ..., "reconciliation": ..., "old_query_running": bool, "upgrade_id",
     "journal": its URI or "", "resuming": bool, "steps_done": [...], "start_plan": StartPlan dict
     or None, "already_done": bool, "first_report": the finished upgrade's report folder or "",
-    "sink": SinkFinding dict}``. The
+    "sink": SinkFinding dict, "state_export": where the state export goes ("" without a journal),
+    "rollback_checkpoint": a forward rollback's fresh checkpoint}``. The
     offsets are those of NOW; the upgrade takes them again after the graceful stop.
     """
 
@@ -265,13 +268,14 @@ class UpgradePreflightOperator(BaseOperator):
             "old_query_running": running,
             "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [], "already_done": False,
             "first_report": "", "start_plan": start_plan.to_dict() if start_plan is not None else None,
+            **self._locations(""),
             "sink": found_sink.to_dict(),
         }
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
                                     result={"resuming": False, "old_query_running": running})
-            value.update(upgrade_id=upgrade_id, journal=journal.uri)
+            value.update(upgrade_id=upgrade_id, journal=journal.uri, **self._locations(upgrade_id))
             value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return value
 
@@ -352,7 +356,7 @@ class UpgradePreflightOperator(BaseOperator):
                 found=f"state/ with stateful operator(s) {', '.join(map(str, operators))} in the old checkpoint",
                 expected="a stateless old query (no state/ operators) for rollback_mode 'forward'",
                 path=self.old_checkpoint_uri)
-        target = (self.rollback_checkpoint_uri or "").strip()
+        target = forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)
         if not target:
             raise ForwardRollbackRefused(found="an empty rollback checkpoint location",
                                          expected="a fresh checkpoint location for a forward rollback")
@@ -368,6 +372,12 @@ class UpgradePreflightOperator(BaseOperator):
                        "it), or use rollback_mode 'restore'.", path=target) from None
         return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
                 "from the new version's handover; nothing is processed twice.")
+
+    def _locations(self, upgrade_id: str) -> dict[str, str]:
+        """Where the steps put what the upgrade makes: the state export (one folder per upgrade next
+        to the stream's archives; "" without an upgrade id) and a forward rollback's fresh checkpoint."""
+        return {"state_export": export_location(self.archive_root, self.stream_name, upgrade_id) if upgrade_id else "",
+                "rollback_checkpoint": forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)}
 
     def _rewind_warning(self, reader: CheckpointReader, batch: int) -> str:
         """The approver's warning when the rewound batch's start is close to Spark's purge (logged too)."""
@@ -420,6 +430,7 @@ class UpgradePreflightOperator(BaseOperator):
                                 result={"resuming": True})
         return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
                 "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
+                **self._locations(upgrade_id),
                 "steps_done": done, "already_done": False, "first_report": "", "start_plan": None}
 
     def _refuse_rolled_back(self, journal: UpgradeJournal, record: JournalRecord, run_id: str) -> NoReturn:
@@ -462,6 +473,7 @@ class UpgradePreflightOperator(BaseOperator):
         ])
         return {"summary_md": summary, "handover": record.planned_handover or {}, "starting_offsets": "",
                 "reconciliation": {}, "old_query_running": False, "upgrade_id": record.upgrade_id,
+                **self._locations(record.upgrade_id),
                 "journal": journal.uri, "resuming": False,
                 "steps_done": [name for name, step in record.steps.items() if step.done],
                 "already_done": True, "first_report": first_report, "done_by_run": by, "done_at": record.closed_at}

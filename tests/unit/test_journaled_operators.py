@@ -319,6 +319,9 @@ def test_a_finished_upgrade_is_already_done_and_its_report_is_kept(tmp_path: Pat
 
     found = _preflight(tmp_path).execute(context("run-2"))  # type: ignore[arg-type]
     assert found["already_done"] is True and found["first_report"] == str(archive / "report")
+    # the locations the steps use come from the preflight's one rule, on every path through it
+    assert found["state_export"] == str(tmp_path / "archive" / "orders" / "_state" / "up-7")
+    assert found["rollback_checkpoint"] == str(tmp_path / "v2") + ".rollback"
     assert found["done_by_run"] == "run-1" and "already done" in found["summary_md"]
     assert "`upgrade_id` param" in found["summary_md"]
 

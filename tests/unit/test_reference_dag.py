@@ -76,8 +76,10 @@ def test_rollback_mode_param_and_its_steps(dags: dict, dag_id: str) -> None:
     assert "extract_handover" in step.handover and "rollback_mode" in step.rollback_mode
     forward = dag.get_task("rollback_restart_forward")
     assert forward.journal_phase == "rollback" and "rollback_handover" in forward.starting_offsets
-    assert forward.checkpoint_uri == step.rollback_checkpoint_uri == dag.get_task("preflight").rollback_checkpoint_uri
-    assert "'.rollback'" in forward.checkpoint_uri and "params.old_application" in forward.application
+    assert forward.checkpoint_uri == step.rollback_checkpoint_uri, "one location, the preflight's"
+    assert "preflight" in forward.checkpoint_uri and "rollback_checkpoint" in forward.checkpoint_uri
+    assert "params.rollback_checkpoint" in dag.get_task("preflight").rollback_checkpoint_uri
+    assert "params.old_application" in forward.application
     assert "params.rollback_mode" in dag.get_task("preflight").rollback_mode
     report = dag.get_task("report")
     assert report.path.restarts == ("rollback_restart_old", "rollback_restart_forward")

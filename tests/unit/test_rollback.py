@@ -172,13 +172,15 @@ def test_preflight_refuses_a_forward_rollback_of_a_stateful_query(tmp_path: Path
     assert "restarts on its old checkpoint" in preflight(tmp_path, old.uri)["summary_md"]  # restore: fine
 
 
-@pytest.mark.parametrize("where", ["not empty", "the new checkpoint", "the old checkpoint", "empty name"])
+@pytest.mark.parametrize("where", ["not empty", "the new checkpoint", "the old checkpoint", "default, not empty"])
 def test_preflight_refuses_a_rollback_checkpoint_that_is_not_fresh(tmp_path: Path, where: str) -> None:
     old = write_checkpoint(str(tmp_path / "old"))
     target = {"not empty": str(tmp_path / "rb"), "the new checkpoint": str(tmp_path / "new"),
-              "the old checkpoint": old.uri, "empty name": ""}[where]
+              "the old checkpoint": old.uri, "default, not empty": ""}[where]
     if where == "not empty":
         (tmp_path / "rb" / "offsets").mkdir(parents=True)
+    if where == "default, not empty":  # no location given: <new checkpoint>.rollback, checked the same
+        (tmp_path / "new.rollback" / "offsets").mkdir(parents=True)
     with pytest.raises(ForwardRollbackRefused, match="rollback"):
         preflight(tmp_path, old.uri, rollback_mode="forward", rollback_checkpoint_uri=target)
 
@@ -186,8 +188,11 @@ def test_preflight_refuses_a_rollback_checkpoint_that_is_not_fresh(tmp_path: Pat
 def test_preflight_accepts_a_forward_rollback_of_a_stateless_query(tmp_path: Path) -> None:
     old = write_checkpoint(str(tmp_path / "old"))
     summary = preflight(tmp_path, old.uri, rollback_mode="forward",
-                        rollback_checkpoint_uri=str(tmp_path / "new.rollback"))["summary_md"]
-    assert "**forward**" in summary and "new.rollback" in summary
+                        rollback_checkpoint_uri=str(tmp_path / "rb"))["summary_md"]
+    assert "**forward**" in summary and str(tmp_path / "rb") in summary
+    found = preflight(tmp_path, old.uri, rollback_mode="forward")  # none given: beside the new checkpoint
+    assert f"`{tmp_path / 'new.rollback'}`" in found["summary_md"]
+    assert found["rollback_checkpoint"] == str(tmp_path / "new.rollback")
 
 
 def test_the_report_lists_the_offsets_processed_twice() -> None:
@@ -212,3 +217,10 @@ def test_reader_reads_the_offsets_of_any_planned_batch(tmp_path: Path) -> None:
     assert reader.batch_sources(2)[0].kafka == built.kafka(2)  # planned, not committed
     with pytest.raises(CheckpointNotFound, match="offsets/7"):
         reader.batch_sources(7)
+
+
+def test_a_forward_rollbacks_checkpoint_is_the_given_one_or_beside_the_new_one() -> None:
+    from airflow_ckpt_provider.checkpoint.rollback import forward_checkpoint
+
+    assert forward_checkpoint("s3://b/ckpt/orders-v2/") == "s3://b/ckpt/orders-v2.rollback"
+    assert forward_checkpoint("s3://b/ckpt/orders-v2", " s3://b/ckpt/rb ") == "s3://b/ckpt/rb"
