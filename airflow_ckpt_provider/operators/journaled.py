@@ -61,6 +61,7 @@ class JournaledStep:
             if on_reuse is not None:
                 on_reuse(start.result)
             return start.result
+        fault_point(f"{self.task_id}:recorded")  # between "started" recorded and the side effect
         return self.complete_step(lambda: action(start, journal), journal)
 
     def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:

@@ -38,20 +38,32 @@ CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_after_release.py"
 #: PLAINTEXT and never uses it): it must not show up in any log, XCom, journal, manifest or report.
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 
-#: One fault per upgrade step, in the order the steps run; each kills one DAG run.
+#: Faults in the order the steps run; each kills one DAG run. Every step is killed once between
+#: its "started" record in the journal and its side effect (``<step>:recorded``), and once within
+#: or right after its side effect, before the journal records it.
 UPGRADE_FAULTS = [
+    "start_standby:recorded",   # recorded, nothing launched yet
     "start_standby:launched",   # v2 started as a standby, the worker dies before waiting for it
+    "graceful_stop:recorded",   # recorded, no stop request written yet
     "graceful_stop:requested",  # stop requested, the worker dies while waiting for the ack
+    "extract_handover:recorded",
     "extract_handover:done",    # handover taken, not yet recorded
+    "export_state:recorded",    # recorded, no export job started yet
     "export_state:exporting",   # the state export job started, the worker dies while it writes
+    "relaunch:recorded",        # recorded, the standby not released yet
     "relaunch:released",        # the standby released, the worker dies before waiting for its commit
+    "verify:recorded",
     "verify:done",              # verified, not yet recorded
+    "archive:recorded",         # recorded, nothing copied yet
     "archive:copying",          # a few files copied, no manifest
     "report:stored",            # report written, journal not closed (stream still locked)
 ]
 #: With a new version that crashes once released, the rollback's steps.
 ROLLBACK_FAULTS = [
-    "rollback_stop_new:done",        # the crashed v2 found stopped, not yet recorded
+    "rollback_stop_new:recorded",     # recorded, the crashed v2 not looked at yet
+    "rollback_stop_new:done",         # the crashed v2 found stopped, not yet recorded
+    "rollback_handover:recorded",
+    "rollback_restart_old:recorded",  # recorded, v1 not restarted yet
     "rollback_restart_old:launched",  # v1 restarted, the worker dies before its first commit
 ]
 
