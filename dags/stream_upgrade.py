@@ -86,6 +86,7 @@ from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.results import PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PATHS, Path
 
 PARAMS: dict[str, Param] = {
@@ -201,10 +202,16 @@ SINK = "{{ params.sink | tojson }}"
 ROLLBACK_CHECKPOINT = "{{ ti.xcom_pull(task_ids='preflight')['rollback_checkpoint'] }}"
 
 
+def preflight_of(ti: Any) -> PreflightResult | None:  # noqa: ANN401 - Airflow's TI
+    """The preflight's result (None when it did not return one)."""
+    found = ti.xcom_pull(task_ids="preflight") if ti else None
+    return PreflightResult.from_json(found) if found else None
+
+
 def recorded(ti: Any, params: dict[str, Any] | None) -> JournalRecord | None:  # noqa: ANN401 - Airflow's TI
     """The upgrade journal's record as it is now (None before the preflight opened one)."""
-    found = (ti.xcom_pull(task_ids="preflight") or {}) if ti else {}
-    journal = journal_at(found.get("journal"), (params or {}).get("storage_conn_id") or None)
+    found = preflight_of(ti)
+    journal = journal_at(found.journal if found else "", (params or {}).get("storage_conn_id") or None)
     return journal.read() if journal is not None and journal.exists() else None
 
 
@@ -306,8 +313,8 @@ def build_stream_upgrade_dag(
         def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str | list[str]:
             """Ask unless approval is off, or the journal shows the upgrade under way (approved before
             its stop); skip every step when the upgrade is already done."""
-            found = (ti.xcom_pull(task_ids="preflight") or {}) if ti else {}
-            if found.get("already_done"):
+            found = preflight_of(ti)
+            if found is not None and found.already_done:
                 return []
             asked = bool(params and params["require_approval"])
             ask = planner.needs_approval(recorded(ti, params), require_approval=asked)

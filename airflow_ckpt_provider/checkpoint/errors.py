@@ -1032,3 +1032,13 @@ class SinkDeclarationMismatch(CheckpointError):
         "under the checkpoint's query id writes with delta_txn_options / delta_txn_conf; check the location. "
         "Nothing was stopped or changed."
     )
+
+
+# -- the upgrade's step results (upgrade/results.py) ---------------------------------------------------
+
+
+class InvalidStepResult(CheckpointError, ValueError):
+    summary = "invalid step result"
+    default_action = ("Pass the step's result as its operator returned it (its XCom), unchanged; a result written "
+                      "by another release of the provider is not read: finish that upgrade with the release that "
+                      "started it.")

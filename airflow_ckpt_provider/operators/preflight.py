@@ -52,6 +52,7 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
 from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
+from airflow_ckpt_provider.upgrade.results import PreflightResult
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -260,24 +261,20 @@ class UpgradePreflightOperator(BaseOperator):
             load=self._load_line(old, handover, broker),
         ))
         summary += f"\n\n{state}\n\n{found_sink.line}\n\n{rollback}"
-        value: dict[str, Any] = {
-            "summary_md": summary,
-            "handover": handover.to_dict(),
-            "starting_offsets": offsets,
-            "reconciliation": result.to_dict(),
-            "old_query_running": running,
-            "upgrade_id": "", "journal": "", "resuming": False, "steps_done": [], "already_done": False,
-            "first_report": "", "start_plan": start_plan.to_dict() if start_plan is not None else None,
-            **self._locations(""),
-            "sink": found_sink.to_dict(),
-        }
+        upgrade_id_found, journal_uri = "", ""
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
                                     result={"resuming": False, "old_query_running": running})
-            value.update(upgrade_id=upgrade_id, journal=journal.uri, **self._locations(upgrade_id))
-            value["summary_md"] += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
-        return value
+            upgrade_id_found, journal_uri = upgrade_id, journal.uri
+            summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
+        return PreflightResult(
+            summary_md=summary, handover=handover.to_dict(), starting_offsets=offsets,
+            reconciliation=result.to_dict(), old_query_running=running, upgrade_id=upgrade_id_found,
+            journal=journal_uri, start_plan=start_plan.to_dict() if start_plan is not None else None,
+            sink=found_sink.to_dict(), state_export=self._state_export(upgrade_id_found),
+            rollback_checkpoint=self._rollback_target(),
+        ).to_dict()
 
     def _load_line(self, old: tuple[Any, str], handover: Handover, broker: BrokerView) -> str:
         """How the old query runs (:func:`load_line`): its newest batches and how far it is behind;
@@ -356,7 +353,7 @@ class UpgradePreflightOperator(BaseOperator):
                 found=f"state/ with stateful operator(s) {', '.join(map(str, operators))} in the old checkpoint",
                 expected="a stateless old query (no state/ operators) for rollback_mode 'forward'",
                 path=self.old_checkpoint_uri)
-        target = forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)
+        target = self._rollback_target()
         if not target:
             raise ForwardRollbackRefused(found="an empty rollback checkpoint location",
                                          expected="a fresh checkpoint location for a forward rollback")
@@ -373,11 +370,13 @@ class UpgradePreflightOperator(BaseOperator):
         return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
                 "from the new version's handover; nothing is processed twice.")
 
-    def _locations(self, upgrade_id: str) -> dict[str, str]:
-        """Where the steps put what the upgrade makes: the state export (one folder per upgrade next
-        to the stream's archives; "" without an upgrade id) and a forward rollback's fresh checkpoint."""
-        return {"state_export": export_location(self.archive_root, self.stream_name, upgrade_id) if upgrade_id else "",
-                "rollback_checkpoint": forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)}
+    def _rollback_target(self) -> str:
+        """A forward rollback's fresh checkpoint: the one given, else beside the new checkpoint."""
+        return forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)
+
+    def _state_export(self, upgrade_id: str) -> str:
+        """Where the state export goes: one folder per upgrade next to the stream's archives ("" without an id)."""
+        return export_location(self.archive_root, self.stream_name, upgrade_id) if upgrade_id else ""
 
     def _rewind_warning(self, reader: CheckpointReader, batch: int) -> str:
         """The approver's warning when the rewound batch's start is close to Spark's purge (logged too)."""
@@ -428,10 +427,9 @@ class UpgradePreflightOperator(BaseOperator):
                                    f"unfinished {', '.join(open_steps) or 'none'}")
         journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
                                 result={"resuming": True})
-        return {"summary_md": summary, "handover": planned, "starting_offsets": "", "reconciliation": {},
-                "old_query_running": False, "upgrade_id": upgrade_id, "journal": journal.uri, "resuming": True,
-                **self._locations(upgrade_id),
-                "steps_done": done, "already_done": False, "first_report": "", "start_plan": None}
+        return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
+                               resuming=True, steps_done=tuple(done), state_export=self._state_export(upgrade_id),
+                               rollback_checkpoint=self._rollback_target()).to_dict()
 
     def _refuse_rolled_back(self, journal: UpgradeJournal, record: JournalRecord, run_id: str) -> NoReturn:
         """A rolled-back upgrade never goes forward again: say so before anything replays."""
@@ -471,10 +469,10 @@ class UpgradePreflightOperator(BaseOperator):
             "This run does nothing (no step runs again); to upgrade again, set the `upgrade_id` param to a new value "
             "(or leave it empty after changing the new checkpoint).",
         ])
-        return {"summary_md": summary, "handover": record.planned_handover or {}, "starting_offsets": "",
-                "reconciliation": {}, "old_query_running": False, "upgrade_id": record.upgrade_id,
-                **self._locations(record.upgrade_id),
-                "journal": journal.uri, "resuming": False,
-                "steps_done": [name for name, step in record.steps.items() if step.done],
-                "already_done": True, "first_report": first_report, "done_by_run": by, "done_at": record.closed_at}
+        return PreflightResult(
+            summary_md=summary, handover=record.planned_handover or {}, upgrade_id=record.upgrade_id,
+            journal=journal.uri, steps_done=tuple(name for name, step in record.steps.items() if step.done),
+            already_done=True, first_report=first_report, done_by_run=by, done_at=record.closed_at,
+            state_export=self._state_export(record.upgrade_id), rollback_checkpoint=self._rollback_target(),
+        ).to_dict()
 

@@ -22,6 +22,7 @@ from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.planner import PathSteps
+from airflow_ckpt_provider.upgrade.results import PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PLANNING
 
 
@@ -111,8 +112,9 @@ class UpgradeReportOperator(BaseOperator):
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         record, notes = self._record(journal)
         steps = planner.timings(record, self.step_names)
-        preflight = (ti.xcom_pull(task_ids=self.preflight_task_id) or {}) if self.preflight_task_id else {}
-        if isinstance(preflight, dict) and preflight.get("already_done"):  # this run ran none of the steps
+        found = ti.xcom_pull(task_ids=self.preflight_task_id) if self.preflight_task_id else None
+        preflight = PreflightResult.from_json(found) if found else None
+        if preflight is not None and preflight.already_done:  # this run ran none of the steps
             return self._already_done(context, preflight, planner.timings(None, self.step_names))
         chosen = path_of(planner.result_of(record, "choose_path"))
         in_place = chosen is not None and chosen.in_place and self.in_place is not None
@@ -205,13 +207,13 @@ class UpgradeReportOperator(BaseOperator):
                 "--release-lock`) or re-trigger this DAG run to resume the upgrade. The journal stays open and the "
                 "stream locked until then.")
 
-    def _already_done(self, context: Context, preflight: dict[str, Any], steps: list[Any]) -> dict[str, Any]:
+    def _already_done(self, context: Context, preflight: PreflightResult, steps: list[Any]) -> dict[str, Any]:
         """The report of a run that found its upgrade finished: nothing done, the first report named,
         stored beside it without touching it; the journal gets a run entry and stays closed."""
         run_id = str(context.get("run_id", ""))
-        first = str(preflight.get("first_report") or "")
-        notes = [f"upgrade {preflight.get('upgrade_id', '?')} was already done: upgraded at "
-                 f"{preflight.get('done_at', '?')} by run {preflight.get('done_by_run', '?')}; this run did nothing "
+        first = preflight.first_report
+        notes = [f"upgrade {preflight.upgrade_id or '?'} was already done: upgraded at "
+                 f"{preflight.done_at or '?'} by run {preflight.done_by_run or '?'}; this run did nothing "
                  "(no step ran, nothing was stopped, archived or launched)",
                  f"the upgrade's report: {first or 'unknown'}"]
         report = UpgradeReport(stream=self.stream_name, outcome=ALREADY_DONE, run_id=run_id,
