@@ -41,6 +41,7 @@ import json
 import logging
 import posixpath
 import re
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -104,48 +105,6 @@ def reads_format_v2(spark_version: str | None) -> bool | None:
     return None if version is None else version >= FORMAT_V2_READER_VERSION
 
 
-def rocksdb_snapshot_metadata(fs: AbstractFileSystem, path: str) -> str | None:
-    """The version line (``v1``, ``v2``) of the ``metadata`` member of the RocksDB snapshot zip at
-    ``path``; None when it is not a zip holding one. Reads the zip's directory and that member only."""
-    import zipfile
-
-    try:
-        with fs.open(path, "rb") as handle, zipfile.ZipFile(handle) as archive, archive.open("metadata") as member:
-            return member.readline(64).decode("utf-8", "replace").strip() or None
-    except (zipfile.BadZipFile, KeyError, OSError, ValueError):
-        return None
-
-
-def _check_rocksdb_metadata(reader: CheckpointReader, operators: Iterable[int], batch: int,
-                            reader_spark: str | None) -> None:
-    """Refuse format-v2 RocksDB snapshots that Spark 4.0 wrote (``metadata`` ``v2``) when the
-    export runs on a Spark that reads only ``v1`` there (:data:`ROCKSDB_METADATA_V1_ONLY`); reads
-    the newest snapshot at or below the exported version of each operator's first store."""
-    version = _major_minor(reader_spark)
-    if version is None or version < ROCKSDB_METADATA_V1_ONLY:
-        return
-    for operator in operators:
-        root = posixpath.join(reader.root, STATE_DIR, str(operator))
-        zips = []
-        for path in find_entries(reader.fs, root):
-            match = _VERSION_FILE.match(posixpath.basename(path))
-            if match and match.group(3) == "zip" and int(match.group(1)) <= batch + 1 and "/_metadata" not in path:
-                zips.append((int(match.group(1)), path))
-        if not zips:
-            continue
-        newest = max(zips)[1]
-        found = rocksdb_snapshot_metadata(reader.fs, newest)
-        if found is not None and found != "v1":
-            rel = posixpath.relpath(newest, reader.root)
-            raise StateFormatUnsupported(
-                found=(f"RocksDB snapshot {rel} with metadata {found} (Spark 4.0 writes state checkpoint format v2 "
-                       f"so), and the export would run on Spark {reader_spark}"),
-                expected=f"metadata v1: Spark {reader_spark} reads only v1 there (CANNOT_READ_CHECKPOINT "
-                         "'Expected v1, but found v2')",
-                action="Spark 4.0's own state reader does not read format v2 either: upgrade without carrying the "
-                       "state (the DAG's carry_state param false: the new version starts with EMPTY state), or let "
-                       "the new version rebuild it from Kafka (a start before the handover, docs \"Choosing where "
-                       "the new version starts\"). Nothing was written.", path=reader.uri)
 #: a state store version file: <version>[_<unique id>].<kind>
 _VERSION_FILE = re.compile(r"^(\d+)(?:_([0-9A-Za-z-]+))?\.(delta|snapshot|zip|changelog)$")
 _FULL = ("snapshot", "zip")  # a whole version; delta and changelog need the version below
@@ -313,6 +272,48 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int, *, form
     log.info("operator %s has no _metadata/metadata (written by Spark 3.5 or earlier): reading its store(s) %s "
              "as laid out on disk", operator, ", ".join(sorted(stores)))
     return tuple(sorted(stores))
+
+
+def rocksdb_snapshot_metadata(fs: AbstractFileSystem, path: str) -> str | None:
+    """The version line (``v1``, ``v2``) of the ``metadata`` member of the RocksDB snapshot zip at
+    ``path``; None when it is not a zip holding one. Reads the zip's directory and that member only."""
+    try:
+        with fs.open(path, "rb") as handle, zipfile.ZipFile(handle) as archive, archive.open("metadata") as member:
+            return member.readline(64).decode("utf-8", "replace").strip() or None
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError):
+        return None
+
+
+def _check_rocksdb_metadata(reader: CheckpointReader, operators: Iterable[int], batch: int,
+                            reader_spark: str | None) -> None:
+    """Refuse format-v2 RocksDB snapshots that Spark 4.0 wrote (``metadata`` ``v2``) when the
+    export runs on a Spark that reads only ``v1`` there (:data:`ROCKSDB_METADATA_V1_ONLY`); reads,
+    per operator, the newest snapshot among its stores at or below the exported version."""
+    version = _major_minor(reader_spark)
+    if version is None or version < ROCKSDB_METADATA_V1_ONLY:
+        return
+    for operator in operators:
+        root = posixpath.join(reader.root, STATE_DIR, str(operator))
+        zips = []
+        for path in find_entries(reader.fs, root):
+            match = _VERSION_FILE.match(posixpath.basename(path))
+            if match and match.group(3) == "zip" and int(match.group(1)) <= batch + 1 and "/_metadata" not in path:
+                zips.append((int(match.group(1)), path))
+        if not zips:
+            continue
+        newest = max(zips)[1]
+        found = rocksdb_snapshot_metadata(reader.fs, newest)
+        if found is not None and found != "v1":
+            rel = posixpath.relpath(newest, reader.root)
+            raise StateFormatUnsupported(
+                found=(f"RocksDB snapshot {rel} with metadata {found} (what Spark 4.0 writes there under state "
+                       f"checkpoint format v2), and the export would run on Spark {reader_spark}"),
+                expected=f"metadata v1: Spark {reader_spark} reads only v1 there (CANNOT_READ_CHECKPOINT "
+                         "'Expected v1, but found v2')",
+                action="Spark 4.0's own state reader does not read format v2 either: upgrade without carrying the "
+                       "state (the DAG's carry_state param false: the new version starts with EMPTY state), or let "
+                       "the new version rebuild it from Kafka (a start before the handover, docs \"Choosing where "
+                       "the new version starts\"). Nothing was written.", path=reader.uri)
 
 
 def export_location(archive_root: str, stream_name: str, upgrade_id: str) -> str:
