@@ -5,11 +5,11 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONSTRAINTS := .ci/constraints.txt
 INSTALLED := $(VENV)/.installed
-# the second, older Spark of the tests (a major Spark upgrade: v1 on 3.5, v2 on 4.0)
+# the second, older Spark of the tests (a major Spark upgrade: v1 on 3.5, v2 on 4.2)
 SPARK35_VENV ?= .venv-spark35
 SPARK35 := $(SPARK35_VENV)/.installed
 # the newer Spark of the tests (the checkpoint formats Spark 4.1/4.2 write: offsets v2, commits v2,
-# state file checksums), pyspark 4.2 in its own virtualenv
+# state file checksums; the NEW version of the Spark-upgrade tests), pyspark 4.2 in its own virtualenv
 SPARK42_VENV ?= .venv-spark42
 SPARK42 := $(SPARK42_VENV)/.installed
 PYTEST_ARGS ?=
@@ -53,7 +53,8 @@ $(SPARK35): $(INSTALLED) airflow_ckpt_provider/local/maven/spark35-kafka/pom.xml
 spark35: $(SPARK35)
 
 # pyspark 4.2 likewise (the newest Spark whose Kafka connector resolves from Maven Central): the
-# integration tests write checkpoints with it in Spark 4.1/4.2's formats
+# integration tests write checkpoints with it in Spark 4.1/4.2's formats, and the Spark-upgrade
+# tests run the new version on it
 $(SPARK42): $(INSTALLED) airflow_ckpt_provider/local/maven/spark42-kafka/pom.xml
 	CKPT_SPARK42_VENV=$(SPARK42_VENV) $(PY) -m airflow_ckpt_provider.local.spark install 4.2
 	touch $@
@@ -111,7 +112,7 @@ integration: jvm spark35 spark42 hdfs
 test-hdfs: jvm hdfs
 	$(PY) -m pytest -m hdfs tests/integration $(PYTEST_ARGS)
 
-system: jvm spark35 browser
+system: jvm spark35 spark42 browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm

@@ -12,6 +12,9 @@ before any Spark job runs, that the state after N can be read:
   from (the deltas or changelogs back to a snapshot; :class:`StateVersionPurged`);
 * the state is not RocksDB checkpoint format v2 (``stateUniqueIds`` in ``commits/N``, files
   ``<v>_<uuid>.changelog``), which Spark 4.0's reader cannot read (:class:`StateFormatUnsupported`);
+  nor format v2 written by Spark 4.0 when the export runs on Spark 4.2 or later: Spark 4.0 marks
+  its RocksDB snapshots' ``metadata`` ``v2``, which Spark 4.2 cannot read (``CANNOT_READ_CHECKPOINT``,
+  "Expected v1, but found v2"; :class:`StateFormatUnsupported`);
 * an operator without ``_metadata/metadata`` (Spark 3.5 wrote none for some operators) is read
   by its layout (``<partition>/`` holds the ``default`` store, ``<partition>/<store>/`` named
   ones), except a transformWithState operator, whose variables only its metadata names
@@ -38,6 +41,7 @@ import json
 import logging
 import posixpath
 import re
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,18 +82,29 @@ HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateS
 #: Spark's first release whose state reader reads RocksDB checkpoint format v2 (SPARK-53294).
 FORMAT_V2_READER = "Spark 4.1.0"
 FORMAT_V2_READER_VERSION = (4, 1)
+#: The first Spark known to read only ``v1`` in a RocksDB snapshot's ``metadata`` (checked on 4.2.0:
+#: ``RocksDBCheckpointMetadata.VERSION`` is 1). Spark 4.0 writes the state checkpoint format
+#: there (``v2`` under format v2), so its format-v2 snapshots do not load on 4.2.
+ROCKSDB_METADATA_V1_ONLY = (4, 2)
 
 
-def reads_format_v2(spark_version: str | None) -> bool | None:
-    """Whether Spark ``spark_version`` ("4.2.0") reads state checkpoint format v2; None when the
-    version is not known."""
+def _major_minor(spark_version: str | None) -> tuple[int, int] | None:
     if not spark_version:
         return None
     try:
         major, minor = (int(part) for part in spark_version.split(".")[:2])
     except ValueError:
         return None
-    return (major, minor) >= FORMAT_V2_READER_VERSION
+    return major, minor
+
+
+def reads_format_v2(spark_version: str | None) -> bool | None:
+    """Whether Spark ``spark_version`` ("4.2.0") reads state checkpoint format v2; None when the
+    version is not known."""
+    version = _major_minor(spark_version)
+    return None if version is None else version >= FORMAT_V2_READER_VERSION
+
+
 #: a state store version file: <version>[_<unique id>].<kind>
 _VERSION_FILE = re.compile(r"^(\d+)(?:_([0-9A-Za-z-]+))?\.(delta|snapshot|zip|changelog)$")
 _FULL = ("snapshot", "zip")  # a whole version; delta and changelog need the version below
@@ -201,6 +216,8 @@ def plan_state_export(reader: CheckpointReader, batch: int | None = None, *,
                        "Spark), or upgrade without carrying the state. Nothing was written.", path=uri)
     inferred = tuple((operator, store) for operator in operators
                      for store in _check_operator(reader, operator, chosen, format_v2=v2))
+    if v2:
+        _check_rocksdb_metadata(reader, operators, chosen, reader_spark)
     return StateExportPlan(
         checkpoint_uri=uri, query_id=snapshot.query_id, batch_id=chosen, operators=operators,
         inferred_stores=inferred,
@@ -255,6 +272,48 @@ def _check_operator(reader: CheckpointReader, operator: int, batch: int, *, form
     log.info("operator %s has no _metadata/metadata (written by Spark 3.5 or earlier): reading its store(s) %s "
              "as laid out on disk", operator, ", ".join(sorted(stores)))
     return tuple(sorted(stores))
+
+
+def rocksdb_snapshot_metadata(fs: AbstractFileSystem, path: str) -> str | None:
+    """The version line (``v1``, ``v2``) of the ``metadata`` member of the RocksDB snapshot zip at
+    ``path``; None when it is not a zip holding one. Reads the zip's directory and that member only."""
+    try:
+        with fs.open(path, "rb") as handle, zipfile.ZipFile(handle) as archive, archive.open("metadata") as member:
+            return member.readline(64).decode("utf-8", "replace").strip() or None
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError):
+        return None
+
+
+def _check_rocksdb_metadata(reader: CheckpointReader, operators: Iterable[int], batch: int,
+                            reader_spark: str | None) -> None:
+    """Refuse format-v2 RocksDB snapshots that Spark 4.0 wrote (``metadata`` ``v2``) when the
+    export runs on a Spark that reads only ``v1`` there (:data:`ROCKSDB_METADATA_V1_ONLY`); reads,
+    per operator, the newest snapshot among its stores at or below the exported version."""
+    version = _major_minor(reader_spark)
+    if version is None or version < ROCKSDB_METADATA_V1_ONLY:
+        return
+    for operator in operators:
+        root = posixpath.join(reader.root, STATE_DIR, str(operator))
+        zips = []
+        for path in find_entries(reader.fs, root):
+            match = _VERSION_FILE.match(posixpath.basename(path))
+            if match and match.group(3) == "zip" and int(match.group(1)) <= batch + 1 and "/_metadata" not in path:
+                zips.append((int(match.group(1)), path))
+        if not zips:
+            continue
+        newest = max(zips)[1]
+        found = rocksdb_snapshot_metadata(reader.fs, newest)
+        if found is not None and found != "v1":
+            rel = posixpath.relpath(newest, reader.root)
+            raise StateFormatUnsupported(
+                found=(f"RocksDB snapshot {rel} with metadata {found} (what Spark 4.0 writes there under state "
+                       f"checkpoint format v2), and the export would run on Spark {reader_spark}"),
+                expected=f"metadata v1: Spark {reader_spark} reads only v1 there (CANNOT_READ_CHECKPOINT "
+                         "'Expected v1, but found v2')",
+                action="Spark 4.0's own state reader does not read format v2 either: upgrade without carrying the "
+                       "state (the DAG's carry_state param false: the new version starts with EMPTY state), or let "
+                       "the new version rebuild it from Kafka (a start before the handover, docs \"Choosing where "
+                       "the new version starts\"). Nothing was written.", path=reader.uri)
 
 
 def export_location(archive_root: str, stream_name: str, upgrade_id: str) -> str:

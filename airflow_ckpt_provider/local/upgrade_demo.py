@@ -7,7 +7,10 @@ run by ``dag.test()`` on a SQLite Airflow home) or with a naive relaunch (the ne
 control). It keeps producing through the upgrade, stops the producer, waits until the running
 version has read everything, stops it and counts every Kafka (partition, offset) in the sink.
 ``old_spark`` / ``new_spark`` run the versions on different Sparks (a major Spark upgrade); by
-default both run on this interpreter's pyspark.
+default both run on this interpreter's pyspark; ``conf`` is Spark conf of both versions (the state
+store and its checkpoint format, for example). ``new_source_name`` makes version 2 name its Kafka
+source with Spark's source evolution on (Spark 4.2+: offset log v2, a change Spark refuses on the
+old checkpoint).
 """
 
 from __future__ import annotations
@@ -70,10 +73,13 @@ class UpgradeDemo:
                  kafka: LocalKafka | None = None, old_spark: SparkInstall | None = None,
                  new_spark: SparkInstall | None = None, v1: Path = V1, v2: Path = V2,
                  record: Callable[[int], tuple[bytes, bytes]] | None = None, topic: str = TOPIC,
-                 stream: str = STREAM, bursts: tuple[float, float] | None = None) -> None:
+                 stream: str = STREAM, bursts: tuple[float, float] | None = None,
+                 new_source_name: str | None = None, conf: Mapping[str, str] | None = None) -> None:
         self.work = work.resolve()
         self.v1, self.v2, self.record, self.stream = v1, v2, record, stream
         self.old_spark, self.new_spark = old_spark, new_spark
+        self.new_source_name = new_source_name
+        self.conf = dict(conf or {})
         self.partitions = partitions
         self.rate = rate
         self.trigger = trigger
@@ -106,18 +112,24 @@ class UpgradeDemo:
         return handle
 
     def spark_conf(self, spark: SparkInstall | None = None) -> dict[str, str]:
-        """The jobs' conf; on ``spark``, with its connector jars and Python."""
+        """The jobs' conf (with ``conf``); on ``spark``, with its connector jars and Python."""
         conf = local_spark_conf("demo")
         conf.pop("spark.app.name")
         conf.pop("spark.master")
         # the jobs import this package: run their Python in this virtualenv
         conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
+        conf.update(self.conf)
         conf.update(spark.job_conf() if spark is not None else {})
         return conf
 
-    def job_args(self) -> list[str]:
-        return ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic,
+    def job_args(self, application: Path | None = None) -> list[str]:
+        """The arguments of ``application`` (default version 1): version 2 (``self.v2``) also gets
+        ``--source-name`` when ``new_source_name`` is set."""
+        args = ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic,
                 "--sink", str(self.sink), "--trigger", self.trigger]
+        if application == self.v2 and self.new_source_name:
+            args += ["--source-name", self.new_source_name]
+        return args
 
     def launch(self, application: Path, checkpoint: Path, *, starting_offsets: str | None,
                spark: SparkInstall | None = None) -> LaunchHandle:
@@ -126,8 +138,9 @@ class UpgradeDemo:
 
         hook = SparkLauncherHook(master="local[2]", deploy_mode="client", log_dir=str(self.logs),
                                  spark_home=str(spark.spark_home) if spark is not None else None)
-        handle = hook.launch(str(application), checkpoint_uri=str(checkpoint), application_args=self.job_args(),
-                             conf=self.spark_conf(spark), name=application.stem, starting_offsets=starting_offsets)
+        handle = hook.launch(str(application), checkpoint_uri=str(checkpoint),
+                             application_args=self.job_args(application), conf=self.spark_conf(spark),
+                             name=application.stem, starting_offsets=starting_offsets)
         self.handles.append(handle)
         return handle
 
@@ -163,7 +176,7 @@ class UpgradeDemo:
             "archive_root": str(self.archive_root), "kafka_conn_id": "kafka_default",
             "spark_master": "local[2]", "spark_deploy_mode": "client", "spark_conf": self.spark_conf(),
             "old_application": str(self.v1), "old_application_args": self.job_args(),
-            "new_application": str(self.v2), "new_application_args": self.job_args(),
+            "new_application": str(self.v2), "new_application_args": self.job_args(self.v2),
             "old_launch_handle": v1.to_json(), "require_approval": True,
             # v2 deduplicates on other columns than v1: v1's state is not v2's, and exporting it would
             # only lengthen the downtime (the stateful demo stream carries its state)

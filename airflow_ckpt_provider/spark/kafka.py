@@ -116,12 +116,24 @@ def with_source_header(frame: DataFrame, *, topic: str = "topic", partition: str
     return frame.withColumn("headers", header)
 
 
+def _named(reader: Any, source_name: str, spark: SparkSession) -> Any:
+    """``reader.name(source_name)``; ``ValueError`` when this Spark cannot name a source."""
+    if not hasattr(reader, "name"):
+        raise ValueError(f"source_name={source_name!r}: this driver runs Spark {spark.version}, which cannot name a "
+                         "streaming source; expected Spark 4.2 or later (DataStreamReader.name); run the job on "
+                         "Spark 4.2+ or drop source_name")
+    log.info("Kafka source named %s (source evolution: %s)", source_name,
+             spark.conf.get("spark.sql.streaming.queryEvolution.enableSourceEvolution", "false"))
+    return reader.name(source_name)
+
+
 def read_kafka(
     spark: SparkSession,
     *,
     topics: str | Iterable[str],
     bootstrap_servers: str,
     starting_offsets: str | None = None,
+    source_name: str | None = None,
     **options: Any,
 ) -> DataFrame:
     """``spark.readStream`` of Kafka ``topics`` starting where the handover says.
@@ -133,6 +145,11 @@ def read_kafka(
     offsets deleted by retention then fail the query instead of silently skipping records.
     Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``),
     except ``kafka.group.id`` in a trial run (:mod:`.trial`).
+    ``source_name`` names the source (``DataStreamReader.name``, Spark 4.2+): with Spark's source
+    evolution on (``spark.sql.streaming.queryEvolution.enableSourceEvolution=true`` in the session,
+    set before the query is defined) the checkpoint keys the source by that name (offset log v2,
+    ``sources/<name>/``). An existing checkpoint without names cannot switch it on, so a job that
+    starts naming its source needs a new checkpoint. ``ValueError`` on a Spark without the API.
     In a standby launch it first warms the session up with a bounded batch read of the same
     topics, then waits for the release (:func:`airflow_ckpt_provider.spark.standby.await_handover`):
     call it before :func:`checkpoint_location`, which waits without that warm-up.
@@ -147,6 +164,8 @@ def read_kafka(
         chosen, origin = handed_over_starting_offsets(spark), f"conf {CONF_STARTING_OFFSETS}"
     reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
     reader = reader.option("subscribe", ",".join(names))
+    if source_name is not None:
+        reader = _named(reader, source_name, spark)
     if chosen is not None:
         if chosen.strip().startswith("{"):
             given = sorted(json_limits.loads(chosen, what="startingOffsets"))

@@ -8,8 +8,14 @@ guide lists as not allowed on the same checkpoint: it must move to a new one.
 
 Run by the launcher (the reference DAG, the demo) with::
 
-    spark-submit stream_v1.py --bootstrap-servers HOSTS --topic TOPIC --sink PATH \
+    spark-submit stream_v1.py --bootstrap-servers HOSTS --topic TOPIC --sink PATH [--source-name NAME] \
         --conf spark.ckpt.checkpointLocation=URI [--conf spark.ckpt.startingOffsets=JSON]
+
+``--source-name`` (Spark 4.2+) switches on Spark's source evolution and names the Kafka source,
+with the offset log in format v2: the checkpoint then keys the source by that name
+(``sources/<name>/``, ``<name>:<offsets>`` lines). Spark refuses source evolution on an existing
+offset log v1, so a version that adds it moves to a new checkpoint. (Spark 4.2.0 keeps writing
+offset log v1 under source evolution unless the format is asked for.)
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ VERSION = "v1"
 DEDUP_KEY = ["key"]
 #: ``--trigger default``: Spark's default trigger, the next micro-batch as soon as one commits
 DEFAULT_TRIGGER = "default"
+#: Spark 4.2's named sources (source evolution) and the offset log format that keys offsets by
+#: name; both fixed for a checkpoint's life
+NAMED_SOURCES_CONF = {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true",
+                      "spark.sql.streaming.offsetLog.formatVersion": "2"}
 
 
 def columns(records: DataFrame) -> DataFrame:
@@ -52,11 +62,15 @@ def run(transform: Callable[[DataFrame], DataFrame], version: str, argv: list[st
                         help=f"processing-time trigger interval, or {DEFAULT_TRIGGER!r}: Spark's default trigger "
                              "(no .trigger(): the next batch starts as soon as one commits)")
     parser.add_argument("--checkpoint", help="used when the launcher passes no checkpoint conf")
+    parser.add_argument("--source-name", help="name the Kafka source, with source evolution on (Spark 4.2+)")
     args = parser.parse_args(argv)
 
     spark = SparkSession.builder.appName(f"demo-stream-{version}").getOrCreate()
+    for key, value in (NAMED_SOURCES_CONF if args.source_name else {}).items():
+        spark.conf.set(key, value)  # before the query is defined
     # launched as a standby, read_kafka warms the session up and waits here for the handover
-    records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers)
+    records = read_kafka(spark, topics=args.topic, bootstrap_servers=args.bootstrap_servers,
+                         source_name=args.source_name)
     checkpoint = checkpoint_location(spark, default=args.checkpoint)
     sink = sink_location(spark, args.sink)  # a trial of the compatibility check writes elsewhere
 

@@ -1,11 +1,12 @@
 """A major Spark upgrade on the real stack: v1 runs on Spark 3.5 (pyspark 3.5 in its own
-virtualenv, `make spark35`), v2 on Spark 4.0 (the provider's pyspark), producer running.
+virtualenv, `make spark35`), v2 on Spark 4.2 (`make spark42`) with its Kafka source named (Spark's
+source evolution: offset log v2), producer running.
 
 The 3.5 driver runs the provider's Spark-side helpers (``read_kafka``, ``checkpoint_location``,
 ``GracefulStop``) with nothing but pyspark installed; the provider's reader reads the checkpoint
 Spark 3.5 wrote; the graceful stop is acknowledged by the 3.5 driver; the handover taken from it
-starts v2 on Spark 4.0 on a new checkpoint exactly there, and every Kafka (partition, offset)
-is in the sink exactly once.
+starts v2 on Spark 4.2 on a new checkpoint exactly there (read back from that checkpoint's offsets
+v2 by the provider's verify), and every Kafka (partition, offset) is in the sink exactly once.
 
 The jobs trigger every 5 s, not every second like the demo: a Spark 3.5 driver on a loaded
 2-core machine takes 2-4 s per batch of this job, and a graceful stop needs a moment between two
@@ -98,8 +99,10 @@ def test_a_standby_on_spark35_waits_then_starts_exactly_at_the_release(kafka, ne
     assert checked.produced > 0 and checked.ok, checked
 
 
-def test_v1_on_spark35_hands_over_to_v2_on_spark40(kafka, tmp_path: Path, spark35: SparkInstall) -> None:  # noqa: ANN001
-    demo = UpgradeDemo(tmp_path / "demo", kafka=kafka, rate=80.0, trigger="5 seconds", old_spark=spark35)
+def test_v1_on_spark35_hands_over_to_v2_on_spark42(kafka, tmp_path: Path, spark35: SparkInstall,  # noqa: ANN001
+                                                   spark42: SparkInstall) -> None:
+    demo = UpgradeDemo(tmp_path / "demo", kafka=kafka, rate=80.0, trigger="5 seconds", old_spark=spark35,
+                       new_spark=spark42, new_source_name="events")
     try:
         v1 = demo.start(min_batches=3, timeout=600)
         assert spark_version_of(v1.log_path) == spark35.version
@@ -123,12 +126,14 @@ def test_v1_on_spark35_hands_over_to_v2_on_spark40(kafka, tmp_path: Path, spark3
         result = reconcile(handover.kafka_offsets(), KafkaBroker(kafka.bootstrap_servers).view([demo.topic]))
         starting = result.starting_offsets
 
-        # v2 on Spark 4.0, on a new checkpoint, from the handover
-        v2 = demo.launch(V2, demo.new_cp, starting_offsets=starting.to_json())
+        # v2 on Spark 4.2 with its source named, on a new checkpoint, from the handover
+        v2 = demo.launch(V2, demo.new_cp, starting_offsets=starting.to_json(), spark=spark42)
         demo.wait_for_batch(demo.new_cp, 0, timeout=600, handle=v2)
-        assert spark_version_of(v2.log_path).startswith("4.0.")
-        verified = verify_start(CheckpointReader(str(demo.new_cp)).snapshot(include_initial=True), starting,
-                                handover=handover)
+        assert spark_version_of(v2.log_path) == spark42.version
+        started = CheckpointReader(str(demo.new_cp)).snapshot(include_initial=True)
+        assert (before.offsets_version, started.offsets_version) == (1, 2), "v2 writes offsets v2"
+        assert [s.name for s in started.sources] == [s.name for s in started.initial_sources] == ["events"]
+        verified = verify_start(started, starting, handover=handover)
         assert len(verified.partitions) == demo.partitions and all(p.ok for p in verified.partitions)
 
         audit = demo.finish(demo.new_cp)

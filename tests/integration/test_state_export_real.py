@@ -4,7 +4,9 @@ Round trips: for an aggregation on the HDFS-backed store and on RocksDB with cha
 deduplication and a stream-stream join, every exported row equals Spark's own ``statestore``
 row of the last committed batch. The spark-submit path (the operator's and ``ckpt
 export-state``'s) runs once, is reused when complete and starts over after an unfinished run.
-Every refusal changes nothing: neither the checkpoint nor the export location.
+Every refusal changes nothing: neither the checkpoint nor the export location. RocksDB state
+checkpoint format v2 written by Spark 4.0 is refused for a Spark 4.2 exporter, which really
+cannot read it (`make spark42`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.state import (
+    CONF_CHECKPOINT_FORMAT,
     STATE_MANIFEST,
     StateManifest,
     finish_export,
@@ -71,6 +74,29 @@ while time.monotonic() < deadline:
                     if p.endswith(".delta")) if __import__("os").path.isdir(sys.argv[1] + "/state/0/0") else []
     if deltas and deltas[0] > 2 and len((query.lastProgress or {}).get("stateOperators", [])) > 0:
         break
+query.stop()
+spark.stop()
+"""
+
+
+#: a RocksDB aggregation in state checkpoint format v2, in a Spark of its own (argv[1]: its
+#: checkpoint), stopped after its third commit
+FORMAT_V2_QUERY = """
+import os, sys, time
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+         .config("spark.sql.streaming.stateStore.checkpointFormatVersion", "2").getOrCreate())
+counts = spark.readStream.format("rate").option("rowsPerSecond", 50).load().groupBy(F.col("value") % 5).count()
+query = (counts.writeStream.format("noop").outputMode("update").option("checkpointLocation", sys.argv[1])
+         .trigger(processingTime="500 milliseconds").start())
+deadline = time.monotonic() + 300
+commits = sys.argv[1] + "/commits"
+while time.monotonic() < deadline and len([n for n in (os.listdir(commits) if os.path.isdir(commits) else [])
+                                           if n.isdigit()]) < 3:
+    time.sleep(0.5)
 query.stop()
 spark.stop()
 """
@@ -281,9 +307,42 @@ def test_refusals_change_nothing(spark, kafka, topic, checkpoints, copy_of, tmp_
     # test_spark42_formats.py exports it)
     v2 = tmp_path / "format-v2"
     run_until_done(spark, aggregation(spark, kafka.bootstrap_servers, topic), v2,
-                   conf={PROVIDER: ROCKSDB, "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"})
+                   conf={PROVIDER: ROCKSDB, CONF_CHECKPOINT_FORMAT: "2"})
     message = refused(v2, target, StateFormatUnsupported)
     assert "format v2" in message and "Spark 4.1.0" in message
+
+
+def test_spark40_format_v2_state_is_refused_for_spark42_which_cannot_read_it(spark42,  # noqa: ANN001
+                                                                               tmp_path: Path) -> None:
+    """Spark 4.0 marks its format-v2 RocksDB snapshots' metadata v2; Spark 4.2 reads only v1 there.
+    The plan refuses such state for a Spark 4.2 exporter, before anything is written; the export
+    job run past the refusal shows why: Spark 4.2 fails to load the store. The checkpoint comes
+    from a Spark 4.0 driver started with format v2 (as a job is launched): Spark 4.0 takes the
+    version it writes in that metadata from the conf its JVM had when it first used RocksDB."""
+    from airflow_ckpt_provider.checkpoint.errors import StateExportFailed
+    from airflow_ckpt_provider.hooks.state_export import run_state_job
+
+    checkpoint, target = tmp_path / "format-v2", tmp_path / "export"
+    subprocess.run([sys.executable, "-c", FORMAT_V2_QUERY, str(checkpoint)], check=True, timeout=600,
+                   capture_output=True)
+    before = tree_digest(checkpoint)
+    reader = CheckpointReader(str(checkpoint))
+    assert reader.snapshot().commit_version == 2
+    with pytest.raises(StateFormatUnsupported) as raised:
+        plan_state_export(reader, reader_spark=spark42.version)
+    assert "with metadata v2" in raised.value.found and f"Spark {spark42.version}" in raised.value.found
+    assert tree_digest(checkpoint) == before and not target.exists()
+
+    launched = []
+    launcher = SparkLauncherHook(master="local[1]", spark_home=str(spark42.spark_home), log_dir=str(tmp_path / "logs"))
+    with pytest.raises(StateExportFailed):
+        run_state_job(launcher, checkpoint_uri=str(checkpoint), batch=batch_ids(checkpoint / "commits")[-1],
+                      target_uri=str(target), conf={**spark42.job_conf(), "spark.ui.enabled": "false"},
+                      checkpoint_format=2, timeout=900, on_launched=launched.append)
+    log = Path(launched[0].log_path).read_text(errors="replace")
+    assert f"Running Spark version {spark42.version}" in log
+    assert "CANNOT_READ_CHECKPOINT" in log and "Expected v1, but found v2" in log
+    assert tree_digest(checkpoint) == before
 
 
 def test_operators_without_metadata_are_read_by_their_layout(spark, checkpoints, copy_of,  # noqa: ANN001

@@ -1,8 +1,10 @@
-"""A major Spark upgrade through the reference DAG: v1 on Spark 3.5 (its own virtualenv, `make
-spark35`), v2 on Spark 4.0, producer running; and the rollback that restarts v1 on Spark 3.5.
-Both run the cold DAG (``stream_upgrade_cold``: one driver at a time, v2 launched after the stop
-and the archive), so these are also its end-to-end tests: its steps in their order, 0 lost, 0
-duplicated.
+"""Spark upgrades through the reference DAG, to Spark 4.2 (its own virtualenv, `make spark42`):
+v1 on Spark 4.0 upgraded to v2 on Spark 4.2 that names its Kafka source (Spark's source
+evolution, offsets v2: Spark refuses it on v1's checkpoint, so it needs the new one), producer
+running; and the rollback of an upgrade from v1 on Spark 3.5 (`make spark35`) that restarts v1 on
+Spark 3.5. Both run the cold DAG (``stream_upgrade_cold``: one driver at a time, v2 launched after
+the stop and the archive), so these are also its end-to-end tests: its steps in their order, 0
+lost, 0 duplicated.
 
 The versions get their Spark from the DAG's ``old_spark`` / ``new_spark`` params
 (:meth:`SparkInstall.dag_settings`). The jobs trigger every 5 s: a Spark 3.5 driver on a loaded
@@ -21,7 +23,7 @@ from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.local.spark import SPARK35, SPARK40, SparkInstall, spark_install
+from airflow_ckpt_provider.local.spark import SPARK35, SPARK40, SPARK42, SparkInstall, spark_install
 from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
@@ -29,12 +31,14 @@ pytestmark = pytest.mark.system
 CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_on_start.py"
 
 
-@pytest.fixture
-def spark35_demo(demo: UpgradeDemo) -> UpgradeDemo:
-    """The shared ``demo`` stack with v1 on Spark 3.5 and v2 on Spark 4.0; fails (never skips)
-    when `make spark35` was not run."""
+SOURCE_NAME = "events"
+
+
+def on_sparks(demo: UpgradeDemo, old: str, new: str) -> UpgradeDemo:
+    """The shared ``demo`` stack with v1 on Spark ``old`` and v2 on Spark ``new``; fails (never
+    skips) when `make spark35` / `make spark42` was not run."""
     try:
-        demo.old_spark, demo.new_spark = spark_install(SPARK35), spark_install(SPARK40)
+        demo.old_spark, demo.new_spark = spark_install(old), spark_install(new)
     except LocalStackError as exc:
         pytest.fail(str(exc), pytrace=False)
     demo.trigger = "5 seconds"
@@ -61,11 +65,12 @@ def running_on(checkpoint: Path, spark: SparkInstall) -> None:
     assert str(spark.spark_home).encode() in Path(f"/proc/{parent}/cmdline").read_bytes(), "the JVM of that Spark"
 
 
-def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: UpgradeDemo) -> None:  # noqa: ANN001
-    demo = spark35_demo
+def test_v1_on_spark40_upgrades_to_v2_on_spark42_with_named_sources(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    demo = on_sparks(demo, SPARK40, SPARK42)
+    demo.new_source_name = SOURCE_NAME
     v1 = demo.start(timeout=600)
     assert driver_log_spark(v1.log_path) == demo.old_spark.version  # type: ignore[union-attr]
-    # the export runs on the new Spark: Spark 3.5 wrote no operator metadata, its layout names the store
+    # the export of v1's state runs on the new version's Spark (4.2)
     run = demo.upgrade_with_dag(v1, dag_id="stream_upgrade_cold", carry_state=True)
     assert run.state == "success", states(run)
     running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
@@ -76,7 +81,7 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     assert audit.duplicated == 0, audit.duplicated_examples
     assert audit.unexpected == 0
 
-    # the checkpoint Spark 3.5 wrote was read, handed over and archived
+    # the checkpoint Spark 4.0 wrote (offsets v1) was read, handed over and archived
     report = read_dag_report(demo.archive_root)
     assert report is not None and report["outcome"] == "upgraded", report
     cold = ["graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"]
@@ -89,15 +94,25 @@ def test_v1_on_spark35_upgrades_to_v2_on_spark40(airflow_home, spark35_demo: Upg
     assert report["handover"]["batch_id"] == handover.batch_id
     archived = Path(report["archive"])
     assert CheckpointReader(str(archived / DATA_DIR)).handover().batch_id == handover.batch_id, archived
-    # its state (no operator metadata from 3.5) was exported by Spark 4.0 at the handover batch
+    # v2 on Spark 4.2 named its source: its checkpoint's offsets are v2, keyed by the name, and the
+    # DAG's verify read its start back from them (sources/<name>/0) and found the handover
+    old, new = CheckpointReader(str(demo.old_cp)).snapshot(), CheckpointReader(str(demo.new_cp)).snapshot(
+        include_initial=True)
+    assert (old.offsets_version, new.offsets_version) == (1, 2)
+    assert [s.name for s in new.sources] == [s.name for s in new.initial_sources] == [SOURCE_NAME]
+    assert new.conf["spark.sql.streaming.queryEvolution.enableSourceEvolution"] == "true"
+    assert states(run)["verify"] == "success"
+    # v1's state was exported by the new version's Spark (4.2) at the handover batch
     export = report["state_export"]
     assert export["batch_id"] == handover.batch_id and export["rows"] > 0, export
     manifest = json.loads((Path(export["location"]) / "state-manifest.json").read_text())
-    assert manifest["spark_version"].startswith("4.") and manifest["stores"][0]["store_name"] == "default"
+    assert manifest["spark_version"] == demo.new_spark.version  # type: ignore[union-attr]
+    assert manifest["stores"][0]["store_name"] == "default"
 
 
-def test_rollback_restarts_v1_on_spark35(airflow_home, spark35_demo: UpgradeDemo) -> None:  # noqa: ANN001
-    demo = spark35_demo
+def test_rollback_restarts_v1_on_spark35(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    """v1 on Spark 3.5, v2 on Spark 4.2 crashing on start: the rollback restarts v1 on 3.5."""
+    demo = on_sparks(demo, SPARK35, SPARK42)
     v1 = demo.start(timeout=600)
     last_before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
     run = demo.upgrade_with_dag(v1, dag_id="stream_upgrade_cold", new_application=str(CRASHING_V2))

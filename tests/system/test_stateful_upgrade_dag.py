@@ -1,25 +1,33 @@
-"""A stateful upgrade through the reference DAG: every customer's running total is exact after it.
+"""A stateful upgrade through the reference DAG, Spark 4.0 to Spark 4.2: every customer's running
+total is exact after it.
 
-Version 1 keeps ``sum(amount)`` and ``count`` per customer (streaming aggregation, HDFS-backed
-store) while a producer keeps sending purchases. The DAG (standby) stops it, hands over its
-offsets, exports its state at the handover batch, and releases version 2 — a changed
-aggregation that seeds itself from the export. The producer goes on through the upgrade. After
-it, for EVERY customer, v2's total and count equal the sums over all purchases in the topic,
-computed from Kafka itself. The negative control — v2 started from the same handover without the
-export — fails the same check.
+Version 1 on Spark 4.0 keeps ``sum(amount)`` and ``count`` per customer (streaming aggregation,
+HDFS-backed store) while a producer keeps sending purchases. The DAG (standby) stops it, hands
+over its offsets, exports its state at the handover batch with the new version's Spark 4.2
+(`make spark42`), and releases version 2 on Spark 4.2 — a changed aggregation that seeds itself
+from the export. The producer goes on through the upgrade. After it, for EVERY customer, v2's
+total and count equal the sums over all purchases in the topic, computed from Kafka itself. The
+negative control — v2 started from the same handover without the export — fails the same check.
+
+(RocksDB state checkpoint format v2 written by Spark 4.0 cannot be carried to Spark 4.2: Spark 4.2
+cannot read its snapshots, and the preflight refuses it; tests/integration/test_state_export_real.py.)
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.local.records import CUSTOMERS, purchase
+from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
 from airflow_ckpt_provider.local.state_audit import compare_totals, kafka_totals, sink_totals
 from airflow_ckpt_provider.local.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
 from tests.system.conftest import stop_jobs_under
+from tests.system.test_spark_upgrade_dag import running_on
 
 pytestmark = pytest.mark.system
 
@@ -28,21 +36,29 @@ STREAM = "purchases"
 
 
 def purchases_demo(kafka, work: Path) -> UpgradeDemo:  # noqa: ANN001
+    """v1 on Spark 4.0, v2 on Spark 4.2 (fails, never skips, without `make spark42`)."""
+    try:
+        old, new = spark_install(SPARK40), spark_install(SPARK42)
+    except LocalStackError as exc:
+        pytest.fail(str(exc), pytrace=False)
     return UpgradeDemo(work, kafka=kafka, rate=60.0, v1=PURCHASES_V1, v2=PURCHASES_V2, record=purchase,
-                       topic="purchases", stream=STREAM)
+                       topic="purchases", stream=STREAM, old_spark=old, new_spark=new)
 
 
 def test_stateful_upgrade_carries_every_customers_total(airflow_home, kafka, tmp_path: Path) -> None:  # noqa: ANN001
     demo = purchases_demo(kafka, tmp_path / "upgrade")
     try:
-        v1 = demo.start(min_batches=3)
+        v1 = demo.start(min_batches=3, timeout=600)
         run = demo.upgrade_with_dag(v1, carry_state=True)
         assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
+        running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
         report = read_dag_report(demo.archive_root, STREAM)
         assert report is not None and report["outcome"] == "upgraded"
         export = report["state_export"]
         handover = CheckpointReader(str(demo.old_cp)).handover()
         assert export["batch_id"] == handover.batch_id and export["rows"] == CUSTOMERS, export
+        manifest = json.loads((Path(export["location"]) / "state-manifest.json").read_text())
+        assert manifest["spark_version"] == demo.new_spark.version  # type: ignore[union-attr]
         demo.drain(demo.new_cp)
         truth = kafka_totals(kafka.bootstrap_servers, demo.topic)
         result = compare_totals(truth, sink_totals(demo.sink, "v2"))
@@ -62,7 +78,7 @@ def test_stateful_upgrade_carries_every_customers_total(airflow_home, kafka, tmp
 
         assert ckpt(["stop", str(control.old_cp), "--timeout", "120", "--pid", str(v1.pid)]) == 0
         offsets = CheckpointReader(str(control.old_cp)).handover().kafka_offsets().to_json()
-        control.launch(control.v2, control.new_cp, starting_offsets=offsets)
+        control.launch(control.v2, control.new_cp, starting_offsets=offsets, spark=control.new_spark)
         control.wait_for_batch(control.new_cp, 1, timeout=300)
         control.drain(control.new_cp)
         truth = kafka_totals(kafka.bootstrap_servers, control.topic)

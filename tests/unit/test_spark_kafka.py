@@ -36,6 +36,14 @@ class Reader:
         return self.options
 
 
+class NamingReader(Reader):
+    """A Spark 4.2 reader: it can name its source."""
+
+    def name(self, source_name: str) -> NamingReader:
+        self.options["name"] = source_name
+        return self
+
+
 class Conf:
     def __init__(self, values: dict[str, str]) -> None:
         self.values = values
@@ -45,6 +53,8 @@ class Conf:
 
 
 class Session:
+    version = "4.0.0"
+
     def __init__(self) -> None:
         self.conf = Conf({})
         self.readStream = Reader()
@@ -76,6 +86,21 @@ def test_no_handover_leaves_spark_default() -> None:
     options = read_kafka(session(), topics="a,b", bootstrap_servers="b", failOnDataLoss=False)
     assert "startingOffsets" not in options and options["subscribe"] == "a,b"
     assert options["failOnDataLoss"] == "false"
+
+
+def test_source_name_names_the_source_on_a_spark_that_can() -> None:
+    spark = session(HANDED)
+    spark.readStream = NamingReader()
+    options = read_kafka(spark, topics="orders", bootstrap_servers="b", source_name="orders_in")
+    assert options["name"] == "orders_in" and options["startingOffsets"] == HANDED
+    unnamed = session(HANDED)
+    unnamed.readStream = NamingReader()
+    assert "name" not in read_kafka(unnamed, topics="orders", bootstrap_servers="b")
+
+
+def test_source_name_on_a_spark_without_the_api_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match=r"runs Spark 4\.0\.0, which cannot name a streaming source.*Spark 4\.2"):
+        read_kafka(session(HANDED), topics="orders", bootstrap_servers="b", source_name="orders_in")
 
 
 def test_handover_for_other_topics_is_refused() -> None:

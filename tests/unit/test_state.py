@@ -190,6 +190,48 @@ def test_format_v2_is_exported_by_spark_4_1_or_later(exporter: str | None, plann
     assert f"Spark {exporter}" in raised.value.found and "Spark 4.1.0 or later" in raised.value.expected
 
 
+def _rocksdb_zip(metadata_line: bytes) -> bytes:
+    """A RocksDB snapshot zip as Spark writes it: its ``metadata`` member starts with the version line."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("metadata", metadata_line + b'\n{"sstFiles":[],"logFiles":[],"numKeys":3}')
+        archive.writestr("CURRENT", b"MANIFEST-000005\n")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("metadata", "exporter", "planned"), [
+    (b"v2", "4.2.0", False),  # Spark 4.0's format v2: Spark 4.2 reads only v1 there (CANNOT_READ_CHECKPOINT)
+    (b"v1", "4.2.0", True),   # Spark 4.2's own format v2 snapshots say v1
+    (b"v2", "4.1.0", True),   # not checked on 4.1: planned, the export job tells
+    (b"v2", None, True),
+])
+def test_spark40_format_v2_snapshots_are_refused_for_a_spark42_exporter(metadata: bytes, exporter: str | None,
+                                                                        planned: bool) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
+    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.state import plan_state_export, rocksdb_snapshot_metadata
+
+    fs = fsspec.filesystem("memory")
+    fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
+    root = _v2_checkpoint(fs)
+    fs.pipe_file(f"{root}/state/0/0/1_a1b2.zip", _rocksdb_zip(b"v1"))  # an older snapshot: not the one read
+    fs.pipe_file(f"{root}/state/0/0/2_c3d4.zip", _rocksdb_zip(metadata))
+    fs.pipe_file(f"{root}/state/0/0/3_e5f6.zip", _rocksdb_zip(b"v9"))  # after the exported version 2: ignored
+    assert rocksdb_snapshot_metadata(fs, f"{root}/state/0/0/2_c3d4.zip") == metadata.decode()
+    assert rocksdb_snapshot_metadata(fs, f"{root}/state/0/0/2_c3d4.changelog") is None  # not a zip
+    reader = CheckpointReader(root, fs=fs)
+    if planned:
+        assert plan_state_export(reader, reader_spark=exporter).checkpoint_format_version == 2
+        return
+    with pytest.raises(StateFormatUnsupported) as raised:
+        plan_state_export(reader, reader_spark=exporter)
+    assert "state/0/0/2_c3d4.zip with metadata v2" in raised.value.found and "Spark 4.2.0" in raised.value.found
+    assert "reads only v1" in raised.value.expected and "carry_state" in raised.value.action
+
+
 def test_unique_ids_without_a_v2_commit_log_are_refused() -> None:
     from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
     from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
