@@ -60,6 +60,9 @@ class CompatibilityCheckOperator(BaseOperator):
     :param trial_timeout: seconds a trial may run before it is killed (then it proves nothing)
     :param enabled: False (or a template rendering "False"): run nothing, return ``{"skipped": ...}``
     :param source: Kafka source index or name the migrated trial starts from (default: the only one, as the handover)
+    :param real_time: the new version runs with ``trigger(realTime=...)``: judged with the settings Spark fixes for a
+        checkpoint's life (read from the old checkpoint before any trial; one that needs a new checkpoint skips the
+        in-place trial)
     """
 
     template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
@@ -89,10 +92,12 @@ class CompatibilityCheckOperator(BaseOperator):
         trial_timeout: float = 600.0,
         enabled: bool | str = True,
         source: int | str | None = None,
+        real_time: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self.real_time = bool(real_time)
         if batches < 1 or trial_timeout <= 0:
             raise ValueError("batches must be at least 1 and trial_timeout positive")
         self.old_checkpoint_uri = old_checkpoint_uri
@@ -137,7 +142,7 @@ class CompatibilityCheckOperator(BaseOperator):
             launcher=self.launcher_hook, conf={str(k): str(v) for k, v in conf.items()}, storage=self.storage_hook,
             trial_root=self.trial_root or None, live_locations={str(k): str(v) for k, v in live.items() if v},
             batches=self.batches, timeout=self.trial_timeout, migrated=self.migrated,
-            carry_state=flag(self.carry_state, "carry_state"), source=self.source)
+            carry_state=flag(self.carry_state, "carry_state"), source=self.source, real_time=self.real_time)
         for line in verdict.describe():
             self.log.info("compatibility: %s", line)
         if self.fail_if_does_not_start and not verdict.new_version_starts:
