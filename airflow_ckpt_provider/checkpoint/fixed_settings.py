@@ -2,29 +2,34 @@
 version's conf before any trial (pure: no Airflow, no Spark, no I/O).
 
 What Spark 4.2 records, and what it does when a restart asks for another value (read in Spark's
-source and confirmed by restarts of real Spark 4.2.0 checkpoints, ``tests/integration/
-test_spark42_fixed_settings.py``):
+source, ``OffsetSeqMetadata`` and the state stores, and confirmed by restarts of real Spark 4.2.0
+checkpoints, ``tests/integration/test_spark42_fixed_settings.py``):
 
-* ``spark.sql.streaming.stateStore.encodingFormat`` and ``spark.sql.streaming.stateStore.
-  rowChecksum.enabled`` are in ``OffsetSeqMetadata.relevantSQLConfs``: every ``offsets/N`` carries
-  them in its ``conf`` map (absent in older checkpoints: Spark then assumes ``unsaferow`` /
-  ``false``). On a restart ``OffsetSeqMetadata.setSessionConf`` puts the checkpoint's value back
-  into the session with a warning: the restart runs, silently with the OLD value.
+* ``spark.sql.streaming.stateStore.encodingFormat``, ``spark.sql.streaming.stateStore.rowChecksum.
+  enabled`` and ``spark.sql.streaming.queryEvolution.enableSourceEvolution`` are in
+  ``OffsetSeqMetadata.relevantSQLConfs``: every ``offsets/N`` carries them in its ``conf`` map
+  (absent in older checkpoints: Spark then assumes ``unsaferow`` / ``false``). On a restart
+  ``OffsetSeqMetadata.setSessionConf`` puts the checkpoint's value back into the session ("Updating
+  the value of conf ... in current session"): the restart runs, silently with the OLD value. Two
+  exceptions fail instead: ``avro`` for an operator other than transformWithState is refused at
+  analysis, before the checkpoint is read, on any checkpoint; and Spark after 4.2 refuses source
+  evolution on an offset log v1 (``cannotEnableSourceEvolutionOnExistingCheckpointError``; Spark
+  4.2.0 keeps Kafka sources positional and fails a file source: ``batch N doesn't exist``).
 * ``spark.sql.streaming.stateStore.checkpointFormatVersion`` is NOT in the ``conf`` map: the commit
   log records it (``commits/N`` v2 with ``stateUniqueIds`` = format 2). A stateful query fails on
   a restart with the other format (1 -> 2: ``CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT``; 2 -> 1:
   ``CANNOT_LOAD_STATE_STORE.UNCATEGORIZED``; the HDFS-backed store, which the checkpoint's
   ``stateStore.providerClass`` keeps, refuses format 2: ``STATE_STORE_CHECKPOINT_IDS_NOT_SUPPORTED``);
   a stateless one simply writes the other commit log version.
-* Source evolution (``spark.sql.streaming.queryEvolution.enableSourceEvolution``, required by
-  ``DataStreamReader.name(...)``) needs offset log v2 (first line of ``offsets/N``). On a v1
-  checkpoint newer Spark throws ``cannotEnableSourceEvolutionOnExistingCheckpointError``; Spark
-  4.2.0 fails with ``IllegalStateException: batch N doesn't exist``. An existing checkpoint keeps
-  its offset log version whatever ``spark.sql.streaming.offsetLog.formatVersion`` says.
+* ``spark.sql.streaming.offsetLog.formatVersion``: an existing checkpoint keeps its offset log
+  version (first line of ``offsets/N``) whatever the conf says.
 * Real-time mode is the new version's trigger, recorded nowhere: Spark 4.2 runs only stateless
   queries in it (a stateful plan fails its allowlist, ``STREAMING_REAL_TIME_MODE.
-  OPERATOR_OR_SINK_NOT_IN_ALLOWLIST``, on any checkpoint); Spark 4.3 runs stateful ones on commit
-  log v2 only (``STREAMING_REAL_TIME_MODE.CHECKPOINT_FORMAT_V1_NOT_SUPPORTED``).
+  OPERATOR_OR_SINK_NOT_IN_ALLOWLIST``, on any checkpoint); Spark's source after 4.2 runs stateful
+  ones on commit log v2 only (``STREAMING_REAL_TIME_MODE.CHECKPOINT_FORMAT_V1_NOT_SUPPORTED``).
+
+Spark 4.2.0 is what was run; "after 4.2" is Spark's current source, not a release tried here: a
+version before 4.3 is judged as 4.2, any other (or an unknown one) by the current source.
 
 :func:`fixed_settings` gives one :class:`SettingVerdict` per setting whose value changes.
 """
@@ -71,7 +76,7 @@ RECORDED = {
     FixedSetting.CHECKPOINT_FORMAT: "commits/N version (v2 with stateUniqueIds = format 2); not in the offsets conf",
     FixedSetting.ENCODING_FORMAT: "offsets/N metadata conf (absent: unsaferow)",
     FixedSetting.ROW_CHECKSUM: "offsets/N metadata conf (absent: false)",
-    FixedSetting.SOURCE_EVOLUTION: "offsets/N first line (v2 = named sources) and its metadata conf",
+    FixedSetting.SOURCE_EVOLUTION: "offsets/N metadata conf (absent: false); offsets/N first line v2 = named sources",
     FixedSetting.OFFSET_LOG_FORMAT: "offsets/N first line (v1 / v2)",
     FixedSetting.REAL_TIME_MODE: "not recorded (the new version's trigger); the commit log version decides",
 }
@@ -101,20 +106,23 @@ _MIGRATE = ("the provider's migration: the new version on a new checkpoint at th
 class CheckpointFacts:
     """What the old checkpoint records of the fixed settings: the offset log version of the last
     committed batch, its commit log's state checkpoint format (2 when it holds ``stateUniqueIds``),
-    its metadata ``conf`` map, and whether the query keeps state (``state/`` has operators)."""
+    its metadata ``conf`` map, whether the query keeps state (``state/`` has operators) and whether
+    every stateful operator is a transformWithState (its ``state/<op>/_stateSchema``)."""
 
     offsets_version: int | None
     state_format: int | None
     conf: Mapping[str, str] = field(default_factory=dict, hash=False)
     stateful: bool = False
+    transform_with_state: bool = False
 
     @classmethod
     def of(cls, *, offsets_version: int | None, commit_has_state_ids: bool | None, conf: Mapping[str, str],
-           state_operators: tuple[int, ...] | list[int]) -> CheckpointFacts:
+           state_operators: tuple[int, ...] | list[int], transform_with_state: bool = False) -> CheckpointFacts:
         """From a :class:`~airflow_ckpt_provider.checkpoint.reader.CheckpointSnapshot`'s fields and
         its last commit (``commit_has_state_ids``: None when nothing is committed)."""
         fmt = None if commit_has_state_ids is None else (2 if commit_has_state_ids else 1)
-        return cls(offsets_version, fmt, dict(conf), bool(state_operators))
+        return cls(offsets_version, fmt, dict(conf), bool(state_operators),
+                   bool(state_operators) and transform_with_state)
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,6 @@ def fixed_settings(facts: CheckpointFacts, new_conf: Mapping[str, str], *, real_
     ``real_time``: the new version runs with ``trigger(realTime=...)``; ``spark_version``: the
     new version's Spark (None: unknown)."""
     found: list[SettingVerdict] = []
-    stateful = facts.stateful
     if facts.state_format is not None:
         old, new = str(facts.state_format), _value(new_conf, FixedSetting.CHECKPOINT_FORMAT)
         if old != new:
@@ -185,8 +192,8 @@ def fixed_settings(facts: CheckpointFacts, new_conf: Mapping[str, str], *, real_
     for setting in (FixedSetting.ENCODING_FORMAT, FixedSetting.ROW_CHECKSUM):
         old, new = _value(facts.conf, setting), _value(new_conf, setting)
         if facts.offsets_version is not None and old != new:
-            found.append(_recorded_conf(setting, old, new, stateful))
-    found += _sources(facts, new_conf)
+            found.append(_recorded_conf(setting, old, new, facts))
+    found += _sources(facts, new_conf, spark_version)
     if real_time:
         found.append(_real_time(facts, spark_version))
     return tuple(found)
@@ -212,17 +219,21 @@ def _checkpoint_format(facts: CheckpointFacts, new_conf: Mapping[str, str], old:
                                     "format 2 state is exported by Spark 4.1+)")
 
 
-def _recorded_conf(setting: FixedSetting, old: str, new: str, stateful: bool) -> SettingVerdict:
-    if not stateful:
+def _recorded_conf(setting: FixedSetting, old: str, new: str, facts: CheckpointFacts) -> SettingVerdict:
+    if not facts.stateful:
         return SettingVerdict(setting, old, new, Effect.NO_STATE,
                               migration="none: Spark keeps the checkpoint's value, which no state depends on")
-    migration = f"a new checkpoint with {setting}={new} ({_MIGRATE})"
-    if setting is FixedSetting.ENCODING_FORMAT and new == "avro":
-        migration += "; Spark 4.2 accepts avro for transformWithState only (the migrated trial shows it)"
-    return SettingVerdict(setting, old, new, Effect.KEPT, migration=migration)
+    if setting is FixedSetting.ENCODING_FORMAT and new == "avro" and not facts.transform_with_state:
+        return SettingVerdict(setting, old, new, Effect.UNSUPPORTED,
+                              "AnalysisException: State store encoding format as avro is not supported for operator",
+                              migration="Spark 4.2 encodes only transformWithState state in avro: keep unsaferow, or "
+                                        "move the operator to transformWithState on a new checkpoint "
+                                        f"({_MIGRATE})")
+    return SettingVerdict(setting, old, new, Effect.KEPT,
+                          migration=f"a new checkpoint with {setting}={new} ({_MIGRATE})")
 
 
-def _sources(facts: CheckpointFacts, new_conf: Mapping[str, str]) -> list[SettingVerdict]:
+def _sources(facts: CheckpointFacts, new_conf: Mapping[str, str], spark_version: str | None) -> list[SettingVerdict]:
     if facts.offsets_version is None:
         return []
     old_version = str(facts.offsets_version)
@@ -231,10 +242,14 @@ def _sources(facts: CheckpointFacts, new_conf: Mapping[str, str]) -> list[Settin
                  "at the handover" + (", the state exported and seeded" if facts.stateful else ""))
     if evolution and facts.offsets_version < 2:
         old = _value(facts.conf, FixedSetting.SOURCE_EVOLUTION)
-        return [SettingVerdict(FixedSetting.SOURCE_EVOLUTION, f"{old} (offsets v{old_version})", "true",
-                               Effect.REFUSED,
-                               "cannotEnableSourceEvolutionOnExistingCheckpointError (Spark 4.2.0: "
-                               "IllegalStateException: batch N doesn't exist)", migration)]
+        if _version_before(spark_version, 4, 3):
+            return [SettingVerdict(FixedSetting.SOURCE_EVOLUTION, old, "true", Effect.KEPT, migration=(
+                f"{migration}; on this offsets v{old_version} checkpoint Spark {spark_version} restores "
+                f"{FixedSetting.SOURCE_EVOLUTION}={old}: Kafka sources stay positional, names are not recorded (a "
+                "file source fails: IllegalStateException: batch N doesn't exist)"))]
+        return [SettingVerdict(FixedSetting.SOURCE_EVOLUTION, old, "true", Effect.REFUSED,
+                               "cannotEnableSourceEvolutionOnExistingCheckpointError",
+                               f"{migration}; the old checkpoint's offset log is v{old_version}")]
     wanted = _value(new_conf, FixedSetting.OFFSET_LOG_FORMAT)
     if not evolution and wanted != old_version and FixedSetting.OFFSET_LOG_FORMAT.value in new_conf:
         return [SettingVerdict(FixedSetting.OFFSET_LOG_FORMAT, old_version, wanted, Effect.KEPT,
@@ -251,7 +266,8 @@ def _real_time(facts: CheckpointFacts, spark_version: str | None) -> SettingVerd
         return SettingVerdict(setting, old, "real-time", Effect.UNSUPPORTED,
                               "STREAMING_REAL_TIME_MODE.OPERATOR_OR_SINK_NOT_IN_ALLOWLIST",
                               migration=f"Spark {spark_version} runs no stateful query in real-time mode: keep "
-                                        "micro-batch, or move to Spark 4.3+ on a new checkpoint with format 2")
+                                        "micro-batch, or move to a Spark that does (Spark's source after 4.2) on a "
+                                        "new checkpoint with format 2")
     if facts.state_format == 2:
         return SettingVerdict(setting, old, "real-time", Effect.TRIAL,
                               migration="commit log v2 already: the trial decides")

@@ -132,14 +132,17 @@ def _operators(raw: Any) -> tuple[StatefulOperator, ...] | None:
 
 def checkpoint_facts(reader: CheckpointReader) -> CheckpointFacts:
     """What ``reader``'s checkpoint records of the fixed settings (reads ``offsets/N`` and
-    ``commits/N`` of the last committed batch, lists ``state/``)."""
+    ``commits/N`` of the last committed batch, lists ``state/``; a stateful operator with
+    ``state/<op>/_stateSchema`` is a transformWithState)."""
     snapshot = reader.snapshot()
     commit = None
     if snapshot.last_committed_batch is not None and snapshot.commit_version is not None:
         commit = reader.commit_entry(snapshot.last_committed_batch)
+    tws = all(reader.fs.exists(posixpath.join(reader.root, "state", str(op), "_stateSchema"))
+              for op in snapshot.state_operators)
     return CheckpointFacts.of(offsets_version=snapshot.offsets_version,
                               commit_has_state_ids=None if commit is None else commit.state_unique_ids is not None,
-                              conf=snapshot.conf, state_operators=snapshot.state_operators)
+                              conf=snapshot.conf, state_operators=snapshot.state_operators, transform_with_state=tws)
 
 
 def checkpoint_settings(old_checkpoint: str, conf: Mapping[str, str] | None = None, *,

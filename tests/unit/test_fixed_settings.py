@@ -30,8 +30,9 @@ ROCKS = {PROVIDER_KEY: ROCKSDB_PROVIDER}
 
 
 def facts(*, stateful: bool, state_format: int | None = 1, offsets: int | None = 1,
-          conf: dict[str, str] | None = None) -> CheckpointFacts:
-    return CheckpointFacts(offsets_version=offsets, state_format=state_format, conf=conf or {}, stateful=stateful)
+          conf: dict[str, str] | None = None, tws: bool = False) -> CheckpointFacts:
+    return CheckpointFacts(offsets_version=offsets, state_format=state_format, conf=conf or {}, stateful=stateful,
+                           transform_with_state=tws)
 
 
 # (case, checkpoint, new conf, expected (setting, old, new, effect, Spark error or ""))
@@ -53,13 +54,16 @@ TABLE: list[tuple[str, CheckpointFacts, dict[str, str], tuple[FixedSetting, str,
      (FixedSetting.CHECKPOINT_FORMAT, "2", "1", Effect.NO_STATE, "")),
     ("format unchanged 2, stateful", facts(stateful=True, state_format=2, conf=ROCKS), {**ROCKS, CFV: "2"}, None),
     ("format: nothing committed yet", facts(stateful=True, state_format=None, offsets=None), {CFV: "2"}, None),
-    # state encoding: offsets conf map, restored silently on a restart
-    ("encoding unsaferow -> avro, stateful", facts(stateful=True, conf={ENC: "unsaferow"}), {ENC: "avro"},
+    # state encoding: offsets conf map, restored silently on a restart; avro only for transformWithState
+    ("encoding unsaferow -> avro, transformWithState", facts(stateful=True, conf={ENC: "unsaferow"}, tws=True),
+     {ENC: "avro"}, (FixedSetting.ENCODING_FORMAT, "unsaferow", "avro", Effect.KEPT, "")),
+    ("encoding absent (Spark 3.5/4.0) -> avro, transformWithState", facts(stateful=True, tws=True), {ENC: "avro"},
      (FixedSetting.ENCODING_FORMAT, "unsaferow", "avro", Effect.KEPT, "")),
-    ("encoding absent (Spark 3.5/4.0) -> avro, stateful", facts(stateful=True), {ENC: "avro"},
-     (FixedSetting.ENCODING_FORMAT, "unsaferow", "avro", Effect.KEPT, "")),
-    ("encoding avro -> default unsaferow, stateful", facts(stateful=True, conf={ENC: "avro"}), {},
+    ("encoding avro -> default unsaferow, transformWithState", facts(stateful=True, conf={ENC: "avro"}, tws=True), {},
      (FixedSetting.ENCODING_FORMAT, "avro", "unsaferow", Effect.KEPT, "")),
+    ("encoding unsaferow -> avro, dropDuplicates/aggregation", facts(stateful=True, conf={ENC: "unsaferow"}),
+     {ENC: "avro"}, (FixedSetting.ENCODING_FORMAT, "unsaferow", "avro", Effect.UNSUPPORTED,
+                     "AnalysisException: State store encoding format as avro is not supported")),
     ("encoding unsaferow -> avro, stateless", facts(stateful=False, conf={ENC: "unsaferow"}), {ENC: "avro"},
      (FixedSetting.ENCODING_FORMAT, "unsaferow", "avro", Effect.NO_STATE, "")),
     ("encoding unchanged avro", facts(stateful=True, conf={ENC: "avro"}), {ENC: "AVRO"}, None),
@@ -74,10 +78,10 @@ TABLE: list[tuple[str, CheckpointFacts, dict[str, str], tuple[FixedSetting, str,
      (FixedSetting.ROW_CHECKSUM, "false", "true", Effect.NO_STATE, "")),
     # source evolution: the offset log version
     ("source evolution on, offsets v1, stateful", facts(stateful=True), {EVO: "true"},
-     (FixedSetting.SOURCE_EVOLUTION, "false (offsets v1)", "true", Effect.REFUSED,
+     (FixedSetting.SOURCE_EVOLUTION, "false", "true", Effect.REFUSED,
       "cannotEnableSourceEvolutionOnExistingCheckpointError")),
     ("source evolution on, offsets v1, stateless", facts(stateful=False), {EVO: "true"},
-     (FixedSetting.SOURCE_EVOLUTION, "false (offsets v1)", "true", Effect.REFUSED,
+     (FixedSetting.SOURCE_EVOLUTION, "false", "true", Effect.REFUSED,
       "cannotEnableSourceEvolutionOnExistingCheckpointError")),
     ("source evolution on, offsets v2 already", facts(stateful=True, offsets=2, conf={EVO: "true"}), {EVO: "true"},
      None),
@@ -108,6 +112,19 @@ def test_the_decision_table(checkpoint: CheckpointFacts, new_conf: dict[str, str
     if verdict.needs_new_checkpoint:
         assert "needs a new checkpoint" in line
     assert SettingVerdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
+
+
+@pytest.mark.parametrize(("version", "effect"), [("4.2.0", Effect.KEPT), ("4.1.1", Effect.KEPT),
+                                                 ("4.3.0", Effect.REFUSED), (None, Effect.REFUSED)])
+@pytest.mark.parametrize("stateful", [True, False])
+def test_source_evolution_by_spark_version(version: str | None, effect: Effect, stateful: bool) -> None:
+    """Spark 4.2 restores ``enableSourceEvolution=false`` from a v1 checkpoint (sources stay
+    positional); Spark's source after 4.2 refuses the restart. Both need a new checkpoint."""
+    (verdict,) = fixed_settings(facts(stateful=stateful), {EVO: "true"}, spark_version=version)
+    assert (verdict.setting, verdict.old, verdict.new, verdict.effect) == (FixedSetting.SOURCE_EVOLUTION, "false",
+                                                                           "true", effect)
+    assert verdict.needs_new_checkpoint and "named sources on a new checkpoint" in verdict.migration
+    assert ("state exported and seeded" in verdict.migration) is stateful
 
 
 # real-time mode: the new version's trigger, recorded nowhere
@@ -144,12 +161,15 @@ def test_several_settings_in_the_order_of_the_table() -> None:
     assert [v.setting for v in found] == [FixedSetting.CHECKPOINT_FORMAT, FixedSetting.ENCODING_FORMAT,
                                           FixedSetting.ROW_CHECKSUM, FixedSetting.SOURCE_EVOLUTION,
                                           FixedSetting.REAL_TIME_MODE]
-    assert "avro for transformWithState only" in found[1].migration
+    assert "only transformWithState state in avro" in found[1].migration
 
 
 def test_facts_from_a_snapshot_and_its_commit() -> None:
     assert CheckpointFacts.of(offsets_version=2, commit_has_state_ids=True, conf={ENC: "avro"},
-                              state_operators=(0,)) == CheckpointFacts(2, 2, {ENC: "avro"}, True)
+                              state_operators=(0,), transform_with_state=True) == CheckpointFacts(2, 2, {ENC: "avro"},
+                                                                                                  True, True)
+    assert not CheckpointFacts.of(offsets_version=2, commit_has_state_ids=True, conf={}, state_operators=(),
+                                  transform_with_state=True).transform_with_state
     assert CheckpointFacts.of(offsets_version=1, commit_has_state_ids=False, conf={}, state_operators=()) == \
         CheckpointFacts(1, 1, {}, False)
     assert CheckpointFacts.of(offsets_version=None, commit_has_state_ids=None, conf={}, state_operators=()) \
