@@ -230,3 +230,22 @@ def test_check_upgrade_runs_only_the_migrated_trial_when_a_setting_decides(tmp_p
                                  poll_interval=0.01)
     assert [launch["name"] for launch in launcher.launches] == ["ckpt-trial-in_place", "ckpt-trial-migrated"]
     assert verdict.in_place_ok is True and verdict.settings == ()
+
+
+def test_ckpt_check_upgrade_real_time_reaches_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from airflow_ckpt_provider.cli import main
+    from tests.unit.test_compat import fake_check
+
+    (setting,) = fixed_settings(facts(stateful=True), {}, real_time=True, spark_version="4.2.0")
+    verdict = classify(ok(TrialKind.IN_PLACE), ok(TrialKind.MIGRATED), settings=[setting])
+    calls = fake_check(monkeypatch, verdict, "airflow_ckpt_provider.hooks.compat")
+    out = io.StringIO()
+    assert main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py", "--real-time"], stdout=out,
+                stderr=io.StringIO()) == 0
+    assert calls[0]["real_time"] is True
+    assert "setting trigger(realTime=...): micro-batch -> real-time: the new Spark refuses" in out.getvalue()
+    main(["check-upgrade", "--old", "/data/ckpt", "--new-application", "v2.py"], stdout=io.StringIO(),
+         stderr=io.StringIO())
+    assert calls[1]["real_time"] is False
