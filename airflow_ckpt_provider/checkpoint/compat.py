@@ -16,7 +16,10 @@ driver's error and log tail). Where Spark itself does not fail on a restart that
 forbids (a stream-stream join whose type changed keeps the same state schemas), the stateful
 operators each version recorded (:class:`StatefulOperator`, written by
 :class:`airflow_ckpt_provider.spark.GracefulStop` as ``_ckpt/stateful-operators.json`` from the
-query's executed plan) are compared. Pure: no Airflow, no Spark, no I/O.
+query's executed plan) are compared. The settings Spark fixes for a checkpoint's life
+(:mod:`airflow_ckpt_provider.checkpoint.fixed_settings`, judged before the trials) come first: one
+that needs a new checkpoint decides the in-place answer (:attr:`Rule.FIXED_SETTING`) without the
+in-place trial. Pure: no Airflow, no Spark, no I/O.
 """
 
 from __future__ import annotations

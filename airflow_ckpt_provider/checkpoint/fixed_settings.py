@@ -12,7 +12,8 @@ checkpoints, ``tests/integration/test_spark42_fixed_settings.py``):
   ``OffsetSeqMetadata.setSessionConf`` puts the checkpoint's value back into the session ("Updating
   the value of conf ... in current session"): the restart runs, silently with the OLD value. Two
   exceptions fail instead: ``avro`` for an operator other than transformWithState is refused at
-  analysis, before the checkpoint is read, on any checkpoint; and Spark after 4.2 refuses source
+  analysis, before the checkpoint is read, on any checkpoint (tried for ``dropDuplicates``; the
+  trials, which still run, show it for other operators); and Spark after 4.2 refuses source
   evolution on an offset log v1 (``cannotEnableSourceEvolutionOnExistingCheckpointError``; Spark
   4.2.0 keeps Kafka sources positional and fails a file source: ``batch N doesn't exist``).
 * ``spark.sql.streaming.stateStore.checkpointFormatVersion`` is NOT in the ``conf`` map: the commit
