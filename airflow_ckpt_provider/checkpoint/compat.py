@@ -16,7 +16,10 @@ driver's error and log tail). Where Spark itself does not fail on a restart that
 forbids (a stream-stream join whose type changed keeps the same state schemas), the stateful
 operators each version recorded (:class:`StatefulOperator`, written by
 :class:`airflow_ckpt_provider.spark.GracefulStop` as ``_ckpt/stateful-operators.json`` from the
-query's executed plan) are compared. Pure: no Airflow, no Spark, no I/O.
+query's executed plan) are compared. The settings Spark fixes for a checkpoint's life
+(:mod:`airflow_ckpt_provider.checkpoint.fixed_settings`, judged before the trials) come first: one
+that needs a new checkpoint decides the in-place answer (:attr:`Rule.FIXED_SETTING`) without the
+in-place trial. Pure: no Airflow, no Spark, no I/O.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
+from airflow_ckpt_provider.checkpoint.fixed_settings import SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade.codec import Codec, Field
 
@@ -50,6 +54,7 @@ class Rule(StrEnum):
     JOIN_TYPE = "join_type"                      # stream-stream join type
     STATE_CONFIG = "state_config"                # a state store setting that cannot change
     SINK_CHANGED = "sink_changed"                # sink type or path
+    FIXED_SETTING = "fixed_setting"              # a setting Spark fixes for a checkpoint's life
     UNKNOWN = "unknown"                          # the restart failed for another reason
 
     @property
@@ -67,6 +72,7 @@ _RULE_TEXT = {
     Rule.JOIN_TYPE: "the type of a stream-stream join changed",
     Rule.STATE_CONFIG: "a state store setting changed that cannot change between restarts",
     Rule.SINK_CHANGED: "the sink type or output path changed",
+    Rule.FIXED_SETTING: "a setting Spark fixes for a checkpoint's life changed",
     Rule.UNKNOWN: "the restart on the old checkpoint fails",
 }
 
@@ -176,7 +182,10 @@ class CompatibilityVerdict:
     tried); ``error_class`` / ``driver_error`` / ``log_tail``: what Spark said (the in-place
     failure, or the migrated one when the new version does not start at all); ``state_batch`` /
     ``state_rows``: the old query's state the migrated trial was given (exported after that batch,
-    that many rows; None: it started with empty state — a stateless query, or ``carry_state`` off)."""
+    that many rows; None: it started with empty state — a stateless query, or ``carry_state`` off);
+    ``settings``: the settings Spark fixes for a checkpoint's life that the new version changes,
+    judged from the old checkpoint before any trial
+    (:func:`~airflow_ckpt_provider.checkpoint.fixed_settings.fixed_settings`)."""
 
     in_place_ok: bool | None
     migrated_ok: bool | None
@@ -190,6 +199,7 @@ class CompatibilityVerdict:
     trials: tuple[TrialResult, ...] = field(default=(), compare=False)
     state_batch: int | None = None
     state_rows: int | None = None
+    settings: tuple[SettingVerdict, ...] = ()
 
     @property
     def new_version_starts(self) -> bool:
@@ -222,7 +232,9 @@ class CompatibilityVerdict:
         else:
             assert self.rule is not None
             head = f"needs a new checkpoint: {self.rule.text}"
-            if self.operator:
+            if self.rule is Rule.FIXED_SETTING:
+                head += f" ({self.operator}: {self.old} -> {self.new})"
+            elif self.operator:
                 head += f" (operator {self.operator})"
         if self.migrated_ok is True:
             head += "; the new version starts on a new checkpoint at the handover"
@@ -237,6 +249,7 @@ class CompatibilityVerdict:
             lines += [f"old: {self.old}", f"new: {self.new}"]
         if self.error_class and self.in_place_ok is False:
             lines.append(f"Spark: [{self.error_class}] {self.error_line}".rstrip())
+        lines += [f"setting {s.describe()}" for s in self.settings]
         if self.state_batch is not None:
             lines.append(f"migrated trial given the old query's state after batch {self.state_batch} "
                          f"({self.state_rows or 0:,} rows), as the upgrade will give it")
@@ -248,7 +261,8 @@ class CompatibilityVerdict:
                 "new": self.new, "error_class": self.error_class, "driver_error": self.driver_error,
                 "log_tail": self.log_tail, "trials": [t.to_dict() for t in self.trials],
                 "new_version_starts": self.new_version_starts, "headline": self.headline(),
-                "state_batch": self.state_batch, "state_rows": self.state_rows}
+                "state_batch": self.state_batch, "state_rows": self.state_rows,
+                "settings": [s.to_dict() for s in self.settings]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -300,6 +314,8 @@ _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
                     expected="a list of TrialResult objects (or their JSON)"),
     "state_batch": Field(required=False, decode=_count_or_none, expected="an integer or null"),
     "state_rows": Field(required=False, decode=_count_or_none, expected="an integer or null"),
+    "settings": Field(required=False, default=(), decode=lambda v: tuple(SettingVerdict.from_dict(s) for s in v or ()),
+                      expected="a list of setting verdicts (setting, old, new, effect)"),
 }, version=None, unknown_keys="ignore", raise_as_is=(JsonTooLarge,))
 
 
@@ -425,15 +441,51 @@ def _join_type(detail: str) -> str:
 
 
 def classify(
-    in_place: TrialResult,
+    in_place: TrialResult | None,
     migrated: TrialResult | None = None,
     *,
     old_operators: Sequence[StatefulOperator] | None = None,
+    settings: Sequence[SettingVerdict] = (),
 ) -> CompatibilityVerdict:
     """The verdict of the two trials (see the module doc). ``old_operators``: the stateful
     operators the old version recorded (None when it recorded none: then only Spark's errors
     count). A failure of the in-place trial names its rule; a failure of the migrated trial means
-    the new version does not start at all."""
+    the new version does not start at all. ``settings``: the fixed settings the new version
+    changes (judged before the trials); one that needs a new checkpoint decides the in-place
+    answer, and ``in_place`` is then None (not run)."""
+    verdict = _classify(in_place, migrated, old_operators=old_operators, settings=tuple(settings))
+    return replace(verdict, settings=tuple(settings))
+
+
+def settings_verdict(settings: Sequence[SettingVerdict], migrated: TrialResult | None) -> CompatibilityVerdict | None:
+    """The verdict when a fixed setting already needs a new checkpoint (no in-place trial is
+    needed), else None. The migrated trial still says whether the new version starts."""
+    decisive = next((s for s in settings if s.needs_new_checkpoint), None)
+    if decisive is None:
+        return None
+    migrated_ok = None if migrated is None else migrated.started
+    failed = migrated is not None and migrated.started is False
+    return CompatibilityVerdict(
+        in_place_ok=False, migrated_ok=migrated_ok, rule=Rule.FIXED_SETTING, operator=decisive.setting.value,
+        old=decisive.old, new=decisive.new,
+        error_class=migrated.error_class if failed and migrated else decisive.spark_error.split(" ")[0],
+        driver_error=migrated.error_message if failed and migrated else "",
+        log_tail=migrated.log_tail if failed and migrated else "",
+        trials=() if migrated is None else (migrated,), settings=tuple(settings))
+
+
+def _classify(
+    in_place: TrialResult | None,
+    migrated: TrialResult | None,
+    *,
+    old_operators: Sequence[StatefulOperator] | None,
+    settings: tuple[SettingVerdict, ...],
+) -> CompatibilityVerdict:
+    decided = settings_verdict(settings, migrated)
+    if decided is not None:
+        return replace(decided, trials=tuple(t for t in (in_place, migrated) if t is not None))
+    if in_place is None:
+        raise ValueError("no in-place trial and no fixed setting that decides it")
     trials = (in_place,) if migrated is None else (in_place, migrated)
     migrated_ok = None if migrated is None else (migrated.started if migrated.started is not None else None)
     if migrated is not None and migrated.started is False:
@@ -514,4 +566,4 @@ def local_imports(text: str) -> list[str]:
 
 __all__ = ["CONTRACT_NAMES", "ERROR_CLASS_RULES", "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator",
            "TrialKind", "TrialResult", "check_trial_location", "classify", "compare_operators", "declares_contract",
-           "local_imports", "read_failure", "spark_error"]
+           "local_imports", "read_failure", "settings_verdict", "spark_error"]

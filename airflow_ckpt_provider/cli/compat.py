@@ -20,7 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "unless --no-state), each for --batches batches with its "
         "output redirected to the trial location, then delete the copies. Prints the verdict: in place OK (a plain "
         "restart will do), or the rule of Spark's table that needs a new checkpoint with the operator and the schemas "
-        "on both sides, and whether the new version starts at all. Exit 0 with a verdict, 6 when the new version "
+        "on both sides, and whether the new version starts at all. Settings Spark fixes for a checkpoint's life "
+        "(state checkpoint format, state encoding, row checksums, source evolution, real-time mode) are judged from "
+        "the old checkpoint and --conf first; one that needs a new checkpoint skips the in-place trial. "
+        "Exit 0 with a verdict, 6 when the new version "
         "does not start, 2 when a trial is refused (job without the trial contract, trial location overlapping a "
         "live one).")
     check.add_argument("--old", required=True, metavar="CHECKPOINT", help="the running (old) version's checkpoint")
@@ -41,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--no-state", action="store_true",
                        help="the migrated trial starts with empty state (default: a stateful old query's state, "
                             "exported from the copy, as the upgrade carries it)")
+    check.add_argument("--real-time", action="store_true",
+                       help="the new version runs with trigger(realTime=...) (judged with the settings Spark fixes "
+                            "for a checkpoint's life, before any trial)")
     check.add_argument("--json", action="store_true", help="print the verdict as JSON")
     check.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE",
                        help="fsspec storage option for the checkpoint and the trial location (repeatable)")
@@ -59,7 +65,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         conf=_conf(args.conf), storage=CheckpointStorageHook(**storage_options(args.storage_option)),
         trial_root=args.trial_location, live_locations={f"live location {i + 1}": u for i, u in enumerate(args.live)},
         batches=args.batches, timeout=args.timeout, migrated=not args.no_migrated,
-        carry_state=not args.no_state, source=args.source)
+        carry_state=not args.no_state, source=args.source, real_time=args.real_time)
     if args.json:
         out.write(json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n")
     else:

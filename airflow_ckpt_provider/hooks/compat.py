@@ -18,6 +18,13 @@
 5. classifies (:func:`~airflow_ckpt_provider.checkpoint.compat.classify`), comparing the stateful
    operators the old version recorded with the in-place trial's.
 
+Before step 2 it reads the settings Spark fixes for a checkpoint's life from the old checkpoint
+(:func:`checkpoint_settings`: the offsets' conf map and version, the commit log's state format,
+``state/``) and judges them against ``conf``
+(:func:`~airflow_ckpt_provider.checkpoint.fixed_settings.fixed_settings`). When one already needs
+a new checkpoint, the in-place trial is not run: the verdict names the setting, and only the
+migrated trial runs.
+
 Nothing is written to the old checkpoint, the new checkpoint or a live sink; Spark's Kafka
 source commits no consumer-group offsets and a trial drops ``kafka.group.id``. With
 ``carry_state=False`` (the upgrade will not carry the state) the migrated trial starts with
@@ -49,6 +56,7 @@ from airflow_ckpt_provider.checkpoint.compat import (
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
 from airflow_ckpt_provider.checkpoint.files import read_file
+from airflow_ckpt_provider.checkpoint.fixed_settings import CheckpointFacts, SettingVerdict, fixed_settings
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
@@ -122,6 +130,32 @@ def _operators(raw: Any) -> tuple[StatefulOperator, ...] | None:
     return tuple(StatefulOperator.from_dict(o) for o in raw)
 
 
+def checkpoint_facts(reader: CheckpointReader) -> CheckpointFacts:
+    """What ``reader``'s checkpoint records of the fixed settings (reads ``offsets/N`` and
+    ``commits/N`` of the last committed batch, lists ``state/``; a stateful operator with
+    ``state/<op>/_stateSchema`` is a transformWithState)."""
+    snapshot = reader.snapshot()
+    commit = None
+    if snapshot.last_committed_batch is not None and snapshot.commit_version is not None:
+        commit = reader.commit_entry(snapshot.last_committed_batch)
+    tws = all(reader.fs.exists(posixpath.join(reader.root, "state", str(op), "_stateSchema"))
+              for op in snapshot.state_operators)
+    return CheckpointFacts.of(offsets_version=snapshot.offsets_version,
+                              commit_has_state_ids=None if commit is None else commit.state_unique_ids is not None,
+                              conf=snapshot.conf, state_operators=snapshot.state_operators, transform_with_state=tws)
+
+
+def checkpoint_settings(old_checkpoint: str, conf: Mapping[str, str] | None = None, *,
+                        storage: CheckpointStorageHook | None = None, real_time: bool = False,
+                        spark_version: str | None = None) -> tuple[SettingVerdict, ...]:
+    """The fixed settings the new version (its Spark ``conf``; ``real_time``: its trigger is
+    real-time mode; ``spark_version``: its Spark) changes against ``old_checkpoint``, judged from
+    the checkpoint alone (nothing runs)."""
+    fs, _ = (storage or CheckpointStorageHook()).filesystem(old_checkpoint)
+    facts = checkpoint_facts(CheckpointReader(old_checkpoint, fs=fs))
+    return fixed_settings(facts, dict(conf or {}), real_time=real_time, spark_version=spark_version)
+
+
 def check_upgrade(
     *,
     old_checkpoint: str,
@@ -139,6 +173,7 @@ def check_upgrade(
     carry_state: bool = True,
     contract_check: bool = True,
     source: int | str | None = None,
+    real_time: bool = False,
 ) -> CompatibilityVerdict:
     """Try ``new_application`` in place and migrated on copies of ``old_checkpoint`` (see the
     module doc) and return the verdict.
@@ -150,7 +185,8 @@ def check_upgrade(
     it is killed and counts as not proven); ``migrated``: also run the migrated trial;
     ``carry_state``: give the migrated trial the old query's state (exported from the copy into
     the trial location; nothing to export for a stateless query); ``contract_check``: refuse a
-    ``.py`` job whose source does not follow the trial contract.
+    ``.py`` job whose source does not follow the trial contract; ``real_time``: the new version
+    runs with ``trigger(realTime=...)`` (a fixed setting too).
     Raises :class:`TrialRefused` before anything starts, or after a trial that ran without
     honouring the contract (its files are deleted); the state export's refusals and
     :class:`StateExportFailed` when the state cannot be carried (as the upgrade's export step
@@ -168,18 +204,27 @@ def check_upgrade(
     # the handover's selection rule (AmbiguousSource, SourceNotKafka), before anything is copied or launched
     migrated_start = handover.kafka_offsets(source).to_json() if migrated else None
     old_ops = _operators(_read_json(old_fs, posixpath.join(old_path, OPERATORS_RECORD)))
+    settings = fixed_settings(checkpoint_facts(CheckpointReader(old_checkpoint, fs=old_fs)), dict(conf or {}),
+                              real_time=real_time, spark_version=getattr(launcher, "spark_version", None))
+    for setting in settings:
+        log.info("fixed setting %s", setting.describe())
+    in_place = not any(s.needs_new_checkpoint for s in settings)
+    if not in_place:
+        log.info("a fixed setting needs a new checkpoint: no in-place trial")
     trial_fs, trial_path = storage.filesystem(root)
     trials: list[_Trial] = []
+    results: list[TrialResult] = []
+    state = None
     try:
-        copy_dst = posixpath.join(trial_path, "in_place", "checkpoint")
-        copied = copy_tree(old_fs, old_path, trial_fs, copy_dst, skip=_skip_in_copy)
-        log.info("trial: copied the old checkpoint (%s files, %s bytes) to %s", len(copied),
-                 f"{sum(size for size, _ in copied.values()):,}", copy_dst)
-        state = None
+        if in_place or (migrated and carry_state):
+            copy_dst = posixpath.join(trial_path, "in_place", "checkpoint")
+            copied = copy_tree(old_fs, old_path, trial_fs, copy_dst, skip=_skip_in_copy)
+            log.info("trial: copied the old checkpoint (%s files, %s bytes) to %s", len(copied),
+                     f"{sum(size for size, _ in copied.values()):,}", copy_dst)
         if migrated and carry_state:  # before the in-place trial writes to the copy
             state = _export_state(launcher, storage, f"{root}/in_place/checkpoint", f"{root}/state", conf=conf,
                                   timeout=timeout, poll_interval=poll_interval)
-        kinds = [TrialKind.IN_PLACE] + ([TrialKind.MIGRATED] if migrated else [])
+        kinds = ([TrialKind.IN_PLACE] if in_place else []) + ([TrialKind.MIGRATED] if migrated else [])
         for kind in kinds:
             trial_uri = f"{root}/{kind.value}"
             checkpoint = f"{trial_uri}/checkpoint"
@@ -213,7 +258,9 @@ def check_upgrade(
                            expected="a job that takes its outputs from sink_location() and runs GracefulStop",
                            action="Its trial files were deleted; make the job follow the trial contract (docs "
                                   "'Spark side'). Nothing of the live job was touched.", path=new_application)
-    verdict = classify(results[0], results[1] if len(results) > 1 else None, old_operators=old_ops)
+    by_kind = {r.kind: r for r in results}
+    verdict = classify(by_kind.get(TrialKind.IN_PLACE), by_kind.get(TrialKind.MIGRATED), old_operators=old_ops,
+                       settings=settings)
     if state is not None:
         verdict = replace(verdict, state_batch=state.batch, state_rows=state.rows)
     log.info("compatibility of %s with %s: %s", new_application, old_checkpoint, verdict.headline())
@@ -293,4 +340,4 @@ def _remove(fs: Any, path: str) -> None:
         log.warning("could not delete the trial files at %s: %s", path, exc)
 
 
-__all__ = ["application_sources", "check_upgrade"]
+__all__ = ["application_sources", "check_upgrade", "checkpoint_facts", "checkpoint_settings"]

@@ -63,6 +63,9 @@ class CompatibilityCheckOperator(BaseOperator):
     :param source: Kafka source index or name the migrated trial starts from (default: the only one, as the handover)
     :param journal: the upgrade journal's URI (templated): the verdict (or the refusal) goes in its ``planning``
     :param journal_conn_id: Airflow connection of the journal's storage
+    :param real_time: the new version runs with ``trigger(realTime=...)``: judged with the settings Spark fixes for a
+        checkpoint's life (read from the old checkpoint before any trial; one that needs a new checkpoint skips the
+        in-place trial)
     """
 
     template_fields: Sequence[str] = ("old_checkpoint_uri", "new_application", "application_args", "conf",
@@ -95,12 +98,14 @@ class CompatibilityCheckOperator(BaseOperator):
         source: int | str | None = None,
         journal: str | None = None,
         journal_conn_id: str | None = None,
+        real_time: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.source = source
         self.journal = journal
         self.journal_conn_id = journal_conn_id
+        self.real_time = bool(real_time)
         if batches < 1 or trial_timeout <= 0:
             raise ValueError("batches must be at least 1 and trial_timeout positive")
         self.old_checkpoint_uri = old_checkpoint_uri
@@ -149,7 +154,7 @@ class CompatibilityCheckOperator(BaseOperator):
             launcher=self.launcher_hook, conf={str(k): str(v) for k, v in conf.items()}, storage=self.storage_hook,
             trial_root=self.trial_root or None, live_locations={str(k): str(v) for k, v in live.items() if v},
             batches=self.batches, timeout=self.trial_timeout, migrated=self.migrated,
-            carry_state=flag(self.carry_state, "carry_state"), source=self.source)
+            carry_state=flag(self.carry_state, "carry_state"), source=self.source, real_time=self.real_time)
         for line in verdict.describe():
             self.log.info("compatibility: %s", line)
         if self.fail_if_does_not_start and not verdict.new_version_starts:
