@@ -94,10 +94,13 @@ def run_dag(demo: UpgradeDemo, conf: dict[str, Any], work: Path, index: int, fau
     return ChildRun(fault, code, json.loads(result.read_text()) if result.exists() else None, log)
 
 
-def spark_jobs(application: Path) -> list[int]:
-    """Live spark-submit jobs running ``application`` on this machine, one per launch: the
-    process groups (a detached launch has its own) of the processes submitting it."""
+def spark_jobs(application: Path, under: Path) -> list[int]:
+    """Live spark-submit jobs running ``application`` with an argument under ``under`` (this
+    test's demo: its checkpoints), one per launch: the process groups (a detached launch has its
+    own) of the processes submitting it. Jobs of other tests running at the same time, from the
+    same application file, are not counted."""
     groups: set[int] = set()
+    needle = str(under).encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -105,7 +108,8 @@ def spark_jobs(application: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"org.apache.spark.deploy.SparkSubmit" in argv and str(application).encode() in argv:
+        if b"org.apache.spark.deploy.SparkSubmit" in argv and str(application).encode() in argv \
+                and any(needle in arg for arg in argv):
             try:
                 groups.add(os.getpgid(int(entry.name)))
             except ProcessLookupError:
@@ -158,18 +162,19 @@ def kill_chain(demo: UpgradeDemo, conf: dict[str, Any], work: Path, faults: list
         assert run.returncode == -9, f"{fault}: expected SIGKILL, got {run.returncode}\n{run.tail()}"
         fired = (work / "faults.log").read_text().split("\n")
         assert any(line.split(" ")[1:2] == [fault] for line in fired if line), f"{fault} did not fire"
-        assert len(spark_jobs(new_application)) <= 1 and len(spark_jobs(V1)) <= 1, f"two copies after {fault}"
+        assert len(spark_jobs(new_application, demo.work)) <= 1 and len(spark_jobs(V1, demo.work)) <= 1, \
+            f"two copies after {fault}"
         killed.append(run)
     return killed, run_dag(demo, conf, work, len(faults), None)
 
 
 @pytest.fixture(autouse=True)
-def no_job_left_behind() -> Any:
-    """Kill whatever job the DAG runs started, however the test ended."""
+def no_job_left_behind(demo: UpgradeDemo) -> Any:
+    """Kill whatever job this test's DAG runs started, however the test ended."""
     yield
     import signal
 
-    for group in spark_jobs(V1) + spark_jobs(V2) + spark_jobs(CRASHING_V2):
+    for group in spark_jobs(V1, demo.work) + spark_jobs(V2, demo.work) + spark_jobs(CRASHING_V2, demo.work):
         try:
             os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
@@ -185,17 +190,18 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
     assert final.result is not None and final.result["state"] == "success", final.result
     # exactly one query, the new version, on the new checkpoint
     assert alive_on(demo.new_cp) and not alive_on(demo.old_cp)
-    assert len(spark_jobs(V2)) == 1 and spark_jobs(V1) == []
+    assert len(spark_jobs(V2, demo.work)) == 1 and spark_jobs(V1, demo.work) == []
     # one archive, one journal that saw every run, closed, the stream unlocked
     archives = [p for p in (demo.archive_root / STREAM).iterdir() if not p.name.startswith("_")]
     assert len(archives) == 1, archives
     (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
     assert journal.outcome == "upgraded" and len(journal.runs) == len(UPGRADE_FAULTS) + 1
     assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
-    assert journal.steps["start_standby"].attempts == 2 and journal.steps["relaunch"].attempts == 2
-    assert journal.steps["archive"].attempts == 2
+    # each step killed twice (once recorded, once in or after its side effect) ran three times
+    assert journal.steps["start_standby"].attempts == 3 and journal.steps["relaunch"].attempts == 3
+    assert journal.steps["archive"].attempts == 3
     # the export killed while its job wrote: the re-run stopped that job and exported again, verified
-    assert journal.steps["export_state"].attempts == 2
+    assert journal.steps["export_state"].attempts == 3
     export = journal.steps["export_state"].result
     assert export["location"] and export["rows"] > 0, export
     manifest = read_manifest(__import__("fsspec").filesystem("file"), export["location"])
@@ -228,10 +234,11 @@ def test_rollback_converges_after_a_kill_at_its_steps(airflow_home, demo: Upgrad
     assert final.result["tasks"]["relaunch"] == "failed"  # refused: never launched again during a rollback
     (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
     assert journal.outcome == "rolled back", journal
-    assert journal.steps["rollback_restart_old"].attempts == 2
+    assert journal.steps["rollback_restart_old"].attempts == 3  # killed once recorded, once launched
     # exactly one query: the old version, on the old checkpoint
     assert wait_until(lambda: alive_on(demo.old_cp), 60)
-    assert len(spark_jobs(V1)) == 1 and spark_jobs(CRASHING_V2) == [] and not alive_on(demo.new_cp)
+    assert len(spark_jobs(V1, demo.work)) == 1 and spark_jobs(CRASHING_V2, demo.work) == [] \
+        and not alive_on(demo.new_cp)
 
     audit = demo.finish(demo.old_cp)
     print(f"faults injected {len(killed)}, survived {len(killed)}; produced {audit.produced}, "
