@@ -12,6 +12,11 @@ query from the handover. The proof: the handover is the offsets of batch N; the 
 first batch starts exactly there, on 2 shuffle partitions, and its running totals equal a
 recomputation over every offset the topic holds (state carried over, 0 lost, 0 read twice); the new
 query's totals equal a recomputation over the offsets after the handover.
+
+A second checkpoint, of the same query on the HDFS-backed state store, shows an unfinished
+repartition: Spark refuses that store after writing ``offsets/N+1``; the reader names the in-flight
+batch, the handover is batch N's, and Spark 4.2 refuses to restart that checkpoint
+(``STREAMING_UNFINISHED_REPARTITION_DETECTED``), as the reader's description says.
 """
 
 from __future__ import annotations
@@ -32,7 +37,11 @@ from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
-from airflow_ckpt_provider.checkpoint.repartition import RepartitionBatch, shuffle_partitions
+from airflow_ckpt_provider.checkpoint.repartition import (
+    UNFINISHED_REPARTITION_ERROR,
+    RepartitionBatch,
+    shuffle_partitions,
+)
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.local.audit import broker_ranges
@@ -92,6 +101,7 @@ class Repartitioned:
     bootstrap: str
     topic: str
     first: dict[str, Any]
+    unfinished: dict[str, Any]  # the first run's result on the HDFS-backed store
     snapshot: CheckpointSnapshot
     before: KafkaOffsets  # offsets/N, the batch Spark repartitioned
     handover: Handover
@@ -112,9 +122,12 @@ def repartitioned(kafka, spark42: SparkInstall, tmp_path_factory: pytest.TempPat
     kafka.create_topic(topic, 2)
     produce_records(kafka.bootstrap_servers, topic, FIRST)
     common = {"bootstrap": kafka.bootstrap_servers, "topic": topic}
-    first = run_spark42(spark42, work, "write", [
+    written = run_spark42(spark42, work, "write", [
         {**common, "label": "first", "checkpoint": str(work / "cp"), "sink": str(work / "sink-first"),
-         "shuffle_partitions": BEFORE, "repartition": AFTER}])["first"]
+         "shuffle_partitions": BEFORE, "repartition": AFTER},
+        {**common, "label": "unfinished", "checkpoint": str(work / "cp-hdfs"), "sink": str(work / "sink-hdfs"),
+         "shuffle_partitions": BEFORE, "repartition": AFTER, "state_store": "hdfs"}])
+    first = written["first"]
     assert first["ok"], first
 
     reader = CheckpointReader(str(work / "cp"))
@@ -136,8 +149,10 @@ def repartitioned(kafka, spark42: SparkInstall, tmp_path_factory: pytest.TempPat
         {**common, "label": "restored", "checkpoint": str(work / "restored"), "sink": str(work / "sink-restored"),
          "shuffle_partitions": AFTER},
         {**common, "label": "new", "checkpoint": str(work / "new-cp"), "sink": str(work / "sink-new"),
-         "shuffle_partitions": AFTER, "starting_offsets": handover.kafka_offsets().to_json()}])
-    return Repartitioned(work, kafka.bootstrap_servers, topic, first, snapshot, before, handover, manifest,
+         "shuffle_partitions": AFTER, "starting_offsets": handover.kafka_offsets().to_json()},
+        {**common, "label": "unfinished", "checkpoint": str(work / "cp-hdfs"), "sink": str(work / "sink-hdfs"),
+         "shuffle_partitions": AFTER, "state_store": "hdfs"}])
+    return Repartitioned(work, kafka.bootstrap_servers, topic, first, written["unfinished"], snapshot, before, handover, manifest,
                          restored, ends, resumed)
 
 
@@ -205,3 +220,23 @@ def test_a_new_query_from_the_handover_reads_every_later_record_once(repartition
     started = CheckpointReader(str(repartitioned.work / "new-cp")).snapshot(include_initial=True)
     verified = verify_start(started, handover, handover=repartitioned.handover)
     assert all(p.ok for p in verified.partitions)
+
+
+def test_an_unfinished_repartition_is_named_handed_over_from_before_it_and_refused_by_spark42(
+        repartitioned: Repartitioned) -> None:
+    unfinished = repartitioned.unfinished
+    assert unfinished["ok"] and "UNSUPPORTED_PROVIDER" in (unfinished["repartition_error"] or ""), unfinished
+    n = unfinished["batches"][-1]
+    refused = repartitioned.resumed["unfinished"]
+    assert not refused["ok"] and UNFINISHED_REPARTITION_ERROR in refused["error"], refused
+    # Spark's refusal left the checkpoint as the failed repartition did
+    reader = CheckpointReader(str(repartitioned.work / "cp-hdfs"))
+    snap = reader.snapshot()
+    assert (snap.last_committed_batch, snap.in_flight_batch) == (n, n + 1)
+    assert snap.unfinished_repartition == RepartitionBatch(n + 1, BEFORE, AFTER, committed=False, same_offsets=True)
+    assert UNFINISHED_REPARTITION_ERROR in snap.unfinished_repartition.describe()
+    handover = reader.handover()
+    assert (handover.batch_id, handover.in_flight_batch) == (n, n + 1)
+    assert handover.kafka_offsets() == reader.committed_sources(n)[0].kafka
+    ranges = {p: (0, o) for _, p, o in handover.kafka_offsets().items()}
+    assert sink_totals(repartitioned.work / "sink-hdfs") == expected_totals(ranges)
