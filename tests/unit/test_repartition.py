@@ -14,6 +14,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
+from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.logs import parse_offset_log
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.repartition import (
@@ -129,3 +130,20 @@ def test_ckpt_inspect_says_which_batch_is_a_repartition(tmp_path: Any) -> None:
     assert json.loads(_inspect(location, "--json"))["repartitions"] == [
         {"batch": 4, "of_batch": 3, "from_partitions": 2, "to_partitions": 1, "committed": True,
          "same_offsets": True}]
+
+
+@pytest.mark.parametrize("sink", [{"kind": "kafka"}, None])
+def test_the_sink_ledger_counts_an_unfinished_repartition_as_no_cut_batch(tmp_path: Any,
+                                                                         sink: dict[str, str] | None) -> None:
+    """Spark's failed repartition left batch 4 in flight: it read nothing, so no sink can hold any of it
+    (without this the ledger would warn that an at-least-once sink may hold part of it)."""
+    from tests.unit.test_sink_account import extract
+
+    location = str(tmp_path / "ck")
+    built = write_checkpoint(location, batches=range(4), state_operators=(0,))
+    _repartition(location, of=3, batch=4, commit=False)
+    result = extract(location, sink)
+    handover = Handover.from_json(result["handover"])
+    assert (handover.batch_id, handover.in_flight_batch, handover.kafka_offsets()) == (3, 4, built.kafka(3))
+    assert result["sink"]["disposition"] == "none" and result["sink"]["exact"] and result["sink"]["twice"] == []
+    assert "unfinished state repartition" in result["sink"]["why"]
