@@ -1,0 +1,57 @@
+"""UpgradeApprovalOperator records the answer in the journal's planning before the approval acts
+on it, in the shape Airflow 3.3 resumes it with (``HITLDetail.as_resume_event_payload``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from airflow_ckpt_provider.checkpoint.journal import DONE, FAILED, STARTED, UpgradeIntent, UpgradeJournal
+from airflow_ckpt_provider.operators.approval import UpgradeApprovalOperator
+from airflow_ckpt_provider.upgrade import planner
+
+INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2")
+
+
+def journal(tmp_path: Path) -> UpgradeJournal:
+    made = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "orders" / "_upgrades" / "u.json"))
+    made.open(INTENT, "u", run_id="run-1")
+    return made
+
+
+def event(chosen: str) -> dict:
+    return {"chosen_options": [chosen], "params_input": {}, "timedout": False,
+            "responded_at": datetime(2026, 11, 27, 10, 0, tzinfo=timezone.utc),
+            "responded_by_user": {"id": "7", "name": "alice"}}
+
+
+@pytest.mark.parametrize("chosen", ["Approve", "Reject"])
+def test_the_answer_is_recorded_before_the_approval_acts_on_it(tmp_path: Path, chosen: str) -> None:
+    made = journal(tmp_path)
+    op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", journal=made.path)
+    made.record_planning("approve", run_id="run-1", state=STARTED)  # what execute() records when it asks
+    result = op.execute_complete({"run_id": "run-1"}, event(chosen))  # type: ignore[arg-type]
+    assert result["chosen_options"] == [chosen]
+    entry = made.read().planning["approve"]
+    assert entry.state == DONE and entry.result["chosen"] == chosen
+    assert entry.result["responded_by"] == {"id": "7", "name": "alice"}
+    assert entry.result["responded_at"].startswith("2026-11-27 10:00")
+    assert planner.rejected(made.read()) is (chosen == "Reject")
+
+
+def test_a_timeout_without_a_default_is_recorded_failed(tmp_path: Path) -> None:
+    made = journal(tmp_path)
+    op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", journal=made.path)
+    with pytest.raises(Exception, match="timeout|Timeout"):
+        op.execute_complete({"run_id": "run-1"}, {"error": "no answer", "error_type": "timeout"})  # type: ignore[arg-type]
+    entry = made.read().planning["approve"]
+    assert entry.state == FAILED and entry.error
+    assert not planner.rejected(made.read())
+
+
+def test_without_a_journal_it_is_the_plain_approval() -> None:
+    op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?")
+    assert op.execute_complete({"run_id": "r"}, event("Approve"))["chosen_options"] == ["Approve"]  # type: ignore[arg-type]
