@@ -37,8 +37,8 @@ from airflow_ckpt_provider.checkpoint.errors import (
     AirflowHomeError,
     PidNamespaceUnavailable,
 )
-from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
 from airflow_ckpt_provider.local.processes import ensure_port_free, free_port
+from tests.harness.airflow_home import airflow_env, prepare_airflow_home
 
 if TYPE_CHECKING:
     import requests
