@@ -4,8 +4,11 @@ It never writes.
 :class:`CheckpointReader` lists the checkpoint root, ``offsets/`` and ``commits/`` once each and
 opens only ``metadata``, ``commits/N`` and ``offsets/N`` of the last committed batch N (plus the
 ``.crc`` files beside them when present). ``sources/<i>/0`` is read only when nothing was
-committed or when asked. The number of files opened therefore does not depend on how much history
-the checkpoint retains; :attr:`CheckpointReader.files_opened` counts them.
+committed or when asked. A stateful checkpoint (one with ``state/``) also has ``offsets/N-1`` and
+an in-flight ``offsets/N+1`` read, to recognise Spark 4.2's state repartition batches
+(:mod:`~airflow_ckpt_provider.checkpoint.repartition`). The number of files opened therefore does
+not depend on how much history the checkpoint retains; :attr:`CheckpointReader.files_opened`
+counts them.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from airflow_ckpt_provider.checkpoint.logs import (
 )
 from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
+from airflow_ckpt_provider.checkpoint.repartition import RepartitionBatch, repartition_batch
 from airflow_ckpt_provider.clock import utc_iso
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ class CheckpointSnapshot:
     ``initial_sources`` the initial offsets from ``sources/`` (read only when nothing was
     committed or when requested). ``query_id`` is None when ``metadata`` is missing (Spark then
     creates a new id on restart). ``conf`` is the OffsetSeqMetadata conf of the committed batch.
+    ``repartitions`` are the state repartition batches among the last committed and the in-flight
+    batch (Spark 4.2's offline repartition; stateful checkpoints only), oldest first.
     """
 
     uri: str
@@ -78,6 +84,13 @@ class CheckpointSnapshot:
     #: written by Spark 2.1, which kept no commit log: the batch before the last planned one
     #: counts as committed and the last planned one as in flight, as Spark's own restart does
     spark_2_1: bool = False
+    repartitions: tuple[RepartitionBatch, ...] = ()
+
+    @property
+    def unfinished_repartition(self) -> RepartitionBatch | None:
+        """The in-flight batch when it is a state repartition Spark did not finish (a restart of
+        this checkpoint on Spark 4.2 fails until it is run again), else None."""
+        return next((r for r in self.repartitions if not r.committed), None)
 
 
 @dataclass(frozen=True)
@@ -256,6 +269,9 @@ class CheckpointReader:
                                                self._display(self._join("offsets", str(committed))), committed)
             sources, conf = entry.sources, entry.conf
         in_flight = planned if planned is not None and (committed is None or planned > committed) else None
+        repartitions: tuple[RepartitionBatch, ...] = ()
+        if has["state"] and offsets is not None and not spark_2_1:
+            repartitions = self._repartitions(offsets, committed, entry, in_flight)
         initial: tuple[SourceOffsets, ...] = ()
         if has["sources"] and (committed is None or include_initial):
             initial = self._initial_sources()
@@ -274,6 +290,7 @@ class CheckpointReader:
             batch_watermark_ms=entry.batch_watermark_ms if entry else None,
             batch_timestamp_ms=entry.batch_timestamp_ms if entry else None,
             spark_2_1=spark_2_1,
+            repartitions=repartitions,
         )
 
     def handover(self, *, taken_at: str | None = None) -> Handover:
@@ -380,6 +397,40 @@ class CheckpointReader:
         return self._read(listing, listing.batches[batch]), self._display(self._join(folder, str(batch)))
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _offset_entry(self, offsets: _Dir, batch: int) -> OffsetLogEntry:
+        return parse_offset_log(self._read(offsets, offsets.batches[batch]),
+                                self._display(self._join("offsets", str(batch))))
+
+    def _repartitions(self, offsets: _Dir, committed: int | None, entry: OffsetLogEntry | None,
+                      in_flight: int | None) -> tuple[RepartitionBatch, ...]:
+        """The last committed batch and the in-flight batch, each when it is a state repartition of
+        the batch before it (at most two more offset log entries read). Informative only: an entry
+        that cannot be parsed is logged and skipped, the handover does not depend on it."""
+        try:
+            return self._find_repartitions(offsets, committed, entry, in_flight)
+        except CorruptCheckpointFile as exc:
+            log.warning("checkpoint %s: could not tell whether a batch is a state repartition: %s", self.uri, exc)
+            return ()
+
+    def _find_repartitions(self, offsets: _Dir, committed: int | None, entry: OffsetLogEntry | None,
+                           in_flight: int | None) -> tuple[RepartitionBatch, ...]:
+        found: list[RepartitionBatch] = []
+        if committed is not None and entry is not None and committed - 1 in offsets.batches:
+            repartition = repartition_batch(committed, entry, self._offset_entry(offsets, committed - 1),
+                                            committed=True)
+            if repartition is not None:
+                found.append(repartition)
+        if in_flight is not None and in_flight - 1 in offsets.batches:
+            before = entry if in_flight - 1 == committed and entry is not None else self._offset_entry(
+                offsets, in_flight - 1)
+            repartition = repartition_batch(in_flight, self._offset_entry(offsets, in_flight), before,
+                                            committed=False)
+            if repartition is not None:
+                found.append(repartition)
+        for repartition in found:
+            log.info("checkpoint %s: %s", self.uri, repartition.describe())
+        return tuple(found)
 
     def _query_id(self, root: _Dir) -> str | None:
         if "metadata" in root.names:

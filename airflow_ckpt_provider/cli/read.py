@@ -52,6 +52,7 @@ def _inspect_json(snap: CheckpointSnapshot) -> dict[str, Any]:
         "initial_sources": [_source_dict(s) for s in snap.initial_sources],
         "state_operators": list(snap.state_operators),
         "spark_2_1": snap.spark_2_1,
+        "repartitions": [r.to_dict() for r in snap.repartitions],
         "conf": redact_conf(snap.conf),  # output is pasted into tickets: no secrets
     }
 
@@ -82,6 +83,7 @@ def _inspect_text(snap: CheckpointSnapshot, liveness: QueryLiveness, out: TextIO
         ("state operators", ", ".join(map(str, snap.state_operators)) or "none (stateless)"),
         ("query", liveness.describe()),
     ]
+    rows[-1:-1] = [("repartition", r.describe()) for r in snap.repartitions]
     if liveness.action():
         rows.append(("what to do", liveness.action()))
     for key, value in rows:

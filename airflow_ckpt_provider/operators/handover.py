@@ -198,6 +198,12 @@ def ledger_handover(reader: CheckpointReader, spec: SinkSpec, storage: Checkpoin
     cut = snapshot.in_flight_batch
     if cut is None:
         return handover, account_cut(spec, cut_batch=None, committed=None, planned=None, record=None)
+    repartition = snapshot.unfinished_repartition
+    if repartition is not None:  # written by Spark 4.2's offline repartition, not by the query: no records
+        log.info("sink ledger: %s", repartition.describe())
+        return handover, SinkAccount(CutDisposition.NONE, (
+            f"batch {cut} in flight is an unfinished state repartition: it reads no records, so the sink holds "
+            "nothing beyond the handover"))
     planned_sources = reader.batch_sources(cut)
     planned = kafka_offsets_of(planned_sources, source)
     control = ControlFiles(reader.fs, reader.root, reader.uri)
