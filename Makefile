@@ -116,7 +116,7 @@ system: jvm spark35 spark42 browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm
-	$(PY) -m airflow_ckpt_provider.local.demo
+	$(PY) -m tests.harness.demo
 
 docs: venv
 	$(BIN)/mkdocs build --strict -f docs/mkdocs.yml

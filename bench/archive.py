@@ -271,7 +271,8 @@ def report(source: str, rounds: Rounds, mib: float) -> None:
 
 def s3_bench(files: int, mib: int, rounds: int, workers: int | None) -> int:
     """The S3 -> S3 comparison of ``--s3`` (see the module docstring); prints the ratio."""
-    from airflow_ckpt_provider.local.s3 import LocalS3
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the S3 server: tests/harness/ of the checkout
+    from tests.harness.s3 import LocalS3
 
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-archive-s3-"))
     try:

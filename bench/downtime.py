@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# the upgrade demo is the test harness of the checkout (tests/harness/), not part of the package
+sys.path.insert(0, str(REPO))
 #: The reference DAG's stop settings (build_stream_upgrade_dag defaults): the bare restart stops alike.
 DAG_QUIET_PERIOD_S = 5.0
 DAG_ACKNOWLEDGED_QUIET_PERIOD_S = 1.0
@@ -91,7 +93,7 @@ def _kill_jobs_under(root: Path) -> None:
 def bare_restart(demo: Any, v1: Any) -> tuple[float, dict[str, float]]:
     """Stop version 1 gracefully and start it again on its own checkpoint; (downtime, parts)."""
     from airflow_ckpt_provider.cli import main as ckpt
-    from airflow_ckpt_provider.local.upgrade_demo import V1
+    from tests.harness.upgrade_demo import V1
 
     demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
     code = ckpt(["stop", str(demo.old_cp), "--timeout", "120", "--quiet-period", f"{DAG_QUIET_PERIOD_S:g}",
@@ -111,7 +113,7 @@ def bare_restart(demo: Any, v1: Any) -> tuple[float, dict[str, float]]:
 def dag_upgrade(demo: Any, v1: Any, dag_id: str) -> tuple[float, dict[str, float]]:
     """Upgrade version 1 to version 2 with the reference DAG ``dag_id``; (downtime, parts)."""
     from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
-    from airflow_ckpt_provider.local.upgrade_demo import read_dag_report
+    from tests.harness.upgrade_demo import read_dag_report
 
     demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
     run = demo.upgrade_with_dag(v1, dag_id=dag_id)
@@ -127,7 +129,7 @@ def dag_upgrade(demo: Any, v1: Any, dag_id: str) -> tuple[float, dict[str, float
 
 
 def measure(scenario: str, round_: int, work: Path, kafka: Any, rate: float) -> Run:
-    from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo
+    from tests.harness.upgrade_demo import UpgradeDemo
 
     run = Run(scenario, round_)
     folder = work / f"{scenario}-{round_}"
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     # Airflow reads its environment at import: point it at the benchmark's SQLite home first.
-    from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
+    from tests.harness.airflow_home import airflow_env, prepare_airflow_home
 
     home = REPO / ".airflow" / "bench"
     os.environ.update(airflow_env(home, REPO / "dags"))

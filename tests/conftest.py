@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.local.airflow_home import airflow_env
+from tests.harness.airflow_home import airflow_env
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_HOME = Path(os.environ.get("CKPT_TEST_AIRFLOW_HOME", REPO / ".airflow" / "tests"))
@@ -26,7 +26,7 @@ logging.getLogger("kafka").setLevel(logging.WARNING)
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
     """A migrated SQLite Airflow home (migrated once, reused by later runs)."""
-    from airflow_ckpt_provider.local.airflow_home import prepare_airflow_home
+    from tests.harness.airflow_home import prepare_airflow_home
 
     prepare_airflow_home(AIRFLOW_HOME, REPO / "dags")
     return AIRFLOW_HOME
@@ -47,7 +47,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real S3-compatible server (moto in server mode, its own virtualenv) on 127.0.0.1, shared by
     the session; tests create their own buckets."""
-    from airflow_ckpt_provider.local.s3 import LocalS3
+    from tests.harness.s3 import LocalS3
 
     server = LocalS3(tmp_path_factory.mktemp("s3"))
     server.start()

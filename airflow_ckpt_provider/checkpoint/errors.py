@@ -807,51 +807,6 @@ class BrokerStartFailed(LocalStackError):
     summary = "Kafka broker did not come up"
 
 
-class HdfsStartFailed(LocalStackError):
-    """The local HDFS NameNode or DataNode exited, or WebHDFS did not take a write in time."""
-
-    summary = "HDFS did not come up"
-
-
-class StandaloneStartFailed(LocalStackError):
-    """The Spark standalone master or worker exited or did not register in time."""
-
-    summary = "Spark standalone cluster did not come up"
-
-
-class AirflowHomeError(LocalStackError):
-    """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
-
-    summary = "Airflow home not ready"
-
-
-class AirflowApiError(LocalStackError):
-    """The Airflow REST API answered a call with a status the caller did not expect.
-
-    ``status`` is the HTTP status, or None when there was no answer at all.
-    """
-
-    summary = "Airflow REST API call failed"
-
-    def __init__(self, *, found: str, expected: str, action: str | None = None, detail: str = "",
-                 status: int | None = None) -> None:
-        self.status = status
-        super().__init__(found=found, expected=expected, action=action, detail=detail)
-
-
-class AirflowApiUnavailable(AirflowApiError):
-    """The Airflow REST API did not answer (timeouts, refused connections, 5xx) before the deadline,
-    or a call that must not be repeated blindly got no usable answer."""
-
-    summary = "Airflow REST API did not answer"
-
-
-class PidNamespaceUnavailable(LocalStackError):
-    """A component cannot run in its own PID namespace: ``unshare`` is missing or not permitted."""
-
-    summary = "cannot start a process in its own PID namespace"
-
-
 class InvalidLaunchHandle(CheckpointError, ValueError):
     """A LaunchHandle JSON that is malformed, lacks its mode's ids, or names pid 0 or 1."""
 

@@ -2,7 +2,8 @@
 
 ``LocalKafka`` formats a fresh log directory, starts ``kafka.Kafka`` in its own process group,
 waits until kafka-python gets a metadata response (the port opens before the broker is ready)
-and stops it cleanly. Used as a session fixture by the tests and by ``make demo``.
+and stops it cleanly. Run detached by ``ckpt dev-stack start``; a session fixture of the tests and the broker of
+``make demo``.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def local_spark_conf(
 ) -> dict[str, str]:
     """Spark conf for a small machine: loopback only, no UI, 2 shuffle partitions, the connector
     jars of Spark ``version``; ``extra`` overrides, except that its ``spark.jars`` are added to
-    the connector's (for example the S3A jars of :meth:`airflow_ckpt_provider.local.s3.LocalS3.spark_conf`)."""
+    the connector's (for example the S3A jars the S3 tests add)."""
     conf = {
         "spark.app.name": app_name,
         "spark.master": master,

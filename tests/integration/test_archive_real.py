@@ -19,7 +19,7 @@ import pytest
 from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 from tests.integration.streams import kafka_reader
 
 pytestmark = pytest.mark.integration

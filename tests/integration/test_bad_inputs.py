@@ -61,9 +61,9 @@ from airflow_ckpt_provider.checkpoint.restore import restore_archive
 from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.operators.handover import reconciled_handover
 from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids, drain, kafka_reader
 
 pytestmark = pytest.mark.integration

@@ -32,8 +32,8 @@ from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.transfer import copy_tree
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import local_spark_conf
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

@@ -30,10 +30,10 @@ import pytest
 from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.source_header import source_of
 from airflow_ckpt_provider.spark import foreach_batch, with_source_header
+from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 
 pytestmark = pytest.mark.integration

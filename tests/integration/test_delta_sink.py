@@ -38,12 +38,12 @@ from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
 from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
 from airflow_ckpt_provider.sinks.delta import DeltaLog
 from airflow_ckpt_provider.spark import delta_txn_conf, delta_txn_options, foreach_batch
+from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 
 pytestmark = pytest.mark.integration

@@ -26,9 +26,9 @@ from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.jobs.local import group_members
-from airflow_ckpt_provider.local.audit import broker_ranges
-from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
+from tests.harness.audit import broker_ranges
+from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, gaps_between_batches
 
 pytestmark = pytest.mark.integration

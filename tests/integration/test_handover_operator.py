@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.checkpoint import Handover, KafkaOffsets
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 from tests.integration.streams import drain, kafka_reader
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from airflow_ckpt_provider.checkpoint import (
     reconcile,
 )
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids, drain, kafka_reader, raw_source_line, sink_records
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_arc
 from airflow_ckpt_provider.checkpoint.verify import recorded_start
 from airflow_ckpt_provider.cli import main as cli_main
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 from tests.integration.streams import kafka_reader
 
 pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
@@ -43,7 +43,7 @@ HDFS_STORE = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStor
 def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real NameNode and DataNode on 127.0.0.1 (jars: ``jvm fetch hdfs``, a no-op once resolved)."""
     from airflow_ckpt_provider.local import jvm
-    from airflow_ckpt_provider.local.hdfs import LocalHdfs
+    from tests.harness.hdfs import LocalHdfs
 
     jvm.fetch((jvm.HDFS,))
     with LocalHdfs(tmp_path_factory.mktemp("hdfs")) as cluster:

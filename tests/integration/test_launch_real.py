@@ -34,7 +34,7 @@ from airflow_ckpt_provider.checkpoint import (
 from airflow_ckpt_provider.checkpoint.errors import CheckpointNotEmpty, FileSinkHazard, LaunchFailed
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.local.records import ContinuousProducer, produce_records
+from tests.harness.records import ContinuousProducer, produce_records
 from tests.integration.streams import drain, kafka_reader, sink_records
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ JOB = Path(__file__).parent / "jobs" / "kafka_to_parquet.py"
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Spark standalone master + worker on 127.0.0.1 (2 cores, 2g), shared by the session."""
-    from airflow_ckpt_provider.local.standalone import LocalStandalone
+    from tests.harness.standalone import LocalStandalone
 
     cluster = LocalStandalone(tmp_path_factory.mktemp("standalone"), cores=2, memory="2g")
     cluster.start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

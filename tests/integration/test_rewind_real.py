@@ -15,7 +15,7 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import KafkaOffsets
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids, drain, kafka_reader, raw_source_line, sink_records
 
 pytestmark = pytest.mark.integration

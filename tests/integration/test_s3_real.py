@@ -29,7 +29,7 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.local.records import produce_records
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

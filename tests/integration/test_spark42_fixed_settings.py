@@ -47,8 +47,8 @@ from airflow_ckpt_provider.checkpoint.fixed_settings import (
 )
 from airflow_ckpt_provider.hooks.compat import checkpoint_settings
 from airflow_ckpt_provider.hooks.launcher import spark_version_at
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

@@ -47,9 +47,9 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
-from airflow_ckpt_provider.local.audit import audit, broker_ranges, read_sink_records
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from tests.harness.audit import audit, broker_ranges, read_sink_records
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

@@ -44,9 +44,9 @@ from airflow_ckpt_provider.checkpoint.repartition import (
 )
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
-from airflow_ckpt_provider.local.audit import broker_ranges
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from tests.harness.audit import broker_ranges
+from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration
 

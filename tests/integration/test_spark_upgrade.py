@@ -29,11 +29,11 @@ from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.local.audit import audit, broker_ranges, read_sink_records
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, local_spark_conf
-from airflow_ckpt_provider.local.upgrade_demo import V2, UpgradeDemo
 from airflow_ckpt_provider.spark.control import CONF_STANDBY, STANDBY_RELEASE, StandbyRelease
+from tests.harness.audit import audit, broker_ranges, read_sink_records
+from tests.harness.records import produce_records
+from tests.harness.upgrade_demo import V2, UpgradeDemo
 from tests.integration.test_standby import START_TIMEOUT_S, control, spark_files, wait_for, wait_standby
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,6 @@ from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.local.spark import local_spark_conf
 from airflow_ckpt_provider.spark.control import (
     CONF_STANDBY,
@@ -34,6 +33,7 @@ from airflow_ckpt_provider.spark.control import (
     StandbyRelease,
 )
 from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT
+from tests.harness.records import produce_records
 from tests.integration.streams import sink_records
 
 pytestmark = pytest.mark.integration

@@ -45,8 +45,8 @@ from airflow_ckpt_provider.checkpoint.state import (
 )
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
-from airflow_ckpt_provider.local.records import produce_records
 from airflow_ckpt_provider.spark.state_export import export_state
+from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids
 
 pytestmark = pytest.mark.integration

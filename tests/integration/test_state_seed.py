@@ -21,8 +21,6 @@ import pytest
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.state import finish_export, plan_state_export
 from airflow_ckpt_provider.local.kafka import LocalKafka
-from airflow_ckpt_provider.local.records import purchase
-from airflow_ckpt_provider.local.state_audit import compare_totals, kafka_totals
 from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.state import (
     StateMappingError,
@@ -33,6 +31,8 @@ from airflow_ckpt_provider.spark.state import (
     state_watermark_ms,
 )
 from airflow_ckpt_provider.spark.state_export import export_state
+from tests.harness.records import purchase
+from tests.harness.state_audit import compare_totals, kafka_totals
 
 pytestmark = pytest.mark.integration
 

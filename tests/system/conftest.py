@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo
+from tests.harness.upgrade_demo import UpgradeDemo
 
 if TYPE_CHECKING:
     from tests.system.browser import BrowserPages

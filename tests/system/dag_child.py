@@ -19,7 +19,7 @@ from pathlib import Path
 def main(request_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
     os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = request["kafka_connection"]
-    from airflow_ckpt_provider.local.upgrade_demo import load_reference_dag
+    from tests.harness.upgrade_demo import load_reference_dag
 
     run = load_reference_dag().test(run_conf=request["conf"], mark_success_pattern="approve")
     tasks = {ti.task_id: ti.state for ti in run.get_task_instances()}

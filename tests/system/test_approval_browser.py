@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.local.airflow_server import PASSWORD_FILE, USER, LocalAirflow
-from airflow_ckpt_provider.local.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report
+from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
+from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report
 from tests.system.browser import ACTION_TIMEOUT_MS, BrowserPages, serve_directory
 from tests.system.conftest import stop_jobs_under
 

@@ -28,7 +28,7 @@ from airflow_ckpt_provider.checkpoint.journal import list_journals
 from airflow_ckpt_provider.checkpoint.state import read_manifest
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
-from airflow_ckpt_provider.local.upgrade_demo import STREAM, V1, V2, UpgradeDemo
+from tests.harness.upgrade_demo import STREAM, V1, V2, UpgradeDemo
 
 pytestmark = pytest.mark.system
 

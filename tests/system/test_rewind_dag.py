@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.local.audit import read_sink_records
-from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
+from tests.harness.audit import read_sink_records
+from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
 

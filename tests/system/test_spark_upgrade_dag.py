@@ -24,7 +24,7 @@ from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.spark import SPARK35, SPARK40, SPARK42, SparkInstall, spark_install
-from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
+from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
 

@@ -30,10 +30,10 @@ from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.journal import JournalRecord
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import ControlFiles, StopResult
-from airflow_ckpt_provider.local.audit import broker_ranges, read_sink_records
-from airflow_ckpt_provider.local.records import ContinuousProducer
-from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo, read_dag_report
 from airflow_ckpt_provider.spark.control import parse_time
+from tests.harness.audit import broker_ranges, read_sink_records
+from tests.harness.records import ContinuousProducer
+from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 from tests.integration.streams import batch_gaps, batch_times, raw_source_line
 
 pytestmark = pytest.mark.system

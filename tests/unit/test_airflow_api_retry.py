@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import AirflowApiError, AirflowApiUnavailable
-from airflow_ckpt_provider.local.airflow_server import LocalAirflow
+from tests.harness.airflow_server import LocalAirflow
+from tests.harness.errors import AirflowApiError, AirflowApiUnavailable
 
 #: A step's answer: (status, JSON body), or STALL (no answer until the test ends).
 Answer = tuple[int, Any] | None

@@ -1,4 +1,5 @@
-"""The provider's one error family: every class pickles with its fields and reads the same way."""
+"""The provider's one error family: every class pickles with its fields and reads the same way
+(the package's errors and the test harness's few, which join the local stack's branch)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import errors
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, LaunchFailed, LocalStackError, ProviderError
+from tests.harness import errors as harness_errors
 
 #: A sample value for every constructor field any error class takes; a new field needs one here.
 SAMPLES: dict[str, Any] = {
@@ -31,8 +33,8 @@ SAMPLES: dict[str, Any] = {
 }
 
 ERROR_CLASSES = sorted(
-    (c for c in vars(errors).values()
-     if isinstance(c, type) and issubclass(c, BaseException) and c.__module__ == errors.__name__),
+    (c for module in (errors, harness_errors) for c in vars(module).values()
+     if isinstance(c, type) and issubclass(c, BaseException) and c.__module__ == module.__name__),
     key=lambda c: c.__name__,
 )
 
@@ -47,6 +49,8 @@ def test_the_module_has_one_family() -> None:
     assert all(issubclass(c, ProviderError) for c in ERROR_CLASSES)
     assert not issubclass(LocalStackError, CheckpointError) and not issubclass(CheckpointError, LocalStackError)
     assert issubclass(LocalStackError, RuntimeError)  # callers of the local stack may catch RuntimeError
+    harness = [c for c in ERROR_CLASSES if c.__module__ == harness_errors.__name__]
+    assert harness and all(issubclass(c, LocalStackError) for c in harness)
 
 
 def test_no_two_classes_share_a_summary() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import PidNamespaceUnavailable
-from airflow_ckpt_provider.local.airflow_server import LocalAirflow, check_pid_namespaces
+from tests.harness.airflow_server import LocalAirflow, check_pid_namespaces
+from tests.harness.errors import PidNamespaceUnavailable
 
 UNSHARE = shutil.which("unshare")
 SETPRIV = shutil.which("setpriv")

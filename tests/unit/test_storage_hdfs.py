@@ -8,7 +8,7 @@ from fsspec.implementations.webhdfs import WebHDFS
 from airflow_ckpt_provider.checkpoint.locations import WEBHDFS_DEFAULT_PORT, hdfs_over_webhdfs, open_location
 from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.local.hdfs import LocalHdfs, site_xml
+from tests.harness.hdfs import LocalHdfs, site_xml
 
 
 @pytest.mark.parametrize(

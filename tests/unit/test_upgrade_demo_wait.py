@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.local.upgrade_demo import UpgradeDemo
+from tests.harness.upgrade_demo import UpgradeDemo
 
 
 def purged_checkpoint(root: Path, first: int, last: int) -> Path:

@@ -15,7 +15,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from airflow_ckpt_provider.checkpoint.errors import AirflowHomeError
+from tests.harness.errors import AirflowHomeError
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint import CheckpointError, CheckpointReader, LaunchHandle
-from airflow_ckpt_provider.local.audit import SinkAudit, audit, broker_ranges, read_sink_records
 from airflow_ckpt_provider.local.kafka import LocalKafka
-from airflow_ckpt_provider.local.records import ContinuousProducer
 from airflow_ckpt_provider.local.spark import SparkInstall, local_spark_conf
+from tests.harness.audit import SinkAudit, audit, broker_ranges, read_sink_records
+from tests.harness.records import ContinuousProducer
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class UpgradeDemo:
 
         With ``auto_approve`` the approval task is marked successful without waiting (demo mode).
         The caller has pointed Airflow at a migrated home before ``airflow`` was first imported
-        (:func:`airflow_ckpt_provider.local.airflow_home.prepare_airflow_home`).
+        (:func:`tests.harness.airflow_home.prepare_airflow_home`).
         """
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka_connection()
         dag = load_reference_dag(dag_id)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
+from tests.harness.airflow_home import airflow_env, prepare_airflow_home
 
 log = logging.getLogger("ckpt.demo")
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_airflow_home(home, REPO / "dags")
 
     from airflow_ckpt_provider.checkpoint.errors import LocalStackError
-    from airflow_ckpt_provider.local.upgrade_demo import DemoResult, UpgradeDemo, read_dag_report
+    from tests.harness.upgrade_demo import DemoResult, UpgradeDemo, read_dag_report
 
     started = time.monotonic()
     try:
@@ -105,9 +105,9 @@ def stateful_demo(work: Path, *, rate: float) -> dict[str, Any]:
     import shutil
 
     from airflow_ckpt_provider.local.kafka import LocalKafka
-    from airflow_ckpt_provider.local.records import purchase
-    from airflow_ckpt_provider.local.state_audit import compare_totals, kafka_totals, sink_totals
-    from airflow_ckpt_provider.local.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
+    from tests.harness.records import purchase
+    from tests.harness.state_audit import compare_totals, kafka_totals, sink_totals
+    from tests.harness.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
 
     shutil.rmtree(work, ignore_errors=True)
     kafka = LocalKafka(work / "kafka")

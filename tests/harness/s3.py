@@ -9,7 +9,7 @@ conditional writes (``If-None-Match: *`` answered with 412 and its ``Condition``
 upgrade journal's lock relies on. Spark reaches it through ``s3a://`` with the jars of the
 ``s3a`` JVM component (``make jvm``) and :meth:`LocalS3.spark_conf`.
 
-Command line: ``python -m airflow_ckpt_provider.local.s3 install`` (the virtualenv only).
+Command line: ``python -m tests.harness.s3 install`` (the virtualenv only).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ class LocalS3:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m airflow_ckpt_provider.local.s3")
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.s3")
     parser.add_argument("command", choices=["install"], help="create the S3 test server's virtualenv")
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -22,10 +22,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
-from airflow_ckpt_provider.checkpoint.errors import HdfsStartFailed
 from airflow_ckpt_provider.checkpoint.locations import webhdfs_filesystem
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
+from tests.harness.errors import HdfsStartFailed
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import StandaloneStartFailed
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.processes import LOOPBACK, free_port, log_tail, stop_process_group
+from tests.harness.errors import StandaloneStartFailed
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,61 @@
+"""What the wheel holds: the package and its data, never the tests or the test harness, and the
+modules the Makefile runs with ``python -m`` exist where it names them."""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from setuptools import find_packages
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def setup_cfg() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    return config
+
+
+def shipped_packages() -> list[str]:
+    include = setup_cfg()["options.packages.find"]["include"].split()
+    return find_packages(str(REPO), include=include)
+
+
+def test_the_wheel_holds_the_package_and_nothing_of_the_tests() -> None:
+    packages = shipped_packages()
+    assert "airflow_ckpt_provider" in packages and "airflow_ckpt_provider.local" in packages
+    assert all(p == "airflow_ckpt_provider" or p.startswith("airflow_ckpt_provider.") for p in packages), packages
+    assert not any(p.startswith("tests") for p in packages)
+
+
+def test_the_harness_is_not_in_the_package() -> None:
+    """The demo, audits and test servers live in tests/harness/; the package's local/ keeps what
+    the command line and the Makefile need (Maven fetch, dev-stack broker, local Spark)."""
+    local = {p.stem for p in (REPO / "airflow_ckpt_provider" / "local").glob("*.py")}
+    assert local == {"__init__", "jvm", "kafka", "processes", "spark"}
+    assert (REPO / "tests" / "harness" / "upgrade_demo.py").is_file()
+
+
+def test_every_package_data_pattern_names_files() -> None:
+    for package, patterns in setup_cfg()["options.package_data"].items():
+        root = REPO / package.replace(".", "/")
+        for pattern in (p.strip() for p in patterns.split(",")):
+            assert list(root.glob(pattern)), f"setup.cfg package_data {package}: {pattern} matches no file"
+
+
+MAKEFILE_MODULES = sorted(set(re.findall(r"-m ((?:airflow_ckpt_provider|tests)(?:\.\w+)+)",
+                                         (REPO / "Makefile").read_text())))
+
+
+def test_the_makefile_runs_modules() -> None:
+    assert "tests.harness.demo" in MAKEFILE_MODULES  # make demo
+    assert "airflow_ckpt_provider.local.jvm" in MAKEFILE_MODULES  # make jvm
+
+
+@pytest.mark.parametrize("module", MAKEFILE_MODULES)
+def test_a_module_the_makefile_runs_exists(module: str) -> None:
+    assert importlib.util.find_spec(module) is not None, f"the Makefile runs `python -m {module}`: no such module"
