@@ -9,7 +9,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Context
 
 from airflow_ckpt_provider.checkpoint.journal import FAILED, STARTED
-from airflow_ckpt_provider.operators.journaled import journal_at
+from airflow_ckpt_provider.operators.journaled import control_flow, journal_at
 from airflow_ckpt_provider.upgrade.planner import APPROVAL
 
 
@@ -49,7 +49,9 @@ class UpgradeApprovalOperator(ApprovalOperator):
                 "responded_at": str(event.get("responded_at") or "")})
             self.log.info("answer %r recorded in the upgrade journal %s", chosen[0], journal.uri)
         try:
-            return super().execute_complete(context, event)
+            return super().execute_complete(context, event)  # a "Reject" skips the steps after it by raising
+        except control_flow():
+            raise
         except Exception as exc:
             if journal is not None:
                 journal.record_planning(APPROVAL, run_id=run_id, state=FAILED, error=exc)

@@ -19,6 +19,16 @@ from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
+
+
+def control_flow() -> tuple[type[BaseException], ...]:
+    """Airflow's exceptions that steer a task instead of failing it (a deferral, a wait for a
+    person's answer, skipping the tasks after it): a step that raises one has not failed."""
+    from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped, TaskDeferred
+
+    return (TaskDeferred, DownstreamTasksSkipped, AirflowSkipException)
+
+
 T = TypeVar("T")
 
 
@@ -66,13 +76,12 @@ class JournaledStep:
 
     def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:
         """Run ``action``; record its result as the step's (``done``) or its error (``failed``).
-        A deferral records nothing: the step is still running."""
-        from airflow.sdk.exceptions import TaskDeferred
-
+        A deferral (or another of Airflow's :func:`control_flow` exceptions) records nothing: the
+        step is still running, or chose to skip."""
         journal = journal if journal is not None else self.open_journal()
         try:
             result = action()
-        except TaskDeferred:
+        except control_flow():
             raise
         except Exception as exc:
             if journal is not None:
@@ -89,12 +98,10 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
     """Run the decision ``action`` (a step before any side effect: the compatibility check, the
     path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
     of its result, or ``failed`` with its error (then re-raised). Without a journal it only runs."""
-    from airflow.sdk.exceptions import TaskDeferred
-
     run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
     try:
         result = action()
-    except TaskDeferred:
+    except control_flow():
         raise
     except Exception as exc:
         if journal is not None:
@@ -105,4 +112,4 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
     return result
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep", "decided", "journal_at"]
+__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "journal_at"]

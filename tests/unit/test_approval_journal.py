@@ -55,3 +55,25 @@ def test_a_timeout_without_a_default_is_recorded_failed(tmp_path: Path) -> None:
 def test_without_a_journal_it_is_the_plain_approval() -> None:
     op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?")
     assert op.execute_complete({"run_id": "r"}, event("Approve"))["chosen_options"] == ["Approve"]  # type: ignore[arg-type]
+
+
+def test_a_reject_that_skips_the_steps_after_it_stays_recorded_as_the_answer(tmp_path: Path) -> None:
+    """Airflow 3 skips the tasks after a "Reject" by raising DownstreamTasksSkipped: that is how
+    the approval ends, not a failure of it."""
+    from types import SimpleNamespace
+
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    made = journal(tmp_path)
+    with DAG(dag_id="approval_skip", schedule=None):
+        op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", journal=made.path)
+        op >> EmptyOperator(task_id="graceful_stop")
+    ti = SimpleNamespace(task_id="approve", dag_id="approval_skip", run_id="run-1", map_index=-1,
+                         xcom_push=lambda **_: None)
+    with pytest.raises(DownstreamTasksSkipped):
+        op.execute_complete({"run_id": "run-1", "task": op, "ti": ti}, event("Reject"))  # type: ignore[arg-type]
+    entry = made.read().planning["approve"]
+    assert entry.state == DONE and entry.result["chosen"] == "Reject"
+    assert planner.rejected(made.read())
