@@ -26,9 +26,7 @@ Spark restores ``enableSourceEvolution=false`` from the offsets and the Kafka so
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,14 +45,14 @@ from airflow_ckpt_provider.checkpoint.fixed_settings import (
 )
 from airflow_ckpt_provider.hooks.compat import checkpoint_settings
 from airflow_ckpt_provider.hooks.launcher import spark_version_at
-from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from airflow_ckpt_provider.local.spark import SparkInstall
 from tests.harness.records import produce_records
+from tests.integration.spark42_jobs import run_spark42_job
 
 pytestmark = pytest.mark.integration
 
 JOB = Path(__file__).parent / "jobs" / "spark42_fixed_settings.py"
 FIRST, LATER = 120, 60  # records before the first run, and after it (a batch for each restart)
-RUN_TIMEOUT_S = 1200
 ROCKS = {PROVIDER_KEY: ROCKSDB_PROVIDER}
 CFV, ENC, CRC = (FixedSetting.CHECKPOINT_FORMAT.value, FixedSetting.ENCODING_FORMAT.value,
                  FixedSetting.ROW_CHECKSUM.value)
@@ -101,16 +99,8 @@ CASES = [
 
 def run_spark42(spark42: SparkInstall, work: Path, name: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
     """One driver run of ``jobs/spark42_fixed_settings.py`` on Spark 4.2; its per-query results."""
-    conf = {**local_spark_conf(f"spark42-{name}", version=SPARK42), "spark.pyspark.python": str(spark42.python),
-            "spark.sql.shuffle.partitions": "1"}
-    spec, result = work / f"{name}-spec.json", work / f"{name}-result.json"
-    spec.write_text(json.dumps({"conf": conf, "queries": queries, "realtime_wait_s": 90}))
-    proc = subprocess.run([str(spark42.python), str(JOB), str(spec), str(result)], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0 and result.exists(), f"Spark 4.2 run {name} failed:\n{proc.stderr[-3000:]}"
-    results: dict[str, Any] = json.loads(result.read_text())
-    return results
+    return run_spark42_job(JOB, spark42, work, name, queries, conf={"spark.sql.shuffle.partitions": "1"},
+                           spec={"realtime_wait_s": 90})
 
 
 @dataclass

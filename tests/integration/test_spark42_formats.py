@@ -22,9 +22,7 @@ is caught by the archive's verification.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -47,30 +45,22 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
-from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from airflow_ckpt_provider.local.spark import SparkInstall
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records
+from tests.integration.spark42_jobs import run_spark42_job
 
 pytestmark = pytest.mark.integration
 
 JOB = Path(__file__).parent / "jobs" / "spark42_formats.py"
 VARIANTS = ("named", "unnamed")
 FIRST, LATER = 300, 140  # records before the first run, and produced after it (past the handover)
-RUN_TIMEOUT_S = 600
 
 
 
 def run_spark42(spark42: SparkInstall, work: Path, name: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
     """One driver run of ``jobs/spark42_formats.py`` on Spark 4.2; its per-query results."""
-    conf = {**local_spark_conf(f"spark42-{name}", version=SPARK42), "spark.pyspark.python": str(spark42.python)}
-    spec, result = work / f"{name}-spec.json", work / f"{name}-result.json"
-    spec.write_text(json.dumps({"conf": conf, "queries": queries}))
-    proc = subprocess.run([str(spark42.python), str(JOB), str(spec), str(result)], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0 and result.exists(), f"Spark 4.2 run {name} failed:\n{proc.stderr[-3000:]}"
-    results: dict[str, Any] = json.loads(result.read_text())
-    return results
+    return run_spark42_job(JOB, spark42, work, name, queries)
 
 
 @dataclass

@@ -22,7 +22,6 @@ batch, the handover is batch N's, and Spark 4.2 refuses to restart that checkpoi
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +43,10 @@ from airflow_ckpt_provider.checkpoint.repartition import (
 )
 from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
-from airflow_ckpt_provider.local.spark import SPARK42, SparkInstall, local_spark_conf
+from airflow_ckpt_provider.local.spark import SparkInstall
 from tests.harness.audit import broker_ranges
 from tests.harness.records import produce_records
+from tests.integration.spark42_jobs import run_spark42_job
 
 pytestmark = pytest.mark.integration
 
@@ -54,22 +54,13 @@ JOB = Path(__file__).parent / "jobs" / "spark42_repartition.py"
 FIRST, LATER = 300, 140  # records before the first run, and produced after it (past the handover)
 BEFORE, AFTER = 4, 2  # shuffle partitions of the first run, and after Spark's repartition
 BUCKETS = 7
-RUN_TIMEOUT_S = 900  # a guard against a hung JVM on a busy 2-core machine, not a duration expected
 
 Totals = dict[tuple[int, int], tuple[int, int, int]]  # (partition, bucket) -> (count, sum, sum of squares)
 
 
 def run_spark42(spark42: SparkInstall, work: Path, name: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
     """One driver run of ``jobs/spark42_repartition.py`` on Spark 4.2; its per-query results."""
-    conf = {**local_spark_conf(f"spark42-{name}", version=SPARK42), "spark.pyspark.python": str(spark42.python)}
-    spec, result = work / f"{name}-spec.json", work / f"{name}-result.json"
-    spec.write_text(json.dumps({"conf": conf, "queries": queries}))
-    proc = subprocess.run([str(spark42.python), str(JOB), str(spec), str(result)], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0 and result.exists(), f"Spark 4.2 run {name} failed:\n{proc.stderr[-3000:]}"
-    results: dict[str, Any] = json.loads(result.read_text())
-    return results
+    return run_spark42_job(JOB, spark42, work, name, queries)
 
 
 def sink_totals(sink: Path) -> Totals:

@@ -15,11 +15,10 @@ then is stopped and counts as started. RESULT gets, per label, ``{"ok", "error"}
 
 from __future__ import annotations
 
-import json
 import sys
-import traceback
 
 from pyspark.sql import SparkSession
+from spec_runner import run_spec
 
 #: every setting a query may change, at Spark 4.2's default: each query starts from these
 DEFAULTS = {
@@ -67,25 +66,8 @@ def run(spark: SparkSession, query: dict, realtime_wait_s: float) -> dict:
 
 
 def main() -> int:
-    spec_path, result_path = sys.argv[1:3]
-    with open(spec_path) as handle:
-        spec = json.load(handle)
-    builder = SparkSession.builder.appName("spark42-fixed-settings")
-    for key, value in spec["conf"].items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    results = {}
-    for query in spec["queries"]:
-        try:
-            results[query["label"]] = run(spark, query, float(spec.get("realtime_wait_s", 60)))
-        except Exception as exc:  # noqa: BLE001 - the test reads which error Spark gave
-            results[query["label"]] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            traceback.print_exc()
-    with open(result_path, "w") as handle:
-        json.dump(results, handle, indent=1)
-    spark.stop()
-    return 0
+    return run_spec("spark42-fixed-settings",
+                    lambda spark, query, spec: run(spark, query, float(spec.get("realtime_wait_s", 60))))
 
 
 if __name__ == "__main__":

@@ -21,11 +21,10 @@ per label, ``{"ok", "error", "batches"}``.
 
 from __future__ import annotations
 
-import json
 import sys
-import traceback
 
 from pyspark.sql import SparkSession
+from spec_runner import run_spec
 
 VARIANTS = {
     "named": {
@@ -68,26 +67,7 @@ def run(spark: SparkSession, query: dict) -> dict:
 
 
 def main() -> int:
-    spec_path, result_path = sys.argv[1:3]
-    with open(spec_path) as handle:
-        spec = json.load(handle)
-    builder = SparkSession.builder.appName("spark42-formats")
-    for key, value in spec["conf"].items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    results = {}
-    for query in spec["queries"]:
-        try:
-            results[query["label"]] = run(spark, query)
-        except Exception as exc:  # noqa: BLE001 - the test reads which error Spark gave
-            results[query["label"]] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "batches": []}
-            if not query.get("expect_error"):
-                traceback.print_exc()
-    with open(result_path, "w") as handle:
-        json.dump(results, handle, indent=1)
-    spark.stop()
-    return 0
+    return run_spec("spark42-formats", lambda spark, query, _spec: run(spark, query))
 
 
 if __name__ == "__main__":

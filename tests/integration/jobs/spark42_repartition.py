@@ -24,9 +24,9 @@ import json
 import os
 import sys
 import time
-import traceback
 
 from pyspark.sql import DataFrame, SparkSession, functions
+from spec_runner import run_spec
 
 PROVIDERS = {"rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
              "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"}
@@ -79,25 +79,7 @@ def run(spark: SparkSession, query: dict) -> dict:
 
 
 def main() -> int:
-    spec_path, result_path = sys.argv[1:3]
-    with open(spec_path) as handle:
-        spec = json.load(handle)
-    builder = SparkSession.builder.appName("spark42-repartition")
-    for key, value in spec["conf"].items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    results = {}
-    for query in spec["queries"]:
-        try:
-            results[query["label"]] = run(spark, query)
-        except Exception as exc:  # noqa: BLE001 - the test reads which error Spark gave
-            results[query["label"]] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "batches": []}
-            traceback.print_exc()
-    with open(result_path, "w") as handle:
-        json.dump(results, handle, indent=1)
-    spark.stop()
-    return 0
+    return run_spec("spark42-repartition", lambda spark, query, _spec: run(spark, query))
 
 
 if __name__ == "__main__":
