@@ -9,7 +9,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Context
 
 from airflow_ckpt_provider.checkpoint.journal import FAILED, STARTED
-from airflow_ckpt_provider.operators.journaled import control_flow, journal_at
+from airflow_ckpt_provider.operators.journaled import journal_at, recorded
 from airflow_ckpt_provider.upgrade.planner import APPROVAL
 
 
@@ -48,11 +48,7 @@ class UpgradeApprovalOperator(ApprovalOperator):
                 "chosen": chosen[0], "responded_by": event.get("responded_by_user"),
                 "responded_at": str(event.get("responded_at") or "")})
             self.log.info("answer %r recorded in the upgrade journal %s", chosen[0], journal.uri)
-        try:
-            return super().execute_complete(context, event)  # a "Reject" skips the steps after it by raising
-        except control_flow():
-            raise
-        except Exception as exc:
-            if journal is not None:
-                journal.record_planning(APPROVAL, run_id=run_id, state=FAILED, error=exc)
-            raise
+        return recorded(lambda: super(UpgradeApprovalOperator, self).execute_complete(context, event),
+                        failed=lambda exc: journal.record_planning(APPROVAL, run_id=run_id, state=FAILED, error=exc)
+                        if journal is not None else None,
+                        finished=lambda _: None)  # a "Reject" skips the steps after it by raising: not a failure

@@ -79,18 +79,28 @@ class JournaledStep:
         A deferral (or another of Airflow's :func:`control_flow` exceptions) records nothing: the
         step is still running, or chose to skip."""
         journal = journal if journal is not None else self.open_journal()
-        try:
-            result = action()
-        except control_flow():
-            raise
-        except Exception as exc:
+
+        def finished(result: Any) -> None:  # noqa: ANN401 - the step's JSON result
+            fault_point(f"{self.task_id}:done")
             if journal is not None:
-                journal.fail(self.task_id, exc)
-            raise
-        fault_point(f"{self.task_id}:done")
-        if journal is not None:
-            journal.finish(self.task_id, result)
-        return result
+                journal.finish(self.task_id, result)
+
+        return recorded(action, failed=lambda exc: journal.fail(self.task_id, exc) if journal is not None else None,
+                        finished=finished)
+
+
+def recorded(action: Callable[[], T], *, failed: Callable[[Exception], None], finished: Callable[[T], None]) -> T:
+    """Run ``action``: its error goes to ``failed`` (then re-raised), its result to ``finished``;
+    Airflow's :func:`control_flow` exceptions go up untouched (the step is not over, or skips)."""
+    try:
+        result = action()
+    except control_flow():
+        raise
+    except Exception as exc:
+        failed(exc)
+        raise
+    finished(result)
+    return result
 
 
 def decided(journal: UpgradeJournal | None, name: str, context: Context, action: Callable[[], T],
@@ -99,17 +109,14 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
     path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
     of its result, or ``failed`` with its error (then re-raised). Without a journal it only runs."""
     run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
-    try:
-        result = action()
-    except control_flow():
-        raise
-    except Exception as exc:
-        if journal is not None:
-            journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED, error=exc)
-        raise
-    if journal is not None:
-        journal.record_planning(name, run_id=run_id, started_at=started_at, result=summary(result))
-    return result
+    if journal is None:
+        return action()
+    return recorded(
+        action,
+        failed=lambda exc: journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED,
+                                                   error=exc),
+        finished=lambda result: journal.record_planning(name, run_id=run_id, started_at=started_at,
+                                                        result=summary(result)))
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "journal_at"]
+__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "journal_at", "recorded"]
