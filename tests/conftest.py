@@ -80,7 +80,7 @@ def new_topic(kafka) -> Callable[[int], str]:  # noqa: ANN001
 def _installed_spark(version: str) -> object:
     """The local Spark ``version`` of its `make spark<version>` virtualenv; fails (never skips)
     with what to do when it is missing: `make test` installs it."""
-    from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+    from airflow_ckpt_provider.local.errors import LocalStackError
     from airflow_ckpt_provider.local.spark import spark_install
 
     try:

@@ -7,9 +7,9 @@ to take (each class has a default action), optionally the ``path`` it concerns a
 line and the Airflow task log show one self-explaining line; each field is cut to
 :data:`MAX_FIELD_CHARS` (the detail to :data:`MAX_DETAIL_CHARS`, keeping its end) and the full text
 of an error that was cut is logged at DEBUG when it is made. :class:`CheckpointError` covers the
-checkpoint, the handover, the broker and the upgrade steps; :class:`LocalStackError` the embedded
-local stack (Java, Maven, Kafka broker, Spark standalone, Airflow home) and is raised only after
-anything the failing step started has been stopped again. Every error pickles with its fields
+checkpoint, the handover, the broker and the upgrade steps; the embedded local stack's errors
+(:class:`~airflow_ckpt_provider.local.errors.LocalStackError`: Java, Maven, the dev stack's Kafka
+broker, ports) live with that stack in :mod:`airflow_ckpt_provider.local.errors`. Every error pickles with its fields
 (Airflow and multiprocessing send errors across processes).
 """
 
@@ -694,7 +694,7 @@ class UpgradeFailed(CheckpointError):
     default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
 
 
-# -- embedded local stack (airflow_ckpt_provider/local/) ----------------------------------------------
+# -- state export (checkpoint/state.py)) ---------------------------------------------
 
 
 class StateExportError(CheckpointError):
@@ -760,51 +760,6 @@ class StateExportFailed(StateExportError):
         self.log_tail = log_tail
         super().__init__(found=found, expected=expected, action=action, path=path,
                          detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
-
-
-class LocalStackError(ProviderError, RuntimeError):
-    """The local stack could not be set up or started."""
-
-    summary = "local stack error"
-    default_action = "Nothing was left running; fix the cause and retry."
-
-
-class ToolMissing(LocalStackError):
-    """A required command line tool (java, mvn) is not on PATH or does not run."""
-
-    summary = "required tool missing"
-
-
-class JarsMissing(LocalStackError):
-    """The Maven-resolved jars of a component are not in the JVM folder."""
-
-    summary = "JVM jars missing"
-
-
-class VersionMismatch(LocalStackError):
-    """The pinned JVM artifacts do not match the installed Python packages."""
-
-    summary = "version mismatch"
-
-
-class SparkNotInstalled(LocalStackError):
-    """A Spark version the local stack runs (its own virtualenv) is not installed."""
-
-    summary = "Spark version not installed"
-    default_action = ("Run `make spark35` or `make spark42` "
-                      "(`python -m airflow_ckpt_provider.local.spark install 3.5|4.2`).")
-
-
-class PortInUse(LocalStackError):
-    """A requested TCP port on 127.0.0.1 is already taken."""
-
-    summary = "port already in use"
-
-
-class BrokerStartFailed(LocalStackError):
-    """The Kafka broker exited or did not answer metadata requests in time."""
-
-    summary = "Kafka broker did not come up"
 
 
 class InvalidLaunchHandle(CheckpointError, ValueError):

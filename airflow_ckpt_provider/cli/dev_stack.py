@@ -128,7 +128,7 @@ def _describe(state: DevStack, out: TextIO, verb: str) -> None:
 
 
 def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+    from airflow_ckpt_provider.local.errors import LocalStackError
     from airflow_ckpt_provider.local.kafka import LocalKafka
 
     state = read_state(work)
@@ -157,7 +157,7 @@ def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 
 def _port_free(port: int) -> bool:
-    from airflow_ckpt_provider.checkpoint.errors import PortInUse
+    from airflow_ckpt_provider.local.errors import PortInUse
     from airflow_ckpt_provider.local.processes import ensure_port_free
 
     try:

@@ -23,7 +23,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from airflow_ckpt_provider.checkpoint.errors import JarsMissing, LocalStackError, ToolMissing, VersionMismatch
+from airflow_ckpt_provider.local.errors import JarsMissing, LocalStackError, ToolMissing, VersionMismatch
 
 log = logging.getLogger(__name__)
 

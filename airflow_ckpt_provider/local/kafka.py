@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerStartFailed
 from airflow_ckpt_provider.local import jvm
+from airflow_ckpt_provider.local.errors import BrokerStartFailed
 from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from airflow_ckpt_provider.checkpoint.errors import PortInUse
+from airflow_ckpt_provider.local.errors import PortInUse
 
 log = logging.getLogger(__name__)
 

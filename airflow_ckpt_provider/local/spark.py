@@ -32,8 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.checkpoint.errors import LocalStackError, SparkNotInstalled, VersionMismatch
 from airflow_ckpt_provider.local import jvm
+from airflow_ckpt_provider.local.errors import LocalStackError, SparkNotInstalled, VersionMismatch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(airflow_env(home, REPO / "dags"))
     prepare_airflow_home(home, REPO / "dags")
 
-    from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+    from airflow_ckpt_provider.local.errors import LocalStackError
     from tests.harness.upgrade_demo import DemoResult, UpgradeDemo, read_dag_report
 
     started = time.monotonic()

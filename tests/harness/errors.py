@@ -7,7 +7,7 @@ harness raises them, so they live here, outside the package.
 
 from __future__ import annotations
 
-from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+from airflow_ckpt_provider.local.errors import LocalStackError
 
 
 class HdfsStartFailed(LocalStackError):

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import LocalStackError
 from airflow_ckpt_provider.local import jvm
+from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_ckpt_provider.checkpoint.errors import ToolMissing
+from airflow_ckpt_provider.local.errors import ToolMissing
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page, Response

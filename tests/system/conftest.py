@@ -47,7 +47,7 @@ def demo(make_demo: Callable[..., UpgradeDemo]) -> UpgradeDemo:
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """The system Chromium the browser tests drive; fails (never skips) with what to do when missing."""
-    from airflow_ckpt_provider.checkpoint.errors import ToolMissing
+    from airflow_ckpt_provider.local.errors import ToolMissing
     from tests.system.browser import find_chromium
 
     try:

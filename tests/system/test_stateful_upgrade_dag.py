@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.checkpoint.errors import LocalStackError
+from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
 from tests.harness.records import CUSTOMERS, purchase
 from tests.harness.state_audit import compare_totals, kafka_totals, sink_totals

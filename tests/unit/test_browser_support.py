@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import ToolMissing
+from airflow_ckpt_provider.local.errors import ToolMissing
 from tests.system.browser import CHROMIUM_ENV, ERROR_TEXT, find_chromium, serve_directory
 from tests.system.test_approval_browser import summary_phrases, table_labels
 

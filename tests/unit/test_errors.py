@@ -1,5 +1,6 @@
 """The provider's one error family: every class pickles with its fields and reads the same way
-(the package's errors and the test harness's few, which join the local stack's branch)."""
+(the core's errors, the local stack's in ``local/errors.py``, and the test harness's few, which
+join the local stack's branch)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.checkpoint import errors
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError, LaunchFailed, LocalStackError, ProviderError
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, LaunchFailed, ProviderError
+from airflow_ckpt_provider.local import errors as local_errors
+from airflow_ckpt_provider.local.errors import LocalStackError
 from tests.harness import errors as harness_errors
 
 #: A sample value for every constructor field any error class takes; a new field needs one here.
@@ -33,7 +36,7 @@ SAMPLES: dict[str, Any] = {
 }
 
 ERROR_CLASSES = sorted(
-    (c for module in (errors, harness_errors) for c in vars(module).values()
+    (c for module in (errors, local_errors, harness_errors) for c in vars(module).values()
      if isinstance(c, type) and issubclass(c, BaseException) and c.__module__ == module.__name__),
     key=lambda c: c.__name__,
 )

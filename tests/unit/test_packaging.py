@@ -34,9 +34,10 @@ def test_the_wheel_holds_the_package_and_nothing_of_the_tests() -> None:
 
 def test_the_harness_is_not_in_the_package() -> None:
     """The demo, audits and test servers live in tests/harness/; the package's local/ keeps what
-    the command line and the Makefile need (Maven fetch, dev-stack broker, local Spark)."""
+    the command line and the Makefile need (Maven fetch, dev-stack broker, local Spark, and the
+    errors of that stack)."""
     local = {p.stem for p in (REPO / "airflow_ckpt_provider" / "local").glob("*.py")}
-    assert local == {"__init__", "jvm", "kafka", "processes", "spark"}
+    assert local == {"__init__", "errors", "jvm", "kafka", "processes", "spark"}
     assert (REPO / "tests" / "harness" / "upgrade_demo.py").is_file()
 
 
