@@ -1,7 +1,7 @@
 """Which entries of a checkpoint's batch logs (``offsets/``, ``commits/``) are batch files.
 
 Standard library only: the Spark driver side (:mod:`airflow_ckpt_provider.spark.graceful_stop`,
-listing through Hadoop's FileSystem) and the core (:func:`airflow_ckpt_provider.checkpoint.logs.list_batch_ids`,
+listing through Hadoop's FileSystem) and the core (:func:`airflow_ckpt_provider.storage.listing.list_batch_ids`,
 listing through fsspec) apply this one rule.
 
 Spark names batch N's file by the plain decimal ``N`` and writes ``.N.crc`` checksums and

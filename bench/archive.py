@@ -70,10 +70,10 @@ from pathlib import Path
 
 import fsspec
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
-from airflow_ckpt_provider.checkpoint.restore import verify_archive
-from airflow_ckpt_provider.checkpoint.transfer import list_tree, run_parallel
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.restore import verify_archive
+from airflow_ckpt_provider.storage.transfer import list_tree, run_parallel
 
 MIB = 1024 * 1024
 

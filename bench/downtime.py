@@ -67,7 +67,7 @@ def _committed(checkpoint: Path) -> list[Any]:
     """The checkpoint's retained committed batches, oldest first (BatchRecord)."""
     import fsspec
 
-    from airflow_ckpt_provider.checkpoint.history import batch_history
+    from airflow_ckpt_provider.storage.history import batch_history
 
     return [b for b in batch_history(*fsspec.core.url_to_fs(str(checkpoint))) if b.committed_at is not None]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 
 PARTITIONS = 10_000
 QUERY_ID = "abab5a79-a66c-41f4-85f8-55b2a371bf7e"

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import fsspec
 
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.state import finish_export, plan_state_export
 from airflow_ckpt_provider.spark.state_export import export_state
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import finish_export, plan_state_export
 
 TARGET = 1.5
 

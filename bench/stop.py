@@ -33,11 +33,11 @@ import fsspec
 # the record producer is the test harness of the checkout (tests/harness/), not part of the package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.local.spark import local_spark_session
 from airflow_ckpt_provider.spark.gate import foreach_batch
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
+from airflow_ckpt_provider.storage.stop import ControlFiles
 from tests.harness.records import ContinuousProducer
 
 #: The busy case's cap per batch, below its producer's rate: there is always a next batch.

@@ -66,7 +66,6 @@ from typing import Any, TypedDict, cast
 from airflow.sdk import DAG, Asset, BaseOperator, Param, XComArg, chain, task
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
-from airflow_ckpt_provider.checkpoint.journal import JournalRecord
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
 from airflow_ckpt_provider.checkpoint.path import UpgradeMode
@@ -85,6 +84,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.storage.journal import JournalRecord
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.results import PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PATHS, Path

@@ -1,8 +1,11 @@
-"""Checkpoint core: read Spark checkpoints, compute and reconcile the Kafka handover. This file
-only re-exports (pure); each module's docstring says whether it is pure or reads and writes
-through fsspec.
+"""The pure core: the checkpoint format's parsers over bytes and JSON, value objects (Kafka offsets,
+snapshot, handover, launch handle, archive manifest, verdicts), every decision, and the provider's
+typed errors. Pure: no I/O; imports neither fsspec nor Airflow, Spark, a Kafka client or the
+storage layer. This file only re-exports.
 
-Imports neither Airflow nor Spark.
+Reading a checkpoint from storage is the storage layer's (:mod:`airflow_ckpt_provider.storage`):
+``CheckpointReader`` moved there; import it as ``from airflow_ckpt_provider.storage import
+CheckpointReader``.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from airflow_ckpt_provider.checkpoint.offsets import (
     SourceKind,
     SourceOffsets,
 )
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, Reconciliation, reconcile
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 
 __all__ = [
     "EARLIEST",
@@ -48,7 +51,6 @@ __all__ = [
     "BrokerView",
     "CheckpointError",
     "CheckpointNotFound",
-    "CheckpointReader",
     "CheckpointSnapshot",
     "CommitWithoutOffsets",
     "CorruptCheckpointFile",

@@ -327,7 +327,7 @@ class BrokerUnreachable(BrokerError):
     default_action = "Check bootstrap servers, network and security settings, then retry."
 
 
-# -- archive and restore (checkpoint/archive.py) ----------------------------------------------------
+# -- archive and restore (storage/archive.py) -------------------------------------------------------
 
 
 class QueryStillRunning(CheckpointError):
@@ -653,7 +653,7 @@ class StorageError(CheckpointError):
 
 
 class JournalError(CheckpointError):
-    """The upgrade journal prevents a safe step (see :mod:`airflow_ckpt_provider.checkpoint.journal`)."""
+    """The upgrade journal prevents a safe step (see :mod:`airflow_ckpt_provider.storage.journal`)."""
 
     summary = "upgrade journal error"
 
@@ -694,7 +694,7 @@ class UpgradeFailed(CheckpointError):
     default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
 
 
-# -- state export (checkpoint/state.py)) ---------------------------------------------
+# -- state export (checkpoint/state.py, storage/state.py) ---------------------------------------------
 
 
 class StateExportError(CheckpointError):

@@ -119,7 +119,7 @@ class CheckpointFacts:
     @classmethod
     def of(cls, *, offsets_version: int | None, commit_has_state_ids: bool | None, conf: Mapping[str, str],
            state_operators: tuple[int, ...] | list[int], transform_with_state: bool = False) -> CheckpointFacts:
-        """From a :class:`~airflow_ckpt_provider.checkpoint.reader.CheckpointSnapshot`'s fields and
+        """From a :class:`~airflow_ckpt_provider.checkpoint.snapshot.CheckpointSnapshot`'s fields and
         its last commit (``commit_has_state_ids``: None when nothing is committed)."""
         fmt = None if commit_has_state_ids is None else (2 if commit_has_state_ids else 1)
         return cls(offsets_version, fmt, dict(conf), bool(state_operators),

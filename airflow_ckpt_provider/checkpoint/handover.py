@@ -30,7 +30,7 @@ from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
 from airflow_ckpt_provider.clock import utc_iso
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+    from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 
 _KEYS = frozenset(
     {"format", "query_id", "checkpoint_uri", "batch_id", "from_initial", "in_flight_batch",

@@ -1,7 +1,7 @@
-"""Parsers for single checkpoint files, and the one lister of the batch logs. The parsers are pure
-functions over bytes (plus the path for messages); :func:`list_batch_ids` reads through an fsspec
-filesystem: it lists a batch log folder (``offsets/``, ``commits/``) by the name rule of
-:mod:`airflow_ckpt_provider.batch_names`.
+"""Parsers for single checkpoint files: pure functions over bytes (plus the path for messages), and
+the batch ids of a listing by the name rule of :mod:`airflow_ckpt_provider.batch_names`
+(:func:`batch_ids`). The one lister of the batch logs, which reads through an fsspec filesystem, is
+:func:`airflow_ckpt_provider.storage.listing.list_batch_ids`.
 
 Formats (checked against checkpoints written by Spark 4.2, and against Spark's readers for what
 Spark 2.1 onward wrote and still resumes from):
@@ -52,7 +52,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnsupportedLogVersion,
 )
 from airflow_ckpt_provider.checkpoint.jsonin import check_json_limits, load_json
-from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import (
     SourceKind,
     SourceOffsets,
@@ -62,7 +61,7 @@ from airflow_ckpt_provider.checkpoint.offsets import (
 )
 
 if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
+    pass
 
 MAX_OFFSET_LOG_VERSION = 2
 MAX_COMMIT_LOG_VERSION = 3
@@ -131,21 +130,6 @@ def batch_ids(entries: Iterable[str], folder: str) -> list[int]:
     own = folder.rstrip("/")
     ids = (parse_batch_name(entry, entry) for entry in entries if entry.rstrip("/") != own)
     return sorted(batch for batch in ids if batch is not None)
-
-
-def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
-    """Sorted batch ids in the batch log ``folder`` (``<root>/offsets`` or ``<root>/commits``,
-    a path of ``fs``); ``[]`` when the folder does not exist.
-
-    Drops fsspec's listing cache of ``folder`` first, so a poll sees new batches, and lists names
-    only (no metadata request per entry). :class:`CorruptCheckpointFile` for a zero-padded name;
-    other I/O errors (``OSError``) propagate.
-    """
-    try:
-        entries = list_names(fs, folder)
-    except FileNotFoundError:
-        return []
-    return batch_ids((str(entry) for entry in entries), folder)
 
 
 def crc_target(name: str) -> str | None:

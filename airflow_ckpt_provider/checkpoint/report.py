@@ -1,9 +1,10 @@
 """The upgrade report: handover, step times, downtime and input rows per batch, old vs new.
-Pure, except :func:`render_timeline_png`, which writes a PNG file to the local disk.
+Pure: no I/O.
 
 :class:`UpgradeReport` is a value object (JSON round-trip); :meth:`to_markdown` and
-:meth:`to_html` render it for people; :func:`render_timeline_png` draws input rows per batch
-of the old and the new query on one time axis (needs matplotlib: the ``report`` extra).
+:meth:`to_html` render it for people; :func:`airflow_ckpt_provider.storage.timeline.render_timeline_png`
+draws input rows per batch of the old and the new query on one time axis into a PNG file (needs
+matplotlib: the ``report`` extra).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import html
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
@@ -275,36 +275,3 @@ def downtime_seconds(old: Sequence[BatchRecord], new: Sequence[BatchRecord], *, 
     """The length of :func:`downtime_window` (None if unknown)."""
     window = downtime_window(old, new, stop_requested_at=stop_requested_at, ready_at=ready_at)
     return None if window is None else window[1] - window[0]
-
-
-def render_timeline_png(report: UpgradeReport, path: str) -> bool:
-    """Draw input rows per batch (old and new query) against commit time, the downtime (old query's
-    last commit to the new query's first) shaded and labelled; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(8, 3.2), dpi=100)
-    for label, batches, colour in (("old query", report.old_batches, "#888888"),
-                                   ("new query", report.new_batches, "#1f77b4")):
-        points = [(b.committed_at, b.input_rows) for b in batches
-                  if b.committed_at is not None and b.input_rows is not None]
-        if points:
-            xs: list[Any] = [datetime.fromtimestamp(t, timezone.utc) for t, _ in points]  # matplotlib takes dates
-            ax.plot(xs, [r for _, r in points], marker="o", linestyle="-", color=colour, label=label)
-    window = report.window()
-    if window is not None and window[1] >= window[0]:
-        start, end = (datetime.fromtimestamp(t, timezone.utc) for t in window)
-        ax.axvspan(start, end, color="#d62728", alpha=0.15, label=f"downtime {window[1] - window[0]:.1f} s")  # type: ignore[arg-type]
-    ax.set_ylabel("input rows per batch")
-    ax.set_title(f"{report.stream}: {report.outcome}")
-    if ax.get_legend_handles_labels()[0]:  # no batches (an upgrade that ended early): no legend
-        ax.legend(loc="upper left")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return True

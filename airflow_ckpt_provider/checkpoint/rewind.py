@@ -36,7 +36,7 @@ from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.enums import StrEnum
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+    from airflow_ckpt_provider.checkpoint.snapshot import CheckpointView
 
 #: Kafka's offsets_for_times: (topic, partition) -> first offset at or after a time (None: none).
 OffsetsForTime = Callable[[Iterable[tuple[str, int]], int], Mapping[tuple[str, int], "int | None"]]
@@ -271,7 +271,7 @@ def plan_start(choice: StartChoice, resume_at: KafkaOffsets, start_at: KafkaOffs
     return StartPlan(choice, offsets, partitions)
 
 
-def choose_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: CheckpointReader, broker: BrokerView,
+def choose_start(choice: StartChoice, resume_at: KafkaOffsets, *, reader: CheckpointView, broker: BrokerView,
                  offsets_for_time: OffsetsForTime, source: int | str | None = None) -> StartPlan:
     """The plan for ``choice`` on the checkpoint of ``reader`` whose query stopped at
     ``resume_at``: the start of batch K read from the checkpoint, the offsets of a time asked of

@@ -30,7 +30,7 @@ from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets, Sou
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 
 if TYPE_CHECKING:
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+    from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 
 Partition = tuple[str, int]
 

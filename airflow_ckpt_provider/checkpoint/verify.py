@@ -1,5 +1,5 @@
-"""Verify that a new query started exactly at the handover (no Spark, no Kafka client): the
-comparisons are pure; :func:`check_launch_target` lists the launch locations through fsspec.
+"""Verify that a new query started exactly at the handover (no Spark, no Kafka client). Pure: the
+comparisons over a snapshot, and over a checkpoint the caller hands in (:class:`CheckpointView`).
 
 A Kafka source of a query started on a fresh checkpoint writes ``sources/<i>/0`` once: the
 offsets it really starts from, with Spark's sentinels already RESOLVED (a partition given as
@@ -19,36 +19,30 @@ handover):
 
 Any difference raises :class:`StartMismatch` naming every partition and offset.
 
-:func:`check_launch_target` is the launch preflight: queries never share a checkpoint, and a
-file sink must not already hold a ``_spark_metadata`` log.
+:func:`airflow_ckpt_provider.storage.locations.check_launch_target` is the launch preflight (it lists
+the launch locations through fsspec): queries never share a checkpoint, and a file sink must not
+already hold a ``_spark_metadata`` log.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
-    CheckpointNotEmpty,
-    FileSinkHazard,
     InvalidVerifyResult,
     NotStartedYet,
-    SharedCheckpoint,
     SourceNotKafka,
     StartMismatch,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
-from airflow_ckpt_provider.checkpoint.listing import list_names
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
-from airflow_ckpt_provider.spark.control import CONTROL_DIR
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot, CheckpointView
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"
@@ -249,7 +243,7 @@ def _refuse_mismatches(parts: tuple[PartitionStart, ...], *, expected: str, path
             found=shown, expected=expected, path=path)
 
 
-def verify_resume(reader: CheckpointReader, handover: Handover, *, source: int | str | None = None) -> VerifyResult:
+def verify_resume(reader: CheckpointView, handover: Handover, *, source: int | str | None = None) -> VerifyResult:
     """Verify that a version restarted ON the old checkpoint (an in-place upgrade) resumed right
     after the handover's batch N: the checkpoint has committed batch N+1, batch N+1 started where
     the handover says N ended (``offsets/N`` unchanged: nothing re-planned or rewritten), and the
@@ -291,54 +285,3 @@ def unread_partitions(position: KafkaOffsets, broker: BrokerView) -> list[str]:
             if log_end > (at if at is not None and at >= 0 else 0):
                 unread.append(f"{topic}-{partition}: at {_fmt(at)}, log end {log_end}")
     return unread
-
-
-def _location(fs: Any, path: str) -> tuple[str, str]:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    path = fs._strip_protocol(path).rstrip("/") or "/"
-    if protocol in ("file", "local"):
-        path = os.path.realpath(path)
-    return protocol, path
-
-
-def check_launch_target(
-    target: tuple[Any, str],
-    uri: str,
-    *,
-    old: tuple[Any, str] | None = None,
-    sink: tuple[Any, str] | None = None,
-    allow_existing_checkpoint: bool = False,
-) -> bool:
-    """Refuse an unsafe launch target; reads only, creates nothing. Each location is an fsspec
-    ``(filesystem, path)``. Returns whether the checkpoint already holds something (only possible
-    with ``allow_existing_checkpoint``).
-
-    Raises :class:`SharedCheckpoint` when the new checkpoint is the old one and
-    :class:`CheckpointNotEmpty` when it holds anything but the provider's control folder
-    ``_ckpt/`` (left by a launch that failed before Spark wrote anything; the caller checks
-    that nothing in it is alive) (both unless ``allow_existing_checkpoint``),
-    :class:`FileSinkHazard` when ``sink`` has ``_spark_metadata`` (unless the query restarts on its
-    own, non-empty checkpoint, whose batch ids continue).
-    """
-    fs, path = target
-    if old is not None and _location(*old) == _location(fs, path) and not allow_existing_checkpoint:
-        raise SharedCheckpoint(found=f"{uri} for both the old and the new query",
-                               expected="a new checkpoint location for the new query", path=uri)
-    fs.invalidate_cache(path)
-    existing: list[str] = []
-    if fs.exists(path):
-        entries = list_names(fs, path) if fs.isdir(path) else [path]
-        existing = [posixpath.basename(str(e).rstrip("/")) for e in entries]
-        existing = [e for e in existing if e and e != CONTROL_DIR
-                    and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]
-    if existing and not allow_existing_checkpoint:
-        raise CheckpointNotEmpty(found=f"{len(existing)} entries ({', '.join(sorted(existing)[:5])})",
-                                 expected="an empty or missing location", path=uri)
-    if sink is not None and not (existing and allow_existing_checkpoint):
-        sink_fs, sink_path = sink
-        metadata = posixpath.join(sink_path.rstrip("/"), "_spark_metadata")
-        sink_fs.invalidate_cache(metadata)
-        if sink_fs.exists(metadata):
-            raise FileSinkHazard(found=f"{metadata} from an earlier query",
-                                 expected="a file sink output path without _spark_metadata", path=sink_path)
-    return bool(existing)

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
-from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import human_bytes, sanitize_upgrade_id
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
 from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.locations import open_location
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 
 
 @contextmanager

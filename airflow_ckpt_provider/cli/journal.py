@@ -7,10 +7,10 @@ import json
 from typing import TextIO
 
 from airflow_ckpt_provider.checkpoint.errors import shorten
-from airflow_ckpt_provider.checkpoint.journal import LOCK, UpgradeJournal, list_journals, read_lock
-from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.storage.journal import LOCK, UpgradeJournal, list_journals, read_lock
+from airflow_ckpt_provider.storage.locations import open_location
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,9 +9,9 @@ from typing import TextIO
 
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.cli.common import EXIT_OK, storage_options
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
-from airflow_ckpt_provider.checkpoint.locations import open_location
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles, QueryLiveness
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
+from airflow_ckpt_provider.checkpoint.stop import QueryLiveness
 from airflow_ckpt_provider.cli.common import EXIT_OK, location_parent, storage_options
+from airflow_ckpt_provider.storage.locations import open_location
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
 
 #: ``ckpt inspect``: a commit this recent, with no live heartbeat, is a query running without GracefulStop.
 DEFAULT_RECENT_S = 60.0

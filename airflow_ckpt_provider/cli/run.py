@@ -102,8 +102,8 @@ def _launch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _launch_and_wait(args: argparse.Namespace, err: TextIO) -> str:
     """Launch, wait; the handle JSON once committed, else the typed error (see the module doc)."""
-    from airflow_ckpt_provider.checkpoint.locations import open_location
     from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+    from airflow_ckpt_provider.storage.locations import open_location
     from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, committed_batches
 
     application = args.application if "://" in args.application else os.path.abspath(args.application)

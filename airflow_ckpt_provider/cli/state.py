@@ -10,9 +10,9 @@ import json
 import tempfile
 from typing import Any, TextIO
 
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.state import plan_state_export
 from airflow_ckpt_provider.cli.common import EXIT_OK, storage_options
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import plan_state_export
 
 
 def _spark_options(parser: argparse.ArgumentParser) -> None:

@@ -17,17 +17,7 @@ import socket
 from typing import TextIO
 
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
-from airflow_ckpt_provider.checkpoint.locations import open_location
-from airflow_ckpt_provider.checkpoint.stop import (
-    NO_HEARTBEAT_ACTION,
-    ControlFiles,
-    StopOutcome,
-    StopResult,
-    begin_stop,
-    finish_stop,
-    not_running_result,
-    wait_for_ack,
-)
+from airflow_ckpt_provider.checkpoint.stop import NO_HEARTBEAT_ACTION, StopOutcome, StopResult
 from airflow_ckpt_provider.cli.common import (
     EXIT_NO_HEARTBEAT,
     EXIT_NOT_RUNNING,
@@ -37,6 +27,8 @@ from airflow_ckpt_provider.cli.common import (
 )
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.storage.locations import open_location
+from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result, wait_for_ack
 
 
 def _positive(value: str) -> float:

@@ -5,7 +5,7 @@
 1. refuses, before anything starts, a trial location that overlaps a live one and a Python job
    that does not follow the trial contract (:mod:`airflow_ckpt_provider.spark.trial`);
 2. copies the old checkpoint (without its ``_ckpt/`` control files) into the trial location
-   (:func:`~airflow_ckpt_provider.checkpoint.transfer.copy_tree`: the old checkpoint is only read);
+   (:func:`~airflow_ckpt_provider.storage.transfer.copy_tree`: the old checkpoint is only read);
 3. launches, detached through :class:`SparkLauncherHook`, the new version twice with
    ``spark.ckpt.trial=true``, its output under the trial location and a bounded number of
    batches: **in place** on the copy (resuming) and **migrated** on an empty checkpoint at the
@@ -55,13 +55,9 @@ from airflow_ckpt_provider.checkpoint.compat import (
     spark_error,
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
-from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.fixed_settings import CheckpointFacts, SettingVerdict, fixed_settings
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.checkpoint.transfer import copy_tree
 from airflow_ckpt_provider.hooks import state_export
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -74,6 +70,10 @@ from airflow_ckpt_provider.spark.trial import (
     OPERATORS_RECORD,
     TRIAL_RECORD,
 )
+from airflow_ckpt_provider.storage.files import read_file
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.storage.transfer import copy_tree
 
 log = logging.getLogger(__name__)
 

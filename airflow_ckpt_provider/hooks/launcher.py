@@ -42,7 +42,6 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
-from airflow_ckpt_provider.checkpoint.files import open_private, private_dir
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.secrets import find_secrets, is_sensitive_key, redact_command, redact_text
 from airflow_ckpt_provider.clock import utc_iso, utc_now
@@ -54,6 +53,7 @@ from airflow_ckpt_provider.spark.kafka import (
     CONF_HANDOVER_JSON,
     CONF_STARTING_OFFSETS,
 )
+from airflow_ckpt_provider.storage.files import open_private, private_dir
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 YARN_NO_WAIT = "spark.yarn.submit.waitAppCompletion"

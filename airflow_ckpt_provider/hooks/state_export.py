@@ -19,26 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import StateExportFailed
-from airflow_ckpt_provider.checkpoint.files import read_file
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.state import (
-    JOB_DIR,
-    JOB_RESULT,
-    StateExportPlan,
-    StateManifest,
-    check_reusable,
+from airflow_ckpt_provider.checkpoint.state import JOB_DIR, JOB_RESULT, StateExportPlan, StateManifest, check_reusable
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.jobs import DriverState
+from airflow_ckpt_provider.spark import state_export as job_module
+from airflow_ckpt_provider.storage.files import read_file
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import (
     finish_export,
     plan_state_export,
     prepare_export_location,
     verify_state_export,
 )
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.jobs import DriverState
-from airflow_ckpt_provider.spark import state_export as job_module
+from airflow_ckpt_provider.storage.stop import ControlFiles
 
 log = logging.getLogger(__name__)
 

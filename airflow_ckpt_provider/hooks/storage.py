@@ -13,7 +13,7 @@ connection (extra as storage options, plus host, port and login as user); ``s3:/
 (fsspec ``webhdfs``, no Hadoop client needed): the NameNode host comes from the URI unless the
 connection names one, the HTTP port from the connection's port, else the storage option
 ``webhdfs_port``, else Hadoop's default 9870; the user from the connection's login, the option
-``user``, ``HADOOP_USER_NAME`` or the process's user (:mod:`~airflow_ckpt_provider.checkpoint.locations`).
+``user``, ``HADOOP_USER_NAME`` or the process's user (:mod:`~airflow_ckpt_provider.storage.locations`).
 So one location name serves both Spark and the provider.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from airflow.sdk import BaseHook
 
-from airflow_ckpt_provider.checkpoint.locations import (
+from airflow_ckpt_provider.storage.locations import (
     hadoop_user,
     hdfs_over_webhdfs,
     open_location,

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
-from airflow_ckpt_provider.checkpoint.files import open_private
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.secrets import redact_command
 from airflow_ckpt_provider.jobs.base import (
@@ -34,6 +33,7 @@ from airflow_ckpt_provider.jobs.base import (
     tail_file,
 )
 from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.storage.files import open_private
 
 log = logging.getLogger(__name__)
 

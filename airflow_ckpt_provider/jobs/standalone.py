@@ -19,7 +19,6 @@ import urllib.request
 from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
-from airflow_ckpt_provider.checkpoint.files import open_private
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.jobs.base import (
     DriverState,
@@ -31,6 +30,7 @@ from airflow_ckpt_provider.jobs.base import (
     tail_file,
     tail_text,
 )
+from airflow_ckpt_provider.storage.files import open_private
 
 log = logging.getLogger(__name__)
 

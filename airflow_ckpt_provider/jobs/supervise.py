@@ -39,9 +39,9 @@ log = logging.getLogger("airflow_ckpt_provider.supervise")
 
 
 def _control(checkpoint: str) -> Any:  # noqa: ANN401 - ControlFiles, imported late
-    from airflow_ckpt_provider.checkpoint.locations import open_location
-    from airflow_ckpt_provider.checkpoint.stop import ControlFiles
     from airflow_ckpt_provider.jobs.base import STORAGE_OPTIONS_ENV
+    from airflow_ckpt_provider.storage.locations import open_location
+    from airflow_ckpt_provider.storage.stop import ControlFiles
 
     options = json.loads(os.environ.get(STORAGE_OPTIONS_ENV) or "{}")
     fs, path = open_location(checkpoint, **options)

@@ -8,8 +8,8 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Context
 
-from airflow_ckpt_provider.checkpoint.journal import FAILED, STARTED
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
+from airflow_ckpt_provider.storage.journal import FAILED, STARTED
 from airflow_ckpt_provider.upgrade.planner import APPROVAL
 
 

@@ -10,16 +10,16 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, default_actor
 from airflow_ckpt_provider.checkpoint.errors import ArchiveNotFound
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
-from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
-from airflow_ckpt_provider.checkpoint.listing import holds_anything
 from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER, check_name, human_bytes, sanitize_upgrade_id
-from airflow_ckpt_provider.checkpoint.restore import restore_archive
 from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.storage.archive import CheckpointArchive, default_actor
+from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.listing import holds_anything
+from airflow_ckpt_provider.storage.restore import restore_archive
 
 #: With the fault point ``<task id>:copying`` armed, the process is killed after this many files.
 FAULT_AFTER_FILES = 3

@@ -10,7 +10,6 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, NewVersionDoesNotStart
-from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
@@ -18,6 +17,7 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice
 from airflow_ckpt_provider.operators.journaled import decided, journal_at
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:

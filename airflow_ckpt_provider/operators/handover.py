@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover, Reconciliation, reconcile
+from airflow_ckpt_provider.checkpoint import BrokerView, Handover, Reconciliation, reconcile
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     InvalidStartChoice,
@@ -17,7 +17,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     SinkAheadOfState,
 )
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult, handover_from_snapshot, kafka_offsets_of
-from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
@@ -27,7 +26,6 @@ from airflow_ckpt_provider.checkpoint.rollback import (
     new_version_progress,
     rollback_handover,
 )
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -35,6 +33,9 @@ from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledS
 from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
 from airflow_ckpt_provider.sinks.ledger import delivered_record
 from airflow_ckpt_provider.spark.control import HELD
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UPGRADE_PHASE
+from airflow_ckpt_provider.storage.stop import ControlFiles
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):

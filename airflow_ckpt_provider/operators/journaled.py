@@ -1,4 +1,4 @@
-"""Journal support for the upgrade's step operators (:mod:`airflow_ckpt_provider.checkpoint.journal`).
+"""Journal support for the upgrade's step operators (:mod:`airflow_ckpt_provider.storage.journal`).
 
 A step operator given ``journal`` (the journal's URI, from the preflight's XCom) records itself
 under its task id: a step already done returns its recorded result without acting again; an
@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 from airflow.sdk import Context
 
-from airflow_ckpt_provider.checkpoint.journal import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.storage.journal import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
-from airflow_ckpt_provider.checkpoint.archive import check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     FirstCommitTimeout,
@@ -24,13 +23,10 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StandbyNotHonoured,
 )
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.state import StateExport
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.checkpoint.verify import VerifyResult, check_launch_target, verify_resume, verify_start
+from airflow_ckpt_provider.checkpoint.verify import VerifyResult, verify_resume, verify_start
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -49,6 +45,11 @@ from airflow_ckpt_provider.spark.control import (
     ProcessScope,
     StandbyRelease,
 )
+from airflow_ckpt_provider.storage.archive import check_query_stopped
+from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.locations import check_launch_target
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.triggers.launch import (
     LaunchEvent,
     LaunchTrigger,

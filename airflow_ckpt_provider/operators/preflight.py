@@ -9,8 +9,7 @@ from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, Handover
-from airflow_ckpt_provider.checkpoint.archive import check_archive_location
+from airflow_ckpt_provider.checkpoint import BrokerView, Handover
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     CheckpointNotEmpty,
@@ -20,16 +19,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     SharedCheckpoint,
     StateStartUnsupported,
     UpgradeRolledBack,
-)
-from airflow_ckpt_provider.checkpoint.history import batch_history
-from airflow_ckpt_provider.checkpoint.journal import (
-    JournalRecord,
-    JournalStep,
-    Rerun,
-    UpgradeIntent,
-    UpgradeJournal,
-    derive_upgrade_id,
-    rerun_of,
 )
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.manifest import check_name
@@ -41,17 +30,30 @@ from airflow_ckpt_provider.checkpoint.rewind import (
     rewind_warning,
 )
 from airflow_ckpt_provider.checkpoint.rollback import forward_checkpoint
-from airflow_ckpt_provider.checkpoint.state import export_location, plan_state_export
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint.state import export_location
 from airflow_ckpt_provider.checkpoint.summary import LOAD_BATCHES, UpgradePlan, approval_summary, load_line
-from airflow_ckpt_provider.checkpoint.transfer import list_tree
-from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
 from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.archive import check_archive_location
+from airflow_ckpt_provider.storage.history import batch_history
+from airflow_ckpt_provider.storage.journal import (
+    JournalRecord,
+    JournalStep,
+    Rerun,
+    UpgradeIntent,
+    UpgradeJournal,
+    derive_upgrade_id,
+    rerun_of,
+)
+from airflow_ckpt_provider.storage.locations import check_launch_target
+from airflow_ckpt_provider.storage.state import plan_state_export
+from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.storage.transfer import list_tree
 from airflow_ckpt_provider.upgrade.results import PreflightResult
 
 
@@ -74,7 +76,7 @@ class UpgradePreflightOperator(BaseOperator):
     checked like ``new_sink_path``.
 
     With ``journal=True`` (default) it then opens the upgrade journal next to the archives
-    (:mod:`~airflow_ckpt_provider.checkpoint.journal`) and takes the stream's lock
+    (:mod:`~airflow_ckpt_provider.storage.journal`) and takes the stream's lock
     (:class:`UpgradeInProgress` if another upgrade holds it; nothing is written then). The
     upgrade id is ``upgrade_id`` or derived from the stream, both checkpoints and
     ``new_application``, so a re-triggered run finds the same journal. When that journal shows
@@ -83,7 +85,7 @@ class UpgradePreflightOperator(BaseOperator):
     A journal closed after a rollback is refused at once (:class:`UpgradeRolledBack`: its id,
     journal and rollback time, and the ``upgrade_id`` param to change); one closed after a
     finished upgrade makes this run ALREADY DONE: it returns ``already_done`` True with the first
-    run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.checkpoint.journal.rerun_of`).
+    run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.storage.journal.rerun_of`).
     Either way the journal gets a ``run_log`` entry for this run and nothing else changes. A
     rejected upgrade (nothing was stopped) starts afresh.
 

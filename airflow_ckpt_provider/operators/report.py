@@ -10,16 +10,18 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed
-from airflow_ckpt_provider.checkpoint.history import BatchRecord, batch_history
-from airflow_ckpt_provider.checkpoint.journal import JournalRecord, UpgradeJournal
+from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, ROLLBACK_FAILED, UPGRADED, TaskState
-from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds, render_timeline_png
+from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
 from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
+from airflow_ckpt_provider.storage.history import batch_history
+from airflow_ckpt_provider.storage.journal import JournalRecord, UpgradeJournal
+from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.planner import PathSteps
 from airflow_ckpt_provider.upgrade.results import PreflightResult

@@ -10,7 +10,6 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE, StepStart, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.state import StateExport, state_batch
 from airflow_ckpt_provider.faults import fault_point
@@ -19,6 +18,7 @@ from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE, StepStart, UpgradeJournal
 
 
 class StateExportOperator(JournaledStep, BaseOperator):

@@ -10,21 +10,14 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning, QueryStateUnknown
-from airflow_ckpt_provider.checkpoint.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.stop import (
-    DEFAULT_MISSED_BEATS,
-    ControlFiles,
-    StopOutcome,
-    StopReason,
-    begin_stop,
-    finish_stop,
-    not_running_result,
-)
+from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopOutcome, StopReason
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE
+from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
 
 #: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).

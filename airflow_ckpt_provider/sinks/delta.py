@@ -29,7 +29,7 @@ from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, SinkLogUnreadable
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
-from airflow_ckpt_provider.checkpoint.listing import list_names
+from airflow_ckpt_provider.storage.listing import list_names
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,15 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.checkpoint.verify import unread_partitions
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
 from airflow_ckpt_provider.jobs.liveness import started_after as _after
 from airflow_ckpt_provider.spark.control import HeartbeatState
+from airflow_ckpt_provider.storage.listing import list_batch_ids
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
 
 __all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "LaunchWait", "committed_batches"]
 

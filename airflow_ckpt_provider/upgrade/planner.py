@@ -1,7 +1,7 @@
 """Decisions over the upgrade journal's record: whether to ask for approval, whether and how to roll
 back, how the upgrade ended, and each step's time. Pure: the record in, a decision out.
 
-The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.checkpoint.journal.JournalRecord`):
+The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.storage.journal.JournalRecord`):
 every step records ``started`` before its side effect and ``done`` or ``failed`` after it, and the
 decisions before any side effect (preflight, compatibility check, path, approval) are in its
 ``planning``. Airflow's task states are not read: a step whose task was killed, timed out while
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.journal import DONE, FAILED, STARTED, JournalRecord, JournalStep
 from airflow_ckpt_provider.checkpoint.outcome import (
     REJECTED,
     ROLLBACK_FAILED,
@@ -34,6 +33,7 @@ from airflow_ckpt_provider.checkpoint.outcome import (
 )
 from airflow_ckpt_provider.checkpoint.report import StepTiming
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.storage.journal import DONE, FAILED, STARTED, JournalRecord, JournalStep
 
 #: The approval's name in the journal's ``planning`` and the answer that stops the upgrade.
 APPROVAL = "approve"

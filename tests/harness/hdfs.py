@@ -22,9 +22,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
-from airflow_ckpt_provider.checkpoint.locations import webhdfs_filesystem
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
+from airflow_ckpt_provider.storage.locations import webhdfs_filesystem
 from tests.harness.errors import HdfsStartFailed
 
 if TYPE_CHECKING:

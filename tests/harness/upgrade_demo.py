@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint import CheckpointError, CheckpointReader, LaunchHandle
+from airflow_ckpt_provider.checkpoint import CheckpointError, LaunchHandle
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.local.spark import SparkInstall, local_spark_conf
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.audit import SinkAudit, audit, broker_ranges, read_sink_records
 from tests.harness.records import ContinuousProducer
 
@@ -154,7 +155,7 @@ class UpgradeDemo:
         """
         from fsspec.implementations.local import LocalFileSystem
 
-        from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+        from airflow_ckpt_provider.storage.listing import list_batch_ids
 
         deadline = time.monotonic() + timeout
         fs, last = LocalFileSystem(), None

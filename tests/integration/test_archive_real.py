@@ -16,9 +16,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.harness.records import produce_records
 from tests.integration.streams import kafka_reader
 

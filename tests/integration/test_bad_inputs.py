@@ -37,8 +37,6 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, check_archive_location, check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveInsideCheckpoint,
     BrokerError,
@@ -57,12 +55,14 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnsupportedLogVersion,
     VanishedPartitions,
 )
-from airflow_ckpt_provider.checkpoint.restore import restore_archive
-from airflow_ckpt_provider.checkpoint.verify import check_launch_target
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.operators.handover import reconciled_handover
 from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.archive import CheckpointArchive, check_archive_location, check_query_stopped
+from airflow_ckpt_provider.storage.locations import check_launch_target
+from airflow_ckpt_provider.storage.restore import restore_archive
 from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids, drain, kafka_reader
 
@@ -608,8 +608,8 @@ def test_a_second_upgrade_of_a_locked_stream_is_refused(kafka, shared: Stream, c
 def test_a_rolled_back_upgrade_does_not_go_forward_again(shared: Stream, tmp_path: Path) -> None:
     """After a rollback began, an upgrade step of the same upgrade refuses and writes nothing."""
     from airflow_ckpt_provider.checkpoint.errors import UpgradeRolledBack
-    from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
     from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
+    from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
 
     intent = UpgradeIntent(stream_name="orders", old_checkpoint=str(shared.checkpoint),
                            new_checkpoint=str(tmp_path / "v2"))

@@ -28,11 +28,11 @@ import pytest
 from airflow_ckpt_provider.checkpoint.compat import Rule, spark_error
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.transfer import copy_tree
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.local.spark import local_spark_conf
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.transfer import copy_tree
 from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.source_header import source_of
 from airflow_ckpt_provider.spark import foreach_batch, with_source_header
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 

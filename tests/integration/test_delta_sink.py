@@ -34,7 +34,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader, reconcile
+from airflow_ckpt_provider.checkpoint import reconcile
 from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
@@ -43,6 +43,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify_sink
 from airflow_ckpt_provider.sinks.delta import DeltaLog
 from airflow_ckpt_provider.spark import delta_txn_conf, delta_txn_options, foreach_batch
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 
@@ -400,8 +401,8 @@ def test_foreach_batch_merge_holds_each_keys_last_record(kafka, kafka_connection
     count is the key's record count in Kafka: no batch lost, none applied twice. Delta honours the
     txn pair for MERGE: each MERGE records the query id and batch id in the log (so preflight and
     verify read it), and a MERGE replayed with a recorded pair is skipped."""
-    from airflow_ckpt_provider.checkpoint.stop import ControlFiles
     from airflow_ckpt_provider.spark import GracefulStop
+    from airflow_ckpt_provider.storage.stop import ControlFiles
 
     bootstrap = kafka.bootstrap_servers
     topic = new_topic(3)

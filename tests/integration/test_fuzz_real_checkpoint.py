@@ -68,7 +68,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.harness.records import produce_records
 from tests.integration.streams import drain, kafka_reader
 

@@ -19,14 +19,9 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint import (
-    AmbiguousSource,
-    CheckpointReader,
-    ExpiredOffsets,
-    KafkaOffsets,
-    reconcile,
-)
+from airflow_ckpt_provider.checkpoint import AmbiguousSource, ExpiredOffsets, KafkaOffsets, reconcile
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids, drain, kafka_reader, raw_source_line, sink_records
 

@@ -21,15 +21,15 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import CheckpointNotFound, NotACheckpoint, UnreadableCheckpoint
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import recorded_start
 from airflow_ckpt_provider.cli import main as cli_main
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.harness.records import produce_records
 from tests.integration.streams import kafka_reader
 

@@ -29,7 +29,6 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveInsideCheckpoint,
     CheckpointError,
@@ -40,8 +39,9 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.logs import hadoop_crc
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.integration.test_bad_inputs import Stream, make_stream
 
 pytestmark = pytest.mark.integration

@@ -23,17 +23,11 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint import (
-    CheckpointReader,
-    Handover,
-    KafkaOffsets,
-    LaunchHandle,
-    SourceOffsets,
-    reconcile,
-)
+from airflow_ckpt_provider.checkpoint import Handover, KafkaOffsets, LaunchHandle, SourceOffsets, reconcile
 from airflow_ckpt_provider.checkpoint.errors import CheckpointNotEmpty, FileSinkHazard, LaunchFailed
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import ContinuousProducer, produce_records
 from tests.integration.streams import drain, kafka_reader, sink_records
 

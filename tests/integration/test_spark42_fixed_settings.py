@@ -34,7 +34,6 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.compat import spark_error
 from airflow_ckpt_provider.checkpoint.fixed_settings import (
     PROVIDER_KEY,
@@ -46,6 +45,7 @@ from airflow_ckpt_provider.checkpoint.fixed_settings import (
 from airflow_ckpt_provider.hooks.compat import checkpoint_settings
 from airflow_ckpt_provider.hooks.launcher import spark_version_at
 from airflow_ckpt_provider.local.spark import SparkInstall
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import produce_records
 from tests.integration.spark42_jobs import run_spark42_job
 

@@ -32,8 +32,6 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.checksums import SparkChecksum, is_sidecar
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
@@ -43,9 +41,11 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.local.spark import SparkInstall
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records
 from tests.integration.spark42_jobs import run_spark42_job

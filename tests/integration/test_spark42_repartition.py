@@ -30,20 +30,20 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.repartition import (
     UNFINISHED_REPARTITION_ERROR,
     RepartitionBatch,
     shuffle_partitions,
 )
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.verify import verify_start
 from airflow_ckpt_provider.local.spark import SparkInstall
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.harness.audit import broker_ranges
 from tests.harness.records import produce_records
 from tests.integration.spark42_jobs import run_spark42_job

@@ -19,8 +19,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
+from airflow_ckpt_provider.checkpoint import LaunchHandle
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -33,6 +32,8 @@ from airflow_ckpt_provider.spark.control import (
     StandbyRelease,
 )
 from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
 from tests.harness.records import produce_records
 from tests.integration.streams import sink_records
 

@@ -32,20 +32,18 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateFormatUnsupported,
     StateVersionPurged,
 )
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.state import (
-    CONF_CHECKPOINT_FORMAT,
-    STATE_MANIFEST,
-    StateManifest,
+from airflow_ckpt_provider.checkpoint.state import CONF_CHECKPOINT_FORMAT, STATE_MANIFEST, StateManifest
+from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
+from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
+from airflow_ckpt_provider.spark.state_export import export_state
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import (
     finish_export,
     plan_state_export,
     prepare_export_location,
     read_manifest,
     verify_state_export,
 )
-from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
-from airflow_ckpt_provider.spark.state_export import export_state
 from tests.harness.records import produce_records
 from tests.integration.streams import batch_ids
 

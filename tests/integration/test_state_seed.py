@@ -18,8 +18,6 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.state import finish_export, plan_state_export
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.state import (
@@ -31,6 +29,8 @@ from airflow_ckpt_provider.spark.state import (
     state_watermark_ms,
 )
 from airflow_ckpt_provider.spark.state_export import export_state
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import finish_export, plan_state_export
 from tests.harness.records import purchase
 from tests.harness.state_audit import compare_totals, kafka_totals
 

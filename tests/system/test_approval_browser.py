@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
 from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report
 from tests.system.browser import ACTION_TIMEOUT_MS, BrowserPages, serve_directory

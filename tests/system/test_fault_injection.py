@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.journal import list_journals
-from airflow_ckpt_provider.checkpoint.state import read_manifest
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.storage.journal import list_journals
+from airflow_ckpt_provider.storage.state import read_manifest
+from airflow_ckpt_provider.storage.stop import ControlFiles
 from tests.harness.upgrade_demo import STREAM, V1, V2, UpgradeDemo
 
 pytestmark = pytest.mark.system

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.audit import read_sink_records
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 
@@ -55,8 +55,8 @@ def interrupted_batch_records(demo: UpgradeDemo) -> set[tuple[str, int, int]]:
     clean). Under heavy load a trigger can start between the boundary check and query.stop()."""
     import fsspec
 
-    from airflow_ckpt_provider.checkpoint.journal import list_journals
     from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+    from airflow_ckpt_provider.storage.journal import list_journals
     from tests.integration.streams import raw_source_line
 
     journals = list_journals(fsspec.filesystem("file"), str(demo.archive_root), "demo-events")

@@ -19,8 +19,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.journal import list_journals
-from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
+from airflow_ckpt_provider.storage.journal import list_journals
+from airflow_ckpt_provider.storage.listing import list_batch_ids
 from tests.harness.s3 import REGION
 from tests.harness.upgrade_demo import UpgradeDemo
 from tests.system.conftest import stop_jobs_under

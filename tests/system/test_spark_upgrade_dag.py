@@ -19,11 +19,11 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
 from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.spark import SPARK35, SPARK40, SPARK42, SparkInstall, spark_install
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system

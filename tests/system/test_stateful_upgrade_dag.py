@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
+from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import CUSTOMERS, purchase
 from tests.harness.state_audit import compare_totals, kafka_totals, sink_totals
 from tests.harness.upgrade_demo import DAGS, UpgradeDemo, read_dag_report

@@ -9,8 +9,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.journal import DONE, FAILED, STARTED, UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.operators.approval import UpgradeApprovalOperator
+from airflow_ckpt_provider.storage.journal import DONE, FAILED, STARTED, UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 
 INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2")

@@ -31,28 +31,34 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     "helpers": (set(), set()),
     # in the user's Spark driver: only pyspark; nothing of the Airflow side, not even the core
     "spark": (set(), {"pyspark", "py4j"}),
-    # the pure core and its storage: fsspec, never Airflow, Spark or a Kafka client; of the driver
-    # side only the control-file protocol (spark.control, standard library only)
-    "checkpoint": ({"spark.control", "upgrade"}, {"fsspec"}),
-    # the upgrade as recorded state: no Airflow, no fsspec
-    "upgrade": ({"checkpoint"}, set()),
+    # the pure core: parsers over bytes and JSON, value objects, decisions, typed errors; no I/O
+    # library, nothing of the Airflow side, not even the storage layer; of the driver side only the
+    # control-file protocol (spark.control, standard library only)
+    "checkpoint": ({"spark.control", "upgrade"}, set()),
+    # what lists, reads, writes, copies and locks files through fsspec: the core and fsspec, never
+    # Airflow, Spark or a Kafka client
+    "storage": ({"checkpoint", "spark.control"}, {"fsspec"}),
+    # the upgrade as recorded state: no Airflow, no fsspec (the journal's record is read from
+    # storage.journal until the typed record lives here)
+    "upgrade": ({"checkpoint", "storage"}, set()),
     # what a sink holds: read through fsspec
-    "sinks": ({"checkpoint"}, {"fsspec"}),
+    "sinks": ({"checkpoint", "storage"}, {"fsspec"}),
     # where drivers run and whether they live (pyspark only to find a SPARK_HOME)
-    "jobs": ({"checkpoint", "spark"}, {"fsspec", "pyspark"}),
+    "jobs": ({"checkpoint", "spark", "storage"}, {"fsspec", "pyspark"}),
     # one external client each
-    "hooks": ({"checkpoint", "jobs", "spark"}, {"airflow", "fsspec", "kafka", "pyspark"}),
-    "triggers": ({"checkpoint", "hooks", "jobs", "spark"}, {"airflow", "fsspec"}),
+    "hooks": ({"checkpoint", "jobs", "spark", "storage"}, {"airflow", "fsspec", "kafka", "pyspark"}),
+    "triggers": ({"checkpoint", "hooks", "jobs", "spark", "storage"}, {"airflow", "fsspec"}),
     # the upgrade steps
-    "operators": ({"checkpoint", "hooks", "jobs", "sinks", "spark", "triggers", "upgrade"}, {"airflow", "fsspec"}),
+    "operators": ({"checkpoint", "hooks", "jobs", "sinks", "spark", "storage", "triggers", "upgrade"},
+                  {"airflow", "fsspec"}),
     # the command line: the core and the hooks' clients, never an operator, nor Airflow directly
-    "cli": ({"checkpoint", "hooks", "jobs", "local", "spark", "triggers"}, {"fsspec"}),
+    "cli": ({"checkpoint", "hooks", "jobs", "local", "spark", "storage", "triggers"}, {"fsspec"}),
     # the embedded stack the command line and the Makefile need: Maven fetch, the dev stack's broker
     # (a Kafka client to wait for it), the local Spark conf and virtualenvs; the test harness built
     # on it is tests/harness, outside the package
     "local": ({"checkpoint"}, {"kafka", "pyspark"}),
-    # the reference DAG: operators and the core's value types
-    "dags": ({"checkpoint", "operators", "upgrade"}, {"airflow"}),
+    # the reference DAG: operators, the core's value types and the journal's record (storage.journal)
+    "dags": ({"checkpoint", "operators", "storage", "upgrade"}, {"airflow"}),
     # the demo jobs the DAG upgrades: Spark jobs like a user's
     "dags/jobs": ({"spark"}, {"pyspark"}),
 }
@@ -149,3 +155,4 @@ def test_the_rule_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer
     monkeypatch.setattr(sys.modules[__name__], "REPO", fake_repo)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_repo / "airflow_ckpt_provider")
     assert violations(module) == wrong
+

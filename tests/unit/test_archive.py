@@ -19,9 +19,6 @@ import pytest
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint import archive as archive_module
-from airflow_ckpt_provider.checkpoint import files, transfer
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive, check_query_stopped
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveConflict,
     ArchiveCorrupt,
@@ -41,9 +38,12 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     plan_retention,
     sanitize_upgrade_id,
 )
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_archive, verify_archive
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
+from airflow_ckpt_provider.storage import archive as archive_module
+from airflow_ckpt_provider.storage import files, transfer
+from airflow_ckpt_provider.storage.archive import CheckpointArchive, check_query_stopped
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import read_manifest, restore_archive, verify_archive
 from tests.unit.conftest import QUERY_ID, Built, write_checkpoint
 
 T0 = datetime(2026, 11, 21, 20, 0, 0, tzinfo=timezone.utc)
@@ -470,7 +470,7 @@ def test_manifest_rejects_tampering(tmp_path: Path) -> None:
 def test_progress_is_logged_in_files_and_bytes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     src, root = _store("local", tmp_path, "src"), _store("local", tmp_path, "archive")
     built = build(src)
-    with caplog.at_level(logging.INFO, logger="airflow_ckpt_provider.checkpoint.archive"):
+    with caplog.at_level(logging.INFO, logger="airflow_ckpt_provider.storage.archive"):
         run(archiver(root, progress_every_files=5), built)
     lines = [r.getMessage() for r in caplog.records]
     total = len(built.files())

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import HandoverMismatch, TargetNotEmpty, UnsafeStreamName
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import write_checkpoint
 
 RUN_ID = "manual__2026-11-21T20:05:12.123456+00:00"

@@ -20,7 +20,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ProviderError,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
-from airflow_ckpt_provider.checkpoint.journal import JournalRecord
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.logs import (
@@ -36,6 +35,7 @@ from airflow_ckpt_provider.checkpoint.state import StateExport, StateManifest
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult
 from airflow_ckpt_provider.spark.control import Heartbeat
+from airflow_ckpt_provider.storage.journal import JournalRecord
 from tests.unit.conftest import write_checkpoint
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError
@@ -147,7 +147,7 @@ def test_cli_refuses_deep_metadata_in_one_short_line(tmp_path: Path) -> None:
 def test_a_huge_local_file_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from airflow_ckpt_provider.checkpoint import files
+    from airflow_ckpt_provider.storage import files
 
     location = str(tmp_path / "ck")
     write_checkpoint(location)

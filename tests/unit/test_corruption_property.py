@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.handover import Handover
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import Built, kafka_and_rate, kafka_only, write_checkpoint
 
 

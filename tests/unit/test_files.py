@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint import files
-from airflow_ckpt_provider.checkpoint.files import (
+from airflow_ckpt_provider.storage import files
+from airflow_ckpt_provider.storage.files import (
     make_private_dirs,
     open_private,
     private_dir,

@@ -15,7 +15,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointSnapshot
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 
 TAKEN = "2026-11-21T19:47:00.000001+00:00"
 KAFKA_A = SourceOffsets.parse(0, '{"a":{"1":7,"0":23}}')

@@ -18,8 +18,8 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.logs import parse_initial_source
 from airflow_ckpt_provider.checkpoint.offsets import MAX_OFFSET, MAX_PARTITION, KafkaOffsets, SourceOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import kafka_json, write_checkpoint
 
 TAKEN = "2026-01-01T00:00:00+00:00"

@@ -14,7 +14,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
-from airflow_ckpt_provider.checkpoint.journal import (
+from airflow_ckpt_provider.storage.journal import (
     DONE,
     FAILED,
     LOCK,

@@ -20,16 +20,16 @@ import fsspec
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import StartMismatch, UpgradeRolledBack
-from airflow_ckpt_provider.checkpoint.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, HandoverVerifyOperator, StreamLaunchOperator
 from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from tests.unit.conftest import write_checkpoint

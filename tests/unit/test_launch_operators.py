@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader, LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     FileSinkHazard,
@@ -37,6 +37,7 @@ from airflow_ckpt_provider.operators.launch import (
     StreamLaunchOperator,
 )
 from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger
 from tests.unit.conftest import kafka_json, write_checkpoint
 

@@ -12,11 +12,10 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import NotACheckpoint, StorageError
-from airflow_ckpt_provider.checkpoint.files import create_exclusive, lost_create_race
-from airflow_ckpt_provider.checkpoint.listing import find_entries, holds_anything, list_entries, list_names
-from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.transfer import list_tree
+from airflow_ckpt_provider.storage.files import create_exclusive, lost_create_race
+from airflow_ckpt_provider.storage.listing import find_entries, holds_anything, list_batch_ids, list_entries, list_names
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.transfer import list_tree
 
 
 def _file(name: str, size: int) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from airflow_ckpt_provider.checkpoint.logs import (
     batch_ids,
     crc_target,
     hadoop_crc,
-    list_batch_ids,
     parse_batch_name,
     parse_commit_log,
     parse_initial_offsets,
@@ -26,7 +25,8 @@ from airflow_ckpt_provider.checkpoint.logs import (
     verify_crc,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.storage.listing import list_batch_ids
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import write_checkpoint
 
 # Real files from a Spark 4.2 query (two named sources, offsetLog.formatVersion=2,

@@ -27,7 +27,8 @@ def shipped_packages() -> list[str]:
 
 def test_the_wheel_holds_the_package_and_nothing_of_the_tests() -> None:
     packages = shipped_packages()
-    assert "airflow_ckpt_provider" in packages and "airflow_ckpt_provider.local" in packages
+    assert {"airflow_ckpt_provider", "airflow_ckpt_provider.checkpoint", "airflow_ckpt_provider.storage",
+            "airflow_ckpt_provider.local"} <= set(packages)
     assert all(p == "airflow_ckpt_provider" or p.startswith("airflow_ckpt_provider.") for p in packages), packages
     assert not any(p.startswith("tests") for p in packages)
 

@@ -11,14 +11,14 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import CheckpointReader
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, Rule
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath, InvalidVerdict, NotStartedYet, StartMismatch
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
-from airflow_ckpt_provider.checkpoint.journal import UpgradeJournal
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, UpgradePath, choose_path
 from airflow_ckpt_provider.checkpoint.verify import EXACT, OVERLAP, verify_resume
 from airflow_ckpt_provider.operators.compat import UpgradePathOperator
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePathSteps
 from tests.unit.conftest import kafka_json, write_checkpoint

@@ -11,7 +11,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.journal import (
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
+from airflow_ckpt_provider.storage.journal import (
     DONE,
     FAILED,
     STARTED,
@@ -20,7 +21,6 @@ from airflow_ckpt_provider.checkpoint.journal import (
     UpgradeIntent,
     UpgradeJournal,
 )
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.planner import PathSteps, StepStatus
 from airflow_ckpt_provider.upgrade.steps import PATHS, Path

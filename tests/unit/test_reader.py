@@ -17,7 +17,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnsupportedLogVersion,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import QUERY_ID, kafka_and_rate, write_checkpoint
 
 VARIANTS = {

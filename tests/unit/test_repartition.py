@@ -16,12 +16,12 @@ import pytest
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.logs import parse_offset_log
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.repartition import (
     RepartitionBatch,
     repartition_batch,
     shuffle_partitions,
 )
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import write_checkpoint
 
 _REAL_CONF = ('"conf":{"spark.sql.streaming.stateStore.providerClass":"org.apache.spark.sql.execution.streaming.'

@@ -9,8 +9,8 @@ from airflow_ckpt_provider.checkpoint.report import (
     StepTiming,
     UpgradeReport,
     downtime_seconds,
-    render_timeline_png,
 )
+from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 

@@ -13,8 +13,6 @@ import fsspec
 import pytest
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint import restore as restore_module
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     IncompleteRestore,
@@ -23,8 +21,10 @@ from airflow_ckpt_provider.checkpoint.errors import (
     TargetNotEmpty,
 )
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, RESTORE_MARKER
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.storage import restore as restore_module
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.unit.conftest import write_checkpoint
 
 LOCAL = fsspec.filesystem("file")

@@ -14,7 +14,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ReprocessingNotAccepted,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.rewind import (
     PartitionStart,
@@ -25,6 +24,7 @@ from airflow_ckpt_provider.checkpoint.rewind import (
     plan_start,
 )
 from airflow_ckpt_provider.checkpoint.summary import approval_summary
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import kafka_offsets_at, write_checkpoint
 
 

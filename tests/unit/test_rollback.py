@@ -117,8 +117,8 @@ def test_the_step_reads_the_new_checkpoint_after_the_stop(tmp_path: Path) -> Non
 
 
 def test_the_step_prefers_the_handover_step_result_and_copes_with_a_query_that_never_started(tmp_path: Path) -> None:
-    from airflow_ckpt_provider.checkpoint import CheckpointReader
     from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+    from airflow_ckpt_provider.storage import CheckpointReader
 
     old = write_checkpoint(str(tmp_path / "old"), batches=range(2))
     given = HandoverResult(CheckpointReader(old.uri).handover()).to_json()
@@ -209,8 +209,8 @@ def test_the_report_lists_the_offsets_processed_twice() -> None:
 
 
 def test_reader_reads_the_offsets_of_any_planned_batch(tmp_path: Path) -> None:
-    from airflow_ckpt_provider.checkpoint import CheckpointReader
     from airflow_ckpt_provider.checkpoint.errors import CheckpointNotFound
+    from airflow_ckpt_provider.storage import CheckpointReader
 
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(3), committed=range(2))
     reader = CheckpointReader(built.uri)

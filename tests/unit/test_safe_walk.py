@@ -16,20 +16,20 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveInsideCheckpoint,
     CheckpointError,
     LocationsOverlap,
     UnsafeEntry,
 )
-from airflow_ckpt_provider.checkpoint.files import open_regular, read_file
-from airflow_ckpt_provider.checkpoint.listing import find_entries
-from airflow_ckpt_provider.checkpoint.locations import overlap
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
-from airflow_ckpt_provider.checkpoint.transfer import scan_tree
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.files import open_regular, read_file
+from airflow_ckpt_provider.storage.listing import find_entries
+from airflow_ckpt_provider.storage.locations import overlap
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.storage.transfer import scan_tree
 from tests.unit.conftest import write_checkpoint
 
 LOCAL = fsspec.filesystem("file")

@@ -27,7 +27,6 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
 from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable, CheckpointError
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest, redact_conf
 from airflow_ckpt_provider.checkpoint.secrets import (
@@ -39,6 +38,7 @@ from airflow_ckpt_provider.checkpoint.secrets import (
 )
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook, launcher_jar
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
 from tests.unit.conftest import write_checkpoint
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_ckpt_provider"
@@ -506,7 +506,8 @@ def test_launcher_jar_is_not_writable_by_others_under_umask_0(tmp_path: Path, um
 
 
 def test_stop_request_is_not_writable_by_others_under_umask_0(tmp_path: Path, umask0: None) -> None:
-    from airflow_ckpt_provider.checkpoint.stop import ControlFiles, new_request
+    from airflow_ckpt_provider.checkpoint.stop import new_request
+    from airflow_ckpt_provider.storage.stop import ControlFiles
 
     control = ControlFiles(fsspec.filesystem("file"), str(tmp_path / "cp"))
     control.write_request(new_request("me", "test", 10))

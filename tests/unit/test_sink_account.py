@@ -124,7 +124,7 @@ def test_a_stateful_query_whose_sink_is_ahead_of_its_state_is_refused(tmp_path: 
 
 def test_a_held_handover_round_trips_and_old_handovers_still_read(tmp_path: Path) -> None:
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(4), committed=range(3))
-    from airflow_ckpt_provider.checkpoint import CheckpointReader
+    from airflow_ckpt_provider.storage import CheckpointReader
     reader = CheckpointReader(built.uri)
     plain = reader.handover()
     assert "held_by_sink" not in plain.to_dict()  # handovers without one keep their JSON

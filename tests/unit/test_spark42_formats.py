@@ -13,13 +13,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.archive import CheckpointArchive
-from airflow_ckpt_provider.checkpoint.checksums import (
-    SparkChecksum,
-    check_state_checksums,
-    crc32c,
-    is_sidecar,
-)
+from airflow_ckpt_provider.checkpoint.checksums import SparkChecksum, crc32c, is_sidecar
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     CorruptCheckpointFile,
@@ -29,8 +23,10 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.logs import parse_commit_log, parse_offset_log
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-from airflow_ckpt_provider.checkpoint.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.storage.archive import CheckpointArchive
+from airflow_ckpt_provider.storage.checksums import check_state_checksums
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
 from tests.unit.conftest import write_checkpoint
 
 REAL_META = ('{"batchWatermarkMs":0,"batchTimestampMs":1795763039229,"conf":{"spark.sql.streaming.stateStore.'

@@ -41,9 +41,9 @@ from airflow_ckpt_provider.checkpoint.logs import (
     parse_offset_log,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.checkpoint.verify import recorded_start
 from airflow_ckpt_provider.cli import main as cli_main
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.unit.conftest import QUERY_ID
 
 KAFKA = {"events": {"0": 5, "1": 7}}

@@ -28,7 +28,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     QueryStillRunning,
     StandbyNotHonoured,
 )
-from airflow_ckpt_provider.checkpoint.journal import UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, StandbyReleaseOperator, StreamLaunchOperator
@@ -54,6 +53,7 @@ from airflow_ckpt_provider.spark.control import (
     StopRequest,
 )
 from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT, await_handover, standby_run_id
+from airflow_ckpt_provider.storage.journal import UpgradeIntent, UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import TI, FakeLauncher, dead_pid, first_event, handover_xcom, launch_operator

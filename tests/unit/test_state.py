@@ -19,11 +19,11 @@ from airflow_ckpt_provider.checkpoint.state import (
     StateExport,
     StateManifest,
     export_location,
-    prepare_export_location,
     state_batch,
     store_versions,
     version_readable,
 )
+from airflow_ckpt_provider.storage.state import prepare_export_location
 
 
 @pytest.mark.parametrize(("names", "version", "readable"), [
@@ -135,8 +135,8 @@ def _checkpoint(fs, layout: list[str]) -> str:  # noqa: ANN001
     (["0/left-a/1.changelog", "0/left-a/2.changelog", "0/right-b/2.zip"], [(0, "left-a"), (0, "right-b")]),
 ])
 def test_stores_of_operators_without_metadata_come_from_the_layout(layout: list[str], inferred: list) -> None:
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+    from airflow_ckpt_provider.storage.reader import CheckpointReader
+    from airflow_ckpt_provider.storage.state import plan_state_export
 
     fs = fsspec.filesystem("memory")
     fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
@@ -146,8 +146,8 @@ def test_stores_of_operators_without_metadata_come_from_the_layout(layout: list[
 
 def test_transform_with_state_without_metadata_is_refused() -> None:
     from airflow_ckpt_provider.checkpoint.errors import StateMetadataMissing
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+    from airflow_ckpt_provider.storage.reader import CheckpointReader
+    from airflow_ckpt_provider.storage.state import plan_state_export
 
     fs = fsspec.filesystem("memory")
     fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
@@ -175,8 +175,8 @@ def _v2_checkpoint(fs: fsspec.AbstractFileSystem) -> str:
 ])
 def test_format_v2_is_exported_by_spark_4_1_or_later(exporter: str | None, planned: bool) -> None:
     from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+    from airflow_ckpt_provider.storage.reader import CheckpointReader
+    from airflow_ckpt_provider.storage.state import plan_state_export
 
     fs = fsspec.filesystem("memory")
     fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
@@ -211,8 +211,8 @@ def _rocksdb_zip(metadata_line: bytes) -> bytes:
 def test_spark40_format_v2_snapshots_are_refused_for_a_spark42_exporter(metadata: bytes, exporter: str | None,
                                                                         planned: bool) -> None:
     from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-    from airflow_ckpt_provider.checkpoint.state import plan_state_export, rocksdb_snapshot_metadata
+    from airflow_ckpt_provider.storage.reader import CheckpointReader
+    from airflow_ckpt_provider.storage.state import plan_state_export, rocksdb_snapshot_metadata
 
     fs = fsspec.filesystem("memory")
     fs.rm("/cp", recursive=True) if fs.exists("/cp") else None
@@ -234,8 +234,8 @@ def test_spark40_format_v2_snapshots_are_refused_for_a_spark42_exporter(metadata
 
 def test_unique_ids_without_a_v2_commit_log_are_refused() -> None:
     from airflow_ckpt_provider.checkpoint.errors import StateFormatUnsupported
-    from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
-    from airflow_ckpt_provider.checkpoint.state import plan_state_export
+    from airflow_ckpt_provider.storage.reader import CheckpointReader
+    from airflow_ckpt_provider.storage.state import plan_state_export
 
     fs = fsspec.filesystem("memory")
     fs.rm("/cp", recursive=True) if fs.exists("/cp") else None

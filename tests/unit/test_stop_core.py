@@ -28,7 +28,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.launch import InvalidLaunchHandle, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import (
     BatchState,
-    ControlFiles,
     InvalidStopResult,
     LastCommit,
     QueryStatus,
@@ -37,17 +36,23 @@ from airflow_ckpt_provider.checkpoint.stop import (
     StopResult,
     ack_answers,
     classify_query,
-    finish_stop,
     heartbeat_alive,
     new_request,
-    pending_request,
     quiet_verdict,
     wait_decision,
-    wait_quiet,
 )
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, job_for
 from airflow_ckpt_provider.jobs.local import group_members, kill_group
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck, StopRequest
+from airflow_ckpt_provider.spark.control import (
+    HEARTBEAT,
+    STOP_ACK,
+    Heartbeat,
+    ProcessScope,
+    StopAck,
+    StopRequest,
+    pending_request,
+)
+from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop, wait_quiet
 from tests.unit.conftest import write_checkpoint
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
@@ -572,7 +577,7 @@ def test_stop_timeline_of_an_older_driver_or_an_escalation_leaves_unknown_phases
 def test_a_clean_acknowledgement_shortens_the_quiet_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           ack_outcome: str, ack_planned: int,
                                                           expected_quiet: float) -> None:
-    from airflow_ckpt_provider.checkpoint import stop as core
+    from airflow_ckpt_provider.storage import stop as core
 
     control = control_at(tmp_path)  # batches 0..2 planned and committed
     request, _ = control.request_stop("me", "x", 60)
@@ -591,7 +596,7 @@ def test_a_clean_acknowledgement_shortens_the_quiet_check(tmp_path: Path, monkey
 
 def test_without_an_acknowledged_quiet_period_the_quiet_check_is_unchanged(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_ckpt_provider.checkpoint import stop as core
+    from airflow_ckpt_provider.storage import stop as core
 
     control = control_at(tmp_path)
     request, _ = control.request_stop("me", "x", 60)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fsspec.implementations.webhdfs import WebHDFS
 
-from airflow_ckpt_provider.checkpoint.locations import WEBHDFS_DEFAULT_PORT, hdfs_over_webhdfs, open_location
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.storage.locations import WEBHDFS_DEFAULT_PORT, hdfs_over_webhdfs, open_location
+from airflow_ckpt_provider.storage.reader import CheckpointReader
 from tests.harness.hdfs import LocalHdfs, site_xml
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint import transfer
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt
 from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile
-from airflow_ckpt_provider.checkpoint.transfer import (
+from airflow_ckpt_provider.storage import transfer
+from airflow_ckpt_provider.storage.transfer import (
     Readahead,
     ReadBackMismatch,
     check_unchanged,
@@ -225,7 +225,7 @@ def test_readahead_asks_the_kernel_for_local_files_only(tmp_path: Path, monkeypa
 
 
 def test_eta_in_the_users_words() -> None:
-    from airflow_ckpt_provider.checkpoint.transfer import eta_text
+    from airflow_ckpt_provider.storage.transfer import eta_text
 
     assert eta_text(0, 100, 5.0) == "time left unknown"
     assert eta_text(25, 100, 5.0) == "about 15 s left"
@@ -237,7 +237,7 @@ def test_a_file_removed_while_the_tree_is_scanned_is_left_out(tmp_path: Path, mo
     """A running query purges its oldest batches while the preflight sizes the checkpoint."""
     import os
 
-    from airflow_ckpt_provider.checkpoint.transfer import list_tree
+    from airflow_ckpt_provider.storage.transfer import list_tree
 
     (tmp_path / "commits").mkdir()
     for batch in (66, 67, 168):

@@ -11,7 +11,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider import cli
-from airflow_ckpt_provider.checkpoint import BrokerView, CheckpointReader, KafkaOffsets
+from airflow_ckpt_provider.checkpoint import BrokerView, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     FileSinkHazard,
@@ -31,10 +31,11 @@ from airflow_ckpt_provider.checkpoint.verify import (
     UNEXPECTED,
     InvalidVerifyResult,
     VerifyResult,
-    check_launch_target,
     compare_starts,
     verify_start,
 )
+from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.locations import check_launch_target
 from tests.unit.conftest import kafka_json, write_checkpoint
 
 T = "events"

@@ -44,7 +44,7 @@ file costs a device flush (and, with a journal, a commit) per file: archiving th
 ``bench/archive.py`` took 6.6-6.9 s with one per file against 5.0-5.1 s with one syncfs
 (alternating runs on one machine). Files of 64 KiB or more get a write-back head start
 (:func:`start_writeback`) so the disk works while later files are hashed and the final syncfs has
-less left to do. :func:`~airflow_ckpt_provider.checkpoint.files.write_private_file` with
+less left to do. :func:`~airflow_ckpt_provider.storage.files.write_private_file` with
 ``atomic=True`` then writes the manifest under a temporary name, fsyncs it, renames it into place
 and fsyncs the directory. Local archive files are created with mode 0o640 and directories 0o750 (less if the
 umask says so): checkpoints hold application state.
@@ -69,7 +69,8 @@ from typing import IO, Any, NamedTuple, TypeVar
 from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, UnsafeEntry
-from airflow_ckpt_provider.checkpoint.files import (
+from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
+from airflow_ckpt_provider.storage.files import (
     FILE_MODE,
     O_CLOEXEC,
     O_NOFOLLOW,
@@ -80,8 +81,7 @@ from airflow_ckpt_provider.checkpoint.files import (
     pwrite_all,
     unsafe_link,
 )
-from airflow_ckpt_provider.checkpoint.listing import find_entries
-from airflow_ckpt_provider.checkpoint.manifest import ArchivedFile, human_bytes
+from airflow_ckpt_provider.storage.listing import find_entries
 
 log = logging.getLogger(__name__)
 

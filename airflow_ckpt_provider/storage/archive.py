@@ -8,7 +8,7 @@ Layout and manifest: :mod:`airflow_ckpt_provider.checkpoint.manifest`.
 Safety rules: nothing is copied while the query runs (live heartbeat, or an offsets file newer
 than the stop acknowledgement); the manifest is written last, only after every copied byte was
 read back from the archive and matched the bytes whose SHA-256 it records (how, cheaply:
-:mod:`airflow_ckpt_provider.checkpoint.transfer`) and, on a local disk, after the files were
+:mod:`airflow_ckpt_provider.storage.transfer`) and, on a local disk, after the files were
 flushed to it; the original is removed only after that and only when asked; a re-run with the
 same upgrade id completes the same archive instead of starting another one.
 """
@@ -30,7 +30,6 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.checksums import check_state_checksums
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveConflict,
     ArchiveCorrupt,
@@ -44,19 +43,8 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateChecksumMismatch,
     UnreadableCheckpoint,
 )
-from airflow_ckpt_provider.checkpoint.files import (
-    check_no_links,
-    is_local,
-    make_private_dirs,
-    read_file,
-    write_atomic,
-    write_private_file,
-)
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
-from airflow_ckpt_provider.checkpoint.listing import list_entries
-from airflow_ckpt_provider.checkpoint.locations import overlap, refuse_credentials, resolved
-from airflow_ckpt_provider.checkpoint.logs import list_batch_ids
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     INTENT,
@@ -71,11 +59,25 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     parse_dir_name,
     plan_retention,
 )
-from airflow_ckpt_provider.checkpoint.reader import CheckpointReader, CheckpointSnapshot
-from airflow_ckpt_provider.checkpoint.restore import norm_path as _norm
-from airflow_ckpt_provider.checkpoint.restore import read_manifest, restore_archive, verify_archive
-from airflow_ckpt_provider.checkpoint.stop import ControlFiles
-from airflow_ckpt_provider.checkpoint.transfer import (
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
+from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.spark.control import parse_time
+from airflow_ckpt_provider.storage.checksums import check_state_checksums
+from airflow_ckpt_provider.storage.files import (
+    check_no_links,
+    is_local,
+    make_private_dirs,
+    read_file,
+    write_atomic,
+    write_private_file,
+)
+from airflow_ckpt_provider.storage.listing import list_batch_ids, list_entries
+from airflow_ckpt_provider.storage.locations import overlap, refuse_credentials, resolved
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.restore import norm_path as _norm
+from airflow_ckpt_provider.storage.restore import read_manifest, restore_archive, verify_archive
+from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.storage.transfer import (
     CHUNK,
     Progress,
     Readahead,
@@ -94,8 +96,6 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     spread_directories,
     verify_files,
 )
-from airflow_ckpt_provider.clock import utc_now
-from airflow_ckpt_provider.spark.control import parse_time
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)

@@ -18,7 +18,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.checksums import check_state_checksums, is_sidecar
+from airflow_ckpt_provider.checkpoint.checksums import is_sidecar
 from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveCorrupt,
     ArchiveIncomplete,
@@ -29,17 +29,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StorageError,
     TargetNotEmpty,
 )
-from airflow_ckpt_provider.checkpoint.files import (
-    O_CLOEXEC,
-    create_exclusive,
-    is_local,
-    make_private_dirs,
-    os_error_parts,
-    read_file,
-)
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
-from airflow_ckpt_provider.checkpoint.listing import holds_anything
-from airflow_ckpt_provider.checkpoint.locations import overlap, resolved
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     MANIFEST,
@@ -48,7 +38,19 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     ArchiveManifest,
     human_bytes,
 )
-from airflow_ckpt_provider.checkpoint.transfer import (
+from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.storage.checksums import check_state_checksums
+from airflow_ckpt_provider.storage.files import (
+    O_CLOEXEC,
+    create_exclusive,
+    is_local,
+    make_private_dirs,
+    os_error_parts,
+    read_file,
+)
+from airflow_ckpt_provider.storage.listing import holds_anything
+from airflow_ckpt_provider.storage.locations import overlap, resolved
+from airflow_ckpt_provider.storage.transfer import (
     CHUNK,
     Progress,
     Readahead,
@@ -60,7 +62,6 @@ from airflow_ckpt_provider.checkpoint.transfer import (
     run_parallel,
     verify_files,
 )
-from airflow_ckpt_provider.clock import utc_now
 
 log = logging.getLogger(__name__)
 

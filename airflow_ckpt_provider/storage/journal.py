@@ -57,13 +57,13 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UpgradeRolledBack,
     shorten,
 )
-from airflow_ckpt_provider.checkpoint.files import create_exclusive, read_file, write_atomic
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
-from airflow_ckpt_provider.checkpoint.listing import list_names
-from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.storage.files import create_exclusive, read_file, write_atomic
+from airflow_ckpt_provider.storage.listing import list_names
+from airflow_ckpt_provider.storage.locations import refuse_credentials
 
 log = logging.getLogger(__name__)
 

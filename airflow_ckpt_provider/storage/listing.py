@@ -22,6 +22,8 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider.checkpoint.logs import batch_ids
+
 
 def is_marker(name: str, info: dict[str, Any] | None = None) -> bool:
     """Whether a listing entry is a directory marker: a name ending in ``/`` that is not listed
@@ -101,7 +103,7 @@ def holds_anything(fs: AbstractFileSystem, path: str) -> bool:
 def _refuse_entry(path: str, root: str) -> None:
     """:class:`UnsafeEntry` for a link or special file met while walking ``root`` (local disk)."""
     from airflow_ckpt_provider.checkpoint.errors import UnsafeEntry
-    from airflow_ckpt_provider.checkpoint.files import entry_kind, unsafe_link
+    from airflow_ckpt_provider.storage.files import entry_kind, unsafe_link
 
     if os.path.islink(path):
         raise unsafe_link(path, os.path.realpath(root))
@@ -150,3 +152,18 @@ def find_entries(fs: AbstractFileSystem, root: str, *, withdirs: bool = False) -
 
 
 __all__ = ["find_entries", "forget_listings", "holds_anything", "is_marker", "list_entries", "list_names"]
+
+
+def list_batch_ids(fs: AbstractFileSystem, folder: str) -> list[int]:
+    """Sorted batch ids in the batch log ``folder`` (``<root>/offsets`` or ``<root>/commits``,
+    a path of ``fs``); ``[]`` when the folder does not exist.
+
+    Drops fsspec's listing cache of ``folder`` first, so a poll sees new batches, and lists names
+    only (no metadata request per entry). :class:`CorruptCheckpointFile` for a zero-padded name;
+    other I/O errors (``OSError``) propagate.
+    """
+    try:
+        entries = list_names(fs, folder)
+    except FileNotFoundError:
+        return []
+    return batch_ids((str(entry) for entry in entries), folder)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,15 @@ from urllib.parse import urlsplit
 
 import fsspec
 
-from airflow_ckpt_provider.checkpoint.errors import CredentialsInLocation
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotEmpty,
+    CredentialsInLocation,
+    FileSinkHazard,
+    SharedCheckpoint,
+)
 from airflow_ckpt_provider.checkpoint.secrets import location_credentials, redact_location
+from airflow_ckpt_provider.spark.control import CONTROL_DIR
+from airflow_ckpt_provider.storage.listing import list_names
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -99,7 +107,7 @@ def resolved(fs: AbstractFileSystem, path: str) -> str:
     ``.`` / ``..`` and every symbolic link resolved (also below a part that does not exist yet);
     elsewhere the key prefix without the protocol, repeated or trailing slashes (object stores keep
     ``..`` in a key as it is, so it is not resolved there)."""
-    from airflow_ckpt_provider.checkpoint.files import is_local
+    from airflow_ckpt_provider.storage.files import is_local
 
     stripped = fs._strip_protocol(path)
     if is_local(fs):
@@ -122,3 +130,54 @@ def overlap(first: tuple[AbstractFileSystem, str], second: tuple[AbstractFileSys
     if b.startswith(a.rstrip("/") + "/"):
         return "contains"
     return None
+
+
+def _location(fs: Any, path: str) -> tuple[str, str]:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    path = fs._strip_protocol(path).rstrip("/") or "/"
+    if protocol in ("file", "local"):
+        path = os.path.realpath(path)
+    return protocol, path
+
+
+def check_launch_target(
+    target: tuple[Any, str],
+    uri: str,
+    *,
+    old: tuple[Any, str] | None = None,
+    sink: tuple[Any, str] | None = None,
+    allow_existing_checkpoint: bool = False,
+) -> bool:
+    """Refuse an unsafe launch target; reads only, creates nothing. Each location is an fsspec
+    ``(filesystem, path)``. Returns whether the checkpoint already holds something (only possible
+    with ``allow_existing_checkpoint``).
+
+    Raises :class:`SharedCheckpoint` when the new checkpoint is the old one and
+    :class:`CheckpointNotEmpty` when it holds anything but the provider's control folder
+    ``_ckpt/`` (left by a launch that failed before Spark wrote anything; the caller checks
+    that nothing in it is alive) (both unless ``allow_existing_checkpoint``),
+    :class:`FileSinkHazard` when ``sink`` has ``_spark_metadata`` (unless the query restarts on its
+    own, non-empty checkpoint, whose batch ids continue).
+    """
+    fs, path = target
+    if old is not None and _location(*old) == _location(fs, path) and not allow_existing_checkpoint:
+        raise SharedCheckpoint(found=f"{uri} for both the old and the new query",
+                               expected="a new checkpoint location for the new query", path=uri)
+    fs.invalidate_cache(path)
+    existing: list[str] = []
+    if fs.exists(path):
+        entries = list_names(fs, path) if fs.isdir(path) else [path]
+        existing = [posixpath.basename(str(e).rstrip("/")) for e in entries]
+        existing = [e for e in existing if e and e != CONTROL_DIR
+                    and fs._strip_protocol(e).rstrip("/") != path.rstrip("/")]
+    if existing and not allow_existing_checkpoint:
+        raise CheckpointNotEmpty(found=f"{len(existing)} entries ({', '.join(sorted(existing)[:5])})",
+                                 expected="an empty or missing location", path=uri)
+    if sink is not None and not (existing and allow_existing_checkpoint):
+        sink_fs, sink_path = sink
+        metadata = posixpath.join(sink_path.rstrip("/"), "_spark_metadata")
+        sink_fs.invalidate_cache(metadata)
+        if sink_fs.exists(metadata):
+            raise FileSinkHazard(found=f"{metadata} from an earlier query",
+                                 expected="a file sink output path without _spark_metadata", path=sink_path)
+    return bool(existing)

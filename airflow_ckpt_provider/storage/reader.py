@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -31,10 +31,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     NotACheckpoint,
     UnreadableCheckpoint,
 )
-from airflow_ckpt_provider.checkpoint.files import os_error_parts, read_file, unsafe_link
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
-from airflow_ckpt_provider.checkpoint.listing import list_entries, list_names
-from airflow_ckpt_provider.checkpoint.locations import open_location, refuse_credentials
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
     OffsetLogEntry,
@@ -51,46 +48,13 @@ from airflow_ckpt_provider.checkpoint.logs import (
 from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER
 from airflow_ckpt_provider.checkpoint.offsets import SourceOffsets
 from airflow_ckpt_provider.checkpoint.repartition import RepartitionBatch, repartition_batch
+from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.storage.files import os_error_parts, read_file, unsafe_link
+from airflow_ckpt_provider.storage.listing import list_entries, list_names
+from airflow_ckpt_provider.storage.locations import open_location, refuse_credentials
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CheckpointSnapshot:
-    """What a checkpoint says, read once.
-
-    ``sources`` are the offsets at ``last_committed_batch`` (empty if nothing committed);
-    ``initial_sources`` the initial offsets from ``sources/`` (read only when nothing was
-    committed or when requested). ``query_id`` is None when ``metadata`` is missing (Spark then
-    creates a new id on restart). ``conf`` is the OffsetSeqMetadata conf of the committed batch.
-    ``repartitions`` are the state repartition batches among the last committed and the in-flight
-    batch (Spark 4.2's offline repartition; stateful checkpoints only), oldest first.
-    """
-
-    uri: str
-    query_id: str | None
-    last_committed_batch: int | None
-    last_planned_batch: int | None
-    in_flight_batch: int | None
-    sources: tuple[SourceOffsets, ...]
-    initial_sources: tuple[SourceOffsets, ...]
-    conf: Mapping[str, str] = field(default_factory=dict, hash=False)
-    state_operators: tuple[int, ...] = ()
-    commit_version: int | None = None
-    offsets_version: int | None = None
-    batch_watermark_ms: int | None = None
-    batch_timestamp_ms: int | None = None
-    #: written by Spark 2.1, which kept no commit log: the batch before the last planned one
-    #: counts as committed and the last planned one as in flight, as Spark's own restart does
-    spark_2_1: bool = False
-    repartitions: tuple[RepartitionBatch, ...] = ()
-
-    @property
-    def unfinished_repartition(self) -> RepartitionBatch | None:
-        """The in-flight batch when it is a state repartition Spark did not finish (a restart of
-        this checkpoint on Spark 4.2 fails until it is run again), else None."""
-        return next((r for r in self.repartitions if not r.committed), None)
 
 
 @dataclass(frozen=True)
