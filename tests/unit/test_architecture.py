@@ -6,6 +6,8 @@ today's rule; a change to it is a change of the architecture, made here and on t
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +140,24 @@ def test_imports_follow_the_layers(path: Path) -> None:
     ("checkpoint", "from airflow_ckpt_provider.spark import graceful_stop", ["airflow_ckpt_provider.spark"]),
     ("checkpoint", "from airflow_ckpt_provider.spark.control import Heartbeat", []),
     ("checkpoint", "from airflow_ckpt_provider import clock", []),
+    ("checkpoint", "import fsspec", ["fsspec"]),
+    ("checkpoint", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fsspec import AbstractFileSystem",
+     ["fsspec"]),
+    ("checkpoint", "from airflow_ckpt_provider.storage.reader import CheckpointReader",
+     ["airflow_ckpt_provider.storage.reader"]),
+    ("checkpoint", "from airflow_ckpt_provider import storage", ["airflow_ckpt_provider.storage"]),
+    ("checkpoint", "from airflow_ckpt_provider.local.errors import PortInUse", ["airflow_ckpt_provider.local.errors"]),
+    ("checkpoint", "from airflow_ckpt_provider.jobs.base import LaunchedJob", ["airflow_ckpt_provider.jobs.base"]),
+    ("checkpoint", "from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger",
+     ["airflow_ckpt_provider.triggers.stop"]),
+    ("checkpoint", "from airflow_ckpt_provider.operators.stop import GracefulStopOperator",
+     ["airflow_ckpt_provider.operators.stop"]),
+    ("checkpoint", "from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets", []),
+    ("storage", "import fsspec\nfrom airflow_ckpt_provider.checkpoint.logs import batch_ids", []),
+    ("storage", "from airflow_ckpt_provider.spark.control import CONTROL_DIR", []),
+    ("storage", "from airflow.sdk import BaseHook", ["airflow.sdk"]),
+    ("storage", "from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook",
+     ["airflow_ckpt_provider.hooks.storage"]),
     ("spark", "from airflow_ckpt_provider.checkpoint.errors import CheckpointError",
      ["airflow_ckpt_provider.checkpoint.errors"]),
     ("upgrade", "import fsspec", ["fsspec"]),
@@ -156,3 +176,34 @@ def test_the_rule_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_repo / "airflow_ckpt_provider")
     assert violations(module) == wrong
 
+
+#: What the pure core may never reach, by the table: no I/O library, no Airflow, and none of the
+#: layers that do I/O or hold Airflow.
+CORE_NEVER = ({"storage", "hooks", "operators", "triggers", "jobs", "local", "sinks", "cli"},
+              {"fsspec", "airflow", "pyspark", "py4j", "kafka", "confluent_kafka"})
+
+
+def test_the_table_keeps_the_core_pure_and_storage_free_of_airflow() -> None:
+    """The table's rows for the two inner layers say what docs/src/architecture.md promises (a
+    change that widens them is a change of the architecture, not of a row)."""
+    own, outside = RULES["checkpoint"]
+    assert not own & CORE_NEVER[0] and not outside & CORE_NEVER[1], RULES["checkpoint"]
+    own, outside = RULES["storage"]
+    assert "airflow" not in outside and not own & {"hooks", "operators", "triggers", "jobs", "local", "cli"}
+
+
+def test_importing_the_core_loads_no_io_library_and_no_outer_layer() -> None:
+    """The transitive rule, in a fresh interpreter: importing every module of the core (and what
+    those import, ``upgrade.codec`` included) loads neither fsspec, Airflow, Spark nor a Kafka
+    client, nor any module of the storage layer or the Airflow side."""
+    modules = sorted(p.stem for p in (PACKAGE / "checkpoint").glob("*.py") if p.stem != "__init__")
+    outer = sorted(CORE_NEVER[0])
+    code = ("import sys\n"
+            f"for name in {modules!r}:\n"
+            "    __import__('airflow_ckpt_provider.checkpoint.' + name)\n"
+            f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(CORE_NEVER[1])!r}"
+            f" or m.split('.')[:2] in [['airflow_ckpt_provider', o] for o in {outer!r}])\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,6 +1,7 @@
-"""Every module of the checkpoint core is what its docstring says it is, judged by its imports:
-a module that says it is pure imports nothing that does I/O, a module that imports something
-that does I/O says so up front, and no core module imports Airflow, Spark or a Kafka client."""
+"""Every module of the pure core (``checkpoint/``) and of the storage layer (``storage/``) is what its
+docstring says it is, judged by its imports: a module that says it is pure imports nothing that
+does I/O, a module that imports something that does I/O says so up front, and neither layer
+imports Airflow, Spark or a Kafka client. (Which layer may import which: test_architecture.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[2] / "airflow_ckpt_provider" / "checkpoint"
+PACKAGE = Path(__file__).resolve().parents[2] / "airflow_ckpt_provider"
+CORE = PACKAGE / "checkpoint"
+STORAGE = PACKAGE / "storage"
 #: Top-level packages that reach files, processes, the network or the terminal.
 IO = {"fsspec", "os", "pathlib", "shutil", "socket", "subprocess", "tempfile", "requests", "urllib", "http",
       "fcntl", "ctypes", "getpass", "pyarrow", "matplotlib", "multiprocessing", "sqlite3"}
@@ -38,15 +41,19 @@ def first_paragraph(module: Path) -> str:
     return " ".join(docstring.split("\n\n", 1)[0].lower().split())
 
 
-MODULES = sorted(CORE.glob("*.py"))
+MODULES = sorted([*CORE.glob("*.py"), *STORAGE.glob("*.py")])
 
 
-@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+def _id(module: Path) -> str:
+    return str(module.relative_to(PACKAGE))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=_id)
 def test_the_core_imports_no_outer_ring(module: Path) -> None:
     assert not imported(module) & OUTER, f"{module.name} imports {sorted(imported(module) & OUTER)}"
 
 
-@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("module", MODULES, ids=_id)
 def test_a_module_that_says_it_is_pure_imports_no_io(module: Path) -> None:
     first, io = first_paragraph(module), sorted(imported(module) & IO)
     if SAYS_IO.search(first):

@@ -53,11 +53,11 @@ def test_no_airflow_no_fsspec_no_outer_ring(module: Path) -> None:
 
 
 def test_importing_the_layer_loads_no_airflow() -> None:
-    """The transitive rule, in a fresh interpreter: nothing the layer imports pulls in Airflow,
-    Spark or a Kafka client. (fsspec still comes in through ``checkpoint/__init__``, which
-    re-exports the reader; the core/storage split of issue 30 removes that.)"""
+    """The transitive rule, in a fresh interpreter: nothing the codec imports pulls in Airflow,
+    fsspec, Spark or a Kafka client (the core it imports is pure; the planner reads the journal
+    record from ``storage.journal``, which imports fsspec, until the typed record lives here)."""
     code = ("import sys, airflow_ckpt_provider.upgrade.codec; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'pyspark', 'py4j', 'kafka'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'fsspec', 'pyspark', 'py4j', 'kafka'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                          check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
