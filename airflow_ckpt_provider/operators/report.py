@@ -21,9 +21,8 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.planner import PathSteps
 from airflow_ckpt_provider.upgrade.results import PreflightResult
-from airflow_ckpt_provider.upgrade.steps import PLANNING
+from airflow_ckpt_provider.upgrade.steps import PLANNING, PathSteps
 
 
 class UpgradeReportOperator(BaseOperator):
@@ -41,7 +40,7 @@ class UpgradeReportOperator(BaseOperator):
     with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
     rolled-back or broken upgrade fails the DAG run loudly. Returns the report as a dict (XCom).
 
-    ``path`` (:class:`~airflow_ckpt_provider.upgrade.planner.PathSteps`) names the path's steps:
+    ``path`` (:class:`~airflow_ckpt_provider.upgrade.steps.PathSteps`) names the path's steps:
     its stop's StopResult gives the notes on where the stop's time went, its handover and archive
     are shown, its state export says whether the old query's state was carried, and a rollback's
     report states how the old version restarted and exactly which Kafka offsets, per partition,

@@ -350,3 +350,46 @@ class ReportTI:
 
     def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
         return self.xcoms.get((task_ids, key))
+
+
+def plan_in(journal: UpgradeJournal, *, relaunch_mode: str = "cold", in_place: bool = False) -> None:
+    """Record the planning a reference upgrade's preflight, path and approval record."""
+    journal.record_planning("preflight", run_id="run-1", result={"resuming": False, "relaunch_mode": relaunch_mode,
+                                                                 "rollback_mode": "restore"})
+    journal.record_planning("choose_path", run_id="run-1", result={"in_place": in_place})
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
+
+
+def test_a_step_the_record_does_not_call_for_skips_itself_and_records_nothing(tmp_path: Path,
+                                                                              journal: UpgradeJournal) -> None:
+    """The planner decides from the journal: a step of the path not taken, a step whose predecessor
+    failed, and a rollback step of a verified upgrade each skip (Airflow's skip, with the reason),
+    touch no checkpoint and record nothing."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    plan_in(journal, in_place=True)
+    cp = tmp_path / "v1"
+    stop = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(cp), journal=journal.path)
+    with pytest.raises(AirflowSkipException, match="in_place path, which has no step graceful_stop"):
+        stop.execute(context("run-1"))
+    assert journal.step("graceful_stop") is None and not cp.exists()  # no stop request written
+
+    journal.begin("in_place_stop", run_id="run-1")
+    journal.fail("in_place_stop", "escalated")
+    handover = CheckpointHandoverOperator(task_id="in_place_handover", checkpoint_uri=str(cp), journal=journal.path)
+    with pytest.raises(AirflowSkipException, match="in_place_stop, before it on the in_place path, is failed"):
+        handover.execute(context("run-1"))
+    assert journal.step("in_place_handover") is None
+
+    for name in PATHS[StepPath.IN_PLACE].steps:
+        if name != "in_place_stop":
+            journal.begin(name, run_id="run-1")
+            journal.finish(name, {})
+    journal.begin("in_place_stop", run_id="run-1")
+    journal.finish("in_place_stop", {})
+    rollback = GracefulStopOperator(task_id="in_place_rollback_stop", checkpoint_uri=str(cp), journal=journal.path,
+                                    journal_phase=ROLLBACK_PHASE)
+    with pytest.raises(AirflowSkipException, match="the upgrade completed"):
+        rollback.execute(context("run-1"))
+    record = journal.read()
+    assert "in_place_rollback_stop" not in record.steps and record.phase == "upgrade"
