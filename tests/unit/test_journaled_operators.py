@@ -393,3 +393,35 @@ def test_a_step_the_record_does_not_call_for_skips_itself_and_records_nothing(tm
         rollback.execute(context("run-1"))
     record = journal.read()
     assert "in_place_rollback_stop" not in record.steps and record.phase == "upgrade"
+
+
+@pytest.mark.parametrize(("written", "named"), [
+    ({"format": 1}, "an earlier release (its journals name none)"),  # today's journals before the release field
+    ({"format": 3, "release": "9.1.0"}, "release 9.1.0"),
+])
+def test_the_preflight_refuses_a_journal_of_another_release_and_changes_nothing(
+        tmp_path: Path, written: dict[str, Any], named: str) -> None:
+    """An upgrade under way in another release's journal format is that release's to finish or
+    abandon: the preflight refuses it with what it found and what to do, and neither the journal
+    nor the stream's lock changes (no journal is rewritten in this release's meaning)."""
+    import json
+
+    from airflow_ckpt_provider.checkpoint.errors import JournalOfAnotherRelease
+
+    journal = _closed_journal(tmp_path, "upgraded")
+    data = json.loads(Path(journal.path).read_text())
+    data.update({"outcome": None, "closed_at": ""})  # an upgrade under way
+    data.pop("release")
+    data.update(written)
+    Path(journal.path).write_text(json.dumps(data))
+    lock = Path(journal.lock_path)
+    lock.write_text(json.dumps({"upgrade_id": "up-7", "run_id": "run-1"}))
+    before = {p: p.read_bytes() for p in (tmp_path / "archive").rglob("*") if p.is_file()}
+    with pytest.raises(JournalOfAnotherRelease) as refused:
+        _preflight(tmp_path).execute(context("run-2"))  # type: ignore[arg-type]
+    text = str(refused.value)
+    assert f"found journal format {written['format']}, written by {named}" in text
+    assert "expected journal format 2" in text and journal.path in text
+    assert "With the release that wrote it, finish that upgrade" in text and "--release-lock" in text
+    assert {p: p.read_bytes() for p in (tmp_path / "archive").rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "v2").exists()
