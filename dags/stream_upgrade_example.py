@@ -8,8 +8,8 @@ handed-over startingOffsets -> verify it started exactly there and keeps committ
 set the params' defaults for your stream.
 
 Not here: the approval, the compatibility check, a standby, state carry-over, the upgrade journal,
-the rollback and the report; the reference DAG (dags/stream_upgrade.py) has them. A step failing
-after the stop leaves the old checkpoint in place, rolled back by nobody (docs "The example DAG").
+the rollback and the report; the reference DAG (dags/stream_upgrade.py) has them. Nothing rolls
+back here: a step failing after the stop leaves the old checkpoint in place (docs "The example DAG").
 """
 
 from __future__ import annotations
