@@ -87,7 +87,7 @@ from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from airflow_ckpt_provider.storage.journal import JournalRecord
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.results import PreflightResult
-from airflow_ckpt_provider.upgrade.steps import PATHS, Path
+from airflow_ckpt_provider.upgrade.steps import PATHS, Path, PathSteps
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -417,7 +417,7 @@ def build_stream_upgrade_dag(
         )
 
         def plan_rollback(ti: Any, params: dict[str, Any] | None,
-                          steps: planner.PathSteps = path_steps) -> RollbackPlan:
+                          steps: PathSteps = path_steps) -> RollbackPlan:
             """The rollback the journal calls for once ``steps`` ended (:func:`planner.rollback_plan`):
             the old version is restarted when this upgrade stopped it and the verification is not
             done (an archive failing after a verified standby upgrade is retried, never rolled back)."""

@@ -10,10 +10,12 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.harness.airflow_home import airflow_env
+from tests.harness.upgrade_demo import UpgradeDemo, stop_jobs_under
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_HOME = Path(os.environ.get("CKPT_TEST_AIRFLOW_HOME", REPO / ".airflow" / "tests"))
@@ -99,3 +101,27 @@ def spark35() -> object:
 def spark42() -> object:
     """Spark 4.2 (`make spark42`): writes checkpoints in Spark 4.1/4.2's formats."""
     return _installed_spark("4.2")
+
+
+@pytest.fixture
+def make_demo(kafka, tmp_path: Path) -> Iterator[Callable[..., UpgradeDemo]]:  # noqa: ANN001
+    """``make_demo(**options)``: an :class:`UpgradeDemo` on the session's broker (a fresh topic,
+    producer, sink and checkpoints; v1 not started yet). Every Spark job running on its checkpoints
+    is killed at the end (a failed test leaves none)."""
+    made: list[UpgradeDemo] = []
+
+    def make(**options: Any) -> UpgradeDemo:
+        stack = UpgradeDemo(tmp_path / ("demo" if not made else f"demo-{len(made)}"), kafka=kafka, **options)
+        made.append(stack)
+        return stack
+
+    yield make
+    for stack in made:
+        stack.close()
+        stop_jobs_under(stack.work)  # the versions the DAG launched, whatever the test's outcome
+
+
+@pytest.fixture
+def demo(make_demo: Callable[..., UpgradeDemo]) -> UpgradeDemo:
+    """The demo stream: a steady trickle (80 records/s) on a 1 s processing-time trigger."""
+    return make_demo(rate=80.0)

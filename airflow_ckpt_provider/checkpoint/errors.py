@@ -664,6 +664,16 @@ class JournalCorrupt(JournalError):
                       "aside after checking both checkpoints by hand.")
 
 
+class JournalOfAnotherRelease(JournalCorrupt):
+    """The journal is in another format than this release's: written by another release of the
+    provider, for an upgrade that release must finish or abandon (never read in another meaning)."""
+
+    summary = "upgrade journal written by another release"
+    default_action = ("Nothing was changed. With the release that wrote it, finish that upgrade (re-trigger its "
+                      "run) or abandon it (check both checkpoints, then `ckpt journal ARCHIVE_ROOT --name STREAM "
+                      "--release-lock`); then start the upgrade again with this release (a new `upgrade_id`).")
+
+
 class UpgradeInProgress(JournalError):
     summary = "another upgrade of this stream is in progress"
     default_action = ("Nothing was changed. Let that upgrade finish or resume it by re-triggering its run; if it "

@@ -16,11 +16,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.errors import BrokerStartFailed
-from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
+from airflow_ckpt_provider.local.processes import (
+    LOOPBACK,
+    LocalServer,
+    ensure_port_free,
+    free_port,
+    log_tail,
+    stop_process_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ def kraft_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class LocalKafka:
+class LocalKafka(LocalServer):
     """A KRaft broker+controller on 127.0.0.1 whose data lives in ``work_dir``.
 
     ``broker_config`` adds or overrides ``server.properties`` entries (for example small
@@ -78,9 +84,8 @@ class LocalKafka:
     def log_file(self) -> Path:
         return self.work_dir / "broker.log"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        return [self._process]
 
     def server_properties(self) -> dict[str, str]:
         props = {
@@ -216,17 +221,6 @@ class LocalKafka:
         """Stop the broker: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
         proc, self._process = self._process, None
         stop_process_group(proc, f"Kafka broker on {self.bootstrap_servers}", timeout)
-
-    def __enter__(self) -> LocalKafka:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- topic administration, for tests and the demo -------------------------------------
 

@@ -1,5 +1,6 @@
-"""What the embedded stack's servers (Kafka, S3, HDFS, Spark standalone) share: loopback ports,
-the tail of a server's log for an error, and stopping a server's process group.
+"""What the embedded stack's servers (Kafka, S3, HDFS, Spark standalone, Airflow) share: loopback
+ports, the tail of a server's log for an error, stopping a server's process group, and their
+shape as a context manager (:class:`LocalServer`).
 
 Each server runs in its own session (``start_new_session=True``), so its process group holds the
 JVM or Python process and every child it started.
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import TypeVar
 
 from airflow_ckpt_provider.local.errors import PortInUse
 
@@ -67,4 +69,35 @@ def stop_process_group(proc: subprocess.Popen[bytes] | None, what: str, timeout:
         pass
 
 
-__all__ = ["LOOPBACK", "ensure_port_free", "free_port", "log_tail", "stop_process_group"]
+S = TypeVar("S", bound="LocalServer")
+
+
+class LocalServer:
+    """A server of the embedded stack, run by one or more processes, each in its own process group:
+    ``with`` starts it and stops it on the way out, and it is ``running`` while every process it
+    started lives. A subclass starts its processes in ``start`` (returning itself), names them in
+    ``processes`` and stops them in ``stop`` (:func:`stop_process_group`; idempotent)."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        """The processes this server started (None: not started, or stopped)."""
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        started = self.processes()
+        return bool(started) and all(proc is not None and proc.poll() is None for proc in started)
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["LOOPBACK", "LocalServer", "ensure_port_free", "free_port", "log_tail", "stop_process_group"]

@@ -10,7 +10,7 @@ from airflow.sdk import Context
 
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
 from airflow_ckpt_provider.storage.journal import FAILED, STARTED
-from airflow_ckpt_provider.upgrade.planner import APPROVAL
+from airflow_ckpt_provider.upgrade.steps import APPROVAL
 
 
 class UpgradeApprovalOperator(ApprovalOperator):

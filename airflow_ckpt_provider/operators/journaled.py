@@ -1,9 +1,14 @@
 """Journal support for the upgrade's step operators (:mod:`airflow_ckpt_provider.storage.journal`).
 
 A step operator given ``journal`` (the journal's URI, from the preflight's XCom) records itself
-under its task id: a step already done returns its recorded result without acting again; an
-interrupted one is told so (:class:`StepStart.interrupted`) and resumes safely; a failure is
-recorded with its error. Without ``journal`` the operators behave exactly as on their own.
+under its task id and first asks the planner what to do
+(:func:`~airflow_ckpt_provider.upgrade.planner.next_action`, from the journal's record alone): a
+step already done returns its recorded result without acting again; a step the record does not
+call for (a rejected upgrade, another path, an earlier step not done, a rollback step the rollback
+does not need) skips itself, saying why, and records nothing; otherwise it records ``started``,
+acts, and records ``done`` with its result or ``failed`` with its error. An interrupted one is
+told so (:class:`StepStart.interrupted`) and resumes safely. Without ``journal`` the operators
+behave exactly as on their own.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.storage.journal import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.upgrade import planner
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
 
@@ -27,6 +33,13 @@ def control_flow() -> tuple[type[BaseException], ...]:
     from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped, TaskDeferred
 
     return (TaskDeferred, DownstreamTasksSkipped, AirflowSkipException)
+
+
+def skip(reason: str) -> BaseException:
+    """Airflow's exception that marks a task skipped, with ``reason`` (its log and the UI say why)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    return AirflowSkipException(reason)
 
 
 T = TypeVar("T")
@@ -66,6 +79,10 @@ class JournaledStep:
         journal = self.open_journal()
         if journal is None:
             return action(None, None)
+        decision = planner.next_action(journal.read(), self.task_id)
+        if decision.act is planner.Act.SKIP:
+            self.log.info("step %s skipped: %s", self.task_id, decision.reason)
+            raise skip(f"{self.task_id}: {decision.reason}")
         start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase)
         if start.done:
             if on_reuse is not None:

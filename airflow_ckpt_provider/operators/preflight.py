@@ -54,6 +54,7 @@ from airflow_ckpt_provider.storage.locations import check_launch_target
 from airflow_ckpt_provider.storage.state import plan_state_export
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.storage.transfer import list_tree
+from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.results import PreflightResult
 
 
@@ -267,7 +268,7 @@ class UpgradePreflightOperator(BaseOperator):
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
-                                    result={"resuming": False, "old_query_running": running})
+                                    result={"resuming": False, "old_query_running": running, **self._modes()})
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return PreflightResult(
@@ -372,6 +373,16 @@ class UpgradePreflightOperator(BaseOperator):
         return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
                 "from the new version's handover; nothing is processed twice.")
 
+    def _modes(self, record: JournalRecord | None = None) -> dict[str, str]:
+        """The relaunch and rollback modes for the journal's planning, which the steps' planner reads
+        (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`): those this preflight checked, or
+        on a resumed upgrade those its first run recorded (a re-run's params do not change its course)."""
+        first = planner.result_of(record, self.task_id) if record is not None else None
+        if isinstance(first, Mapping) and "relaunch_mode" in first:
+            return {key: str(first.get(key, "")) for key in ("relaunch_mode", "rollback_mode")}
+        return {"relaunch_mode": str(self.relaunch_mode or ""),
+                "rollback_mode": str(self.rollback_mode or RollbackMode.RESTORE.value)}
+
     def _rollback_target(self) -> str:
         """A forward rollback's fresh checkpoint: the one given, else beside the new checkpoint."""
         return forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)
@@ -428,7 +439,7 @@ class UpgradePreflightOperator(BaseOperator):
         journal.record_run(run_id, f"resumed: steps done {', '.join(done) or 'none'}; "
                                    f"unfinished {', '.join(open_steps) or 'none'}")
         journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
-                                result={"resuming": True})
+                                result={"resuming": True, **self._modes(record)})
         return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
                                resuming=True, steps_done=tuple(done), state_export=self._state_export(upgrade_id),
                                rollback_checkpoint=self._rollback_target()).to_dict()

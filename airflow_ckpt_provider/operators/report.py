@@ -23,9 +23,8 @@ from airflow_ckpt_provider.storage.history import batch_history
 from airflow_ckpt_provider.storage.journal import JournalRecord, UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.planner import PathSteps
 from airflow_ckpt_provider.upgrade.results import PreflightResult
-from airflow_ckpt_provider.upgrade.steps import PLANNING
+from airflow_ckpt_provider.upgrade.steps import PLANNING, PathSteps
 
 
 class UpgradeReportOperator(BaseOperator):
@@ -43,7 +42,7 @@ class UpgradeReportOperator(BaseOperator):
     with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
     rolled-back or broken upgrade fails the DAG run loudly. Returns the report as a dict (XCom).
 
-    ``path`` (:class:`~airflow_ckpt_provider.upgrade.planner.PathSteps`) names the path's steps:
+    ``path`` (:class:`~airflow_ckpt_provider.upgrade.steps.PathSteps`) names the path's steps:
     its stop's StopResult gives the notes on where the stop's time went, its handover and archive
     are shown, its state export says whether the old query's state was carried, and a rollback's
     report states how the old version restarted and exactly which Kafka offsets, per partition,

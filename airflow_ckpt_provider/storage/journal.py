@@ -49,9 +49,11 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     JournalCorrupt,
+    JournalOfAnotherRelease,
     JsonTooLarge,
     UpgradeInProgress,
     UpgradeRolledBack,
@@ -67,7 +69,10 @@ from airflow_ckpt_provider.storage.locations import refuse_credentials
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+#: The journal's format. 2: each journal names the release that wrote it (``release``), and the
+#: preflight's planning records the relaunch and rollback modes the steps' planner reads. A journal
+#: of another format is refused (:class:`JournalOfAnotherRelease`), never read in another meaning.
+FORMAT = 2
 JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
 
@@ -235,6 +240,8 @@ class JournalRecord:
     #: the decisions before any side effect (preflight, compatibility check, path, approval), each
     #: a JournalStep with its times, result and error; not side effects (see started_side_effects)
     planning: Mapping[str, JournalStep] = field(default_factory=dict)
+    #: the provider release that wrote the journal
+    release: str = __version__
 
     @property
     def closed(self) -> bool:
@@ -262,19 +269,26 @@ class JournalRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
-        """Parse; :class:`JournalCorrupt` for anything that is not a journal of this format."""
+        """Parse; :class:`JournalOfAnotherRelease` for a journal of another format (another
+        release wrote it), :class:`JournalCorrupt` for anything that is not a journal."""
         try:
             data = load_json(text)
-            if data.get("format") != FORMAT:
-                raise JournalCorrupt(found=f"journal format {data.get('format')!r}", expected=f"format {FORMAT}",
-                                     path=path)
+            found = data.get("format")
+            if isinstance(found, int) and not isinstance(found, bool) and found != FORMAT:
+                writer = data.get("release")
+                by = f"release {shorten(str(writer), 40)}" if writer else "an earlier release (its journals name none)"
+                raise JournalOfAnotherRelease(
+                    found=f"journal format {found}, written by {by}",
+                    expected=f"journal format {FORMAT}, which airflow-ckpt-provider {__version__} writes", path=path)
+            if found != FORMAT:
+                raise JournalCorrupt(found=f"journal format {found!r}", expected=f"format {FORMAT}", path=path)
             steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
             planning = {name: JournalStep(**step) for name, step in (data.get("planning") or {}).items()}
             return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
                        created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
                        phase=data.get("phase", UPGRADE_PHASE), steps=steps, planning=planning,
                        planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
-                       closed_at=data.get("closed_at", ""),
+                       closed_at=data.get("closed_at", ""), release=str(data.get("release") or ""),
                        run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
         except JournalCorrupt:
             raise

@@ -1,5 +1,7 @@
-"""Decisions over the upgrade journal's record: whether to ask for approval, whether and how to roll
-back, how the upgrade ended, and each step's time. Pure: the record in, a decision out.
+"""Decisions over the upgrade journal's record: what each step does when its task runs (run, skip
+with the reason, or reuse its recorded result: :func:`next_action`), whether to ask for approval,
+whether and how to roll back, how the upgrade ended, and each step's time. Pure: the record in, a
+decision out.
 
 The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.storage.journal.JournalRecord`):
 every step records ``started`` before its side effect and ``done`` or ``failed`` after it, and the
@@ -34,11 +36,18 @@ from airflow_ckpt_provider.checkpoint.outcome import (
 from airflow_ckpt_provider.checkpoint.report import StepTiming
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.storage.journal import DONE, FAILED, STARTED, JournalRecord, JournalStep
-
-#: The approval's name in the journal's ``planning`` and the answer that stops the upgrade.
-APPROVAL = "approve"
-REJECT = "Reject"
-APPROVE = "Approve"
+from airflow_ckpt_provider.upgrade.steps import (
+    APPROVAL,
+    IN_PLACE_ROLLBACK,
+    PATH_CHOICE,
+    PATHS,
+    PREFLIGHT,
+    REJECT,
+    ROLLBACK,
+    ROLLBACK_SEQUENCE,
+    Path,
+    PathSteps,
+)
 
 
 class StepStatus(StrEnum):
@@ -47,38 +56,6 @@ class StepStatus(StrEnum):
     NOT_RUN = "not run"  # no record: never began (skipped, upstream failed, or refused before it began)
     DONE = "done"
     FAILED = "failed"  # recorded failed, or recorded started and never ended (interrupted)
-
-
-@dataclass(frozen=True)
-class PathSteps:
-    """The steps of one path through an upgrade, by their names in the journal: ``steps`` in the
-    order they run (all done: upgraded); the graceful ``stop`` of the old version, the
-    ``handover``, the state export (``state_export``, None: the path exports none), the
-    ``archive``, the ``launch`` that makes the new version run, and the ``verify`` that ends what
-    a failure rolls back; the steps that start the new version (``new``: a standby, a release, a
-    launch); the rollback's ``rollback_handover`` (what the new version processed), its
-    ``restore`` of the old checkpoint and its ``restarts`` of the old version (one done is a
-    rollback)."""
-
-    steps: tuple[str, ...]
-    stop: str
-    handover: str
-    archive: str
-    launch: str
-    verify: str
-    state_export: str | None = None
-    new: tuple[str, ...] = ()
-    rollback_handover: str | None = None
-    restore: tuple[str, ...] = ()
-    restarts: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "new", "restore", "restarts"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        named = [self.stop, self.handover, self.archive, self.launch, self.verify, *self.new]
-        missing = [s for s in (*named, self.state_export) if s is not None and s not in self.steps]
-        if missing:
-            raise ValueError(f"PathSteps names steps outside its path: {', '.join(missing)}")
 
 
 def _entry(record: JournalRecord | None, name: str) -> JournalStep | None:
@@ -201,6 +178,117 @@ def result_of(record: JournalRecord | None, name: str) -> Any:  # noqa: ANN401 -
     return entry.result if entry is not None and entry.state == DONE else None
 
 
-__all__ = ["APPROVAL", "APPROVE", "REJECT", "PathSteps", "StepStatus", "approval_answer", "completed",
-           "errors", "needs_approval", "outcome", "rejected", "restart_attempted", "result_of", "rollback_plan",
-           "status_of", "timings"]
+class Act(StrEnum):
+    """What a step does when its task runs (:func:`next_action`)."""
+
+    RUN = "run"  # act, recording started, then done or failed
+    SKIP = "skip"  # do nothing: the record says this step is not called for (the reason says why)
+    REUSE = "reuse"  # do nothing again: return the result the step recorded when it was done
+
+
+@dataclass(frozen=True)
+class NextAction:
+    """The planner's answer for one step: ``act``, in words ``reason``, and for ``reuse`` the
+    recorded ``result``."""
+
+    act: Act
+    reason: str
+    result: Any = None
+
+
+def path_taken(record: JournalRecord | None) -> Path | None:
+    """The path this upgrade takes, from its planning: in place when ``choose_path`` chose it,
+    else the preflight's relaunch mode (standby or cold); None when the record does not say
+    (no preflight of the reference upgrade recorded one)."""
+    choice = result_of(record, PATH_CHOICE)
+    if isinstance(choice, Mapping) and choice.get("in_place") is True:
+        return Path.IN_PLACE
+    preflight = result_of(record, PREFLIGHT)
+    mode = preflight.get("relaunch_mode") if isinstance(preflight, Mapping) else None
+    return Path(mode) if mode in (Path.STANDBY.value, Path.COLD.value) else None
+
+
+def recorded_rollback_mode(record: JournalRecord | None) -> RollbackMode:
+    """The rollback mode the preflight checked and recorded (``restore`` when none was)."""
+    preflight = result_of(record, PREFLIGHT)
+    mode = preflight.get("rollback_mode") if isinstance(preflight, Mapping) else None
+    return RollbackMode(mode) if mode in {m.value for m in RollbackMode} else RollbackMode.RESTORE
+
+
+def _called_for(step: str, plan: RollbackPlan) -> bool:
+    """Whether the rollback ``plan`` calls for the rollback step ``step``."""
+    if step in ("rollback_stop_new", "in_place_rollback_stop"):
+        return plan.stop_new
+    if step in ("rollback_restore", "rollback_restart_old"):
+        return plan.restore
+    if step == "rollback_restart_forward":
+        return plan.forward
+    return plan.restart_old  # rollback_handover, in_place_rollback_restart
+
+
+def next_action(record: JournalRecord | None, step: str) -> NextAction:
+    """What step ``step`` (its name in the step table, :mod:`~airflow_ckpt_provider.upgrade.steps`)
+    does now, decided from the record alone:
+
+    - ``reuse`` its recorded result when it is done (a retried task, a re-triggered run);
+    - ``run`` without a journal (an operator used on its own), or for a step the table does not
+      name (another DAG's journaled task: only the reuse rule applies);
+    - ``skip`` when a person rejected the upgrade, when the approval was asked and has no answer,
+      when the upgrade takes another path (in place or the migration), when an earlier step of
+      its path is not done (it failed, or never ran), and for a rollback step the rollback plan
+      does not call for (:func:`rollback_plan` in the recorded rollback mode: nothing to roll
+      back, the other mode's restart, or the step before it in the rollback not done).
+
+    Otherwise ``run``. A step of an upgrade that is rolling back is not decided here: the
+    journal refuses it when it begins (:class:`~airflow_ckpt_provider.checkpoint.errors.UpgradeRolledBack`).
+    The path comes from the record (:func:`path_taken`); when it does not say, only the reuse,
+    reject and approval rules apply, as before the path was recorded."""
+    if record is None:
+        return NextAction(Act.RUN, "no journal: the step runs on its own")
+    entry = record.steps.get(step)
+    if entry is not None and entry.state == DONE:
+        return NextAction(Act.REUSE, f"done in run {entry.run_id or '?'} at {entry.finished_at or '?'}: "
+                                     "its recorded result is returned, nothing is repeated", entry.result)
+    path = path_taken(record)
+    in_rollback = step in ROLLBACK or step in IN_PLACE_ROLLBACK
+    in_path = next((p for p in Path if step in PATHS[p].steps), None) is not None
+    if not (in_rollback or in_path):
+        return NextAction(Act.RUN, f"{step} is not a step of the reference upgrade: it decides for itself")
+    if rejected(record):
+        return NextAction(Act.SKIP, "the approval answered Reject: nothing is stopped or started")
+    approval = record.planning.get(APPROVAL)
+    if approval is not None and approval.state != DONE and not record.started_side_effects:
+        return NextAction(Act.SKIP, f"the approval is {approval.state} without an answer: nothing runs before one")
+    if path is None:
+        return NextAction(Act.RUN, "the record names no path: the DAG's order decides")
+    if in_path:
+        steps = PATHS[path].steps
+        if step not in steps:
+            return NextAction(Act.SKIP, f"the upgrade takes the {path.value} path, which has no step {step}")
+        for before in steps[:steps.index(step)]:
+            status = status_of(record, before)
+            if status is not StepStatus.DONE:
+                return NextAction(Act.SKIP, f"{before}, before it on the {path.value} path, is {status.value}")
+        return NextAction(Act.RUN, f"every step before it on the {path.value} path is done")
+    own = IN_PLACE_ROLLBACK if path is Path.IN_PLACE else ROLLBACK
+    if step not in own:
+        return NextAction(Act.SKIP, f"the upgrade takes the {path.value} path, whose rollback has no step {step}")
+    mode = recorded_rollback_mode(record)
+    plan = rollback_plan(record, PATHS[path], mode)
+    if not _called_for(step, plan):
+        why = ("the upgrade completed (verified)" if completed(record, PATHS[path])
+               else "the old version was not stopped by this upgrade" if not plan.restart_old and not plan.stop_new
+               else "the rollback does not call for it"
+               if not plan.restart_old else f"the rollback restarts the old version in mode {plan.mode.value}")
+        return NextAction(Act.SKIP, f"{why}: {step} is not part of this rollback")
+    sequence = ROLLBACK_SEQUENCE[path if path is Path.IN_PLACE else Path.COLD][plan.mode]
+    for before in sequence[:sequence.index(step)] if step in sequence else ():
+        status = status_of(record, before)
+        if status is not StepStatus.DONE:
+            return NextAction(Act.SKIP, f"{before}, before it in the rollback, is {status.value}")
+    return NextAction(Act.RUN, f"the rollback calls for it ({plan.mode.value})")
+
+
+__all__ = ["Act", "NextAction", "StepStatus", "approval_answer", "completed", "errors", "needs_approval",
+           "next_action", "outcome", "path_taken", "recorded_rollback_mode", "rejected", "restart_attempted",
+           "result_of", "rollback_plan", "status_of", "timings"]

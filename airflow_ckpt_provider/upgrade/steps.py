@@ -4,11 +4,53 @@ A step's name is its task id in the reference DAG and its key in the journal."""
 
 from __future__ import annotations
 
-from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.planner import APPROVAL, PathSteps
+from dataclasses import dataclass
 
-#: The decisions before any side effect, in the order they run (the journal's ``planning``).
-PLANNING = ("preflight", "compatibility_check", "choose_path", APPROVAL)
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
+from airflow_ckpt_provider.enums import StrEnum
+
+#: The approval's name in the journal's ``planning`` and the answer that stops the upgrade.
+APPROVAL = "approve"
+REJECT = "Reject"
+APPROVE = "Approve"
+
+
+@dataclass(frozen=True)
+class PathSteps:
+    """The steps of one path through an upgrade, by their names in the journal: ``steps`` in the
+    order they run (all done: upgraded); the graceful ``stop`` of the old version, the
+    ``handover``, the state export (``state_export``, None: the path exports none), the
+    ``archive``, the ``launch`` that makes the new version run, and the ``verify`` that ends what
+    a failure rolls back; the steps that start the new version (``new``: a standby, a release, a
+    launch); the rollback's ``rollback_handover`` (what the new version processed), its
+    ``restore`` of the old checkpoint and its ``restarts`` of the old version (one done is a
+    rollback)."""
+
+    steps: tuple[str, ...]
+    stop: str
+    handover: str
+    archive: str
+    launch: str
+    verify: str
+    state_export: str | None = None
+    new: tuple[str, ...] = ()
+    rollback_handover: str | None = None
+    restore: tuple[str, ...] = ()
+    restarts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "new", "restore", "restarts"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        named = [self.stop, self.handover, self.archive, self.launch, self.verify, *self.new]
+        missing = [s for s in (*named, self.state_export) if s is not None and s not in self.steps]
+        if missing:
+            raise ValueError(f"PathSteps names steps outside its path: {', '.join(missing)}")
+
+
+#: The decisions before any side effect, in the order they run (the journal's ``planning``): the
+#: preflight (it records the relaunch and rollback modes), the compatibility check, the path, the approval.
+PREFLIGHT, PATH_CHOICE = "preflight", "choose_path"
+PLANNING = (PREFLIGHT, "compatibility_check", PATH_CHOICE, APPROVAL)
 
 
 class Path(StrEnum):
@@ -26,6 +68,15 @@ ROLLBACK = ("rollback_stop_new", "rollback_handover", "rollback_restore", "rollb
             "rollback_restart_forward")
 #: The rollback of the in-place restart: stop the new version, restart the old one on the same checkpoint.
 IN_PLACE_ROLLBACK = ("in_place_rollback_stop", "in_place_rollback_restart")
+#: The order the rollback's steps run in, per path (the migration's, keyed by cold, serves both
+#: migrations) and rollback mode: each runs only after the one before it is done.
+ROLLBACK_SEQUENCE: dict[Path, dict[RollbackMode, tuple[str, ...]]] = {
+    Path.COLD: {RollbackMode.RESTORE: ("rollback_stop_new", "rollback_handover", "rollback_restore",
+                                       "rollback_restart_old"),
+                RollbackMode.FORWARD: ("rollback_stop_new", "rollback_handover", "rollback_restart_forward")},
+    Path.IN_PLACE: {mode: IN_PLACE_ROLLBACK for mode in RollbackMode},
+}
+
 
 def _migration(steps: tuple[str, ...], new: tuple[str, ...]) -> PathSteps:
     """A path to a new checkpoint: its own order of ``steps``, the steps that start the new version."""
@@ -55,4 +106,5 @@ def all_steps(path: Path) -> tuple[str, ...]:
     return (*PLANNING, *main, *in_place, *ROLLBACK, *IN_PLACE_ROLLBACK)
 
 
-__all__ = ["IN_PLACE_ROLLBACK", "PATHS", "PLANNING", "ROLLBACK", "Path", "all_steps"]
+__all__ = ["APPROVAL", "APPROVE", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING", "PREFLIGHT", "REJECT",
+           "ROLLBACK", "ROLLBACK_SEQUENCE", "Path", "PathSteps", "all_steps"]

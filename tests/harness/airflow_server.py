@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.local.processes import ensure_port_free, free_port
+from airflow_ckpt_provider.local.processes import LocalServer, ensure_port_free, free_port
 from tests.harness.airflow_home import airflow_env, prepare_airflow_home
 from tests.harness.errors import AirflowApiError, AirflowApiUnavailable, AirflowHomeError, PidNamespaceUnavailable
 
@@ -59,7 +59,7 @@ _FIRST_PAUSE_S, _MAX_PAUSE_S = 1.0, 10.0
 PROBE_TIMEOUT_S = 120.0
 
 
-class LocalAirflow:
+class LocalAirflow(LocalServer):
     """A running Airflow on SQLite; use as a context manager or call start()/stop().
 
     By default one ``airflow standalone`` runs every component. With ``isolate_triggerer`` the
@@ -277,11 +277,8 @@ class LocalAirflow:
                 log.warning("processes of Airflow %s's group %d outlived it: killing them", name, proc.pid)
                 _signal_group(proc.pid, signal.SIGKILL)
 
-    def __enter__(self) -> LocalAirflow:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        return list(self._processes.values())
 
     # -- REST API ------------------------------------------------------------------------------
 

@@ -18,12 +18,18 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
+from airflow_ckpt_provider.local.processes import (
+    LOOPBACK,
+    LocalServer,
+    ensure_port_free,
+    free_port,
+    log_tail,
+    stop_process_group,
+)
 from airflow_ckpt_provider.storage.locations import webhdfs_filesystem
 from tests.harness.errors import HdfsStartFailed
 
@@ -61,7 +67,7 @@ def site_xml(properties: Mapping[str, str]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
 
 
-class LocalHdfs:
+class LocalHdfs(LocalServer):
     """A NameNode and a DataNode on 127.0.0.1 whose data lives in ``work_dir``.
 
     Ports left unset are picked free at start. ``hdfs_config`` adds or overrides
@@ -110,9 +116,8 @@ class LocalHdfs:
     def log_file(self, server: str) -> Path:
         return self.work_dir / f"{server}.log"
 
-    @property
-    def running(self) -> bool:
-        return bool(self._processes) and all(p.poll() is None for p in self._processes.values())
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        return list(self._processes.values())
 
     def filesystem(self) -> AbstractFileSystem:
         """fsspec's WebHDFS client on this HDFS, as the provider builds it (a new instance)."""
@@ -258,13 +263,3 @@ class LocalHdfs:
         for server in ("datanode", "namenode"):
             stop_process_group(processes.get(server), f"HDFS {server}", timeout)
 
-    def __enter__(self) -> LocalHdfs:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

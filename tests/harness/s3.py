@@ -23,12 +23,18 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.errors import LocalStackError
-from airflow_ckpt_provider.local.processes import LOOPBACK, ensure_port_free, free_port, log_tail, stop_process_group
+from airflow_ckpt_provider.local.processes import (
+    LOOPBACK,
+    LocalServer,
+    ensure_port_free,
+    free_port,
+    log_tail,
+    stop_process_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +92,7 @@ def install_server(venv_dir: Path | None = None) -> Path:
     return server
 
 
-class LocalS3:
+class LocalS3(LocalServer):
     """moto's S3 server on 127.0.0.1; credentials are fixed test values (the server accepts any)."""
 
     def __init__(self, work_dir: Path, *, port: int | None = None, access_key: str = "ckpt-test-key",
@@ -107,9 +113,8 @@ class LocalS3:
     def log_file(self) -> Path:
         return self.work_dir / "moto-server.log"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        return [self._process]
 
     def start(self) -> LocalS3:
         """Install (once) and start the server; return once it answers ListBuckets. Raises
@@ -161,13 +166,6 @@ class LocalS3:
         """Stop the server: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
         proc, self._process = self._process, None
         stop_process_group(proc, f"the S3 server on {self.endpoint_url}", timeout)
-
-    def __enter__(self) -> LocalS3:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # -- clients ---------------------------------------------------------------------------------
 

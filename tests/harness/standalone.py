@@ -17,11 +17,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from airflow_ckpt_provider.local import jvm
-from airflow_ckpt_provider.local.processes import LOOPBACK, free_port, log_tail, stop_process_group
+from airflow_ckpt_provider.local.processes import LOOPBACK, LocalServer, free_port, log_tail, stop_process_group
 from tests.harness.errors import StandaloneStartFailed
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ def master_json(ui_url: str, timeout: float = 5.0) -> dict[str, Any]:
         return json.loads(response.read().decode("utf-8"))
 
 
-class LocalStandalone:
+class LocalStandalone(LocalServer):
     """One master and one worker (``cores`` cores, ``memory`` for drivers and executors).
 
     The worker runs drivers and executors with this interpreter's environment (``SPARK_HOME``
@@ -73,9 +72,8 @@ class LocalStandalone:
     def worker_dir(self) -> Path:
         return self.work_dir / "worker"
 
-    @property
-    def running(self) -> bool:
-        return all(p is not None and p.poll() is None for p in (self._master, self._worker))
+    def processes(self) -> list[subprocess.Popen[bytes] | None]:
+        return [self._master, self._worker]
 
     def env(self) -> dict[str, str]:
         """Environment for the daemons (and so for drivers and executors they launch)."""
@@ -165,9 +163,3 @@ class LocalStandalone:
             setattr(self, attr, None)
             stop_process_group(proc, f"Spark standalone {attr[1:]}", timeout)
 
-    def __enter__(self) -> LocalStandalone:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

@@ -3,9 +3,11 @@
 :class:`UpgradeDemo` starts a KRaft broker and a 3-partition topic, keeps a producer running,
 launches version 1 of the demo job (``dags/jobs/stream_v1.py``, detached spark-submit in local
 mode), then upgrades it to version 2 either with the reference DAG (``dags/stream_upgrade.py``,
-run by ``dag.test()`` on a SQLite Airflow home) or with a naive relaunch (the negative
-control). It keeps producing through the upgrade, stops the producer, waits until the running
-version has read everything, stops it and counts every Kafka (partition, offset) in the sink.
+run by ``dag.test()`` on a SQLite Airflow home; or another DAG whose params are named like the
+reference DAG's, such as the example DAG ``dags/stream_upgrade_example.py``) or with a naive
+relaunch (the negative control). It keeps producing through the upgrade, stops the producer,
+waits until the running version has read everything, stops it and counts every Kafka
+(partition, offset) in the sink.
 ``old_spark`` / ``new_spark`` run the versions on different Sparks (a major Spark upgrade); by
 default both run on this interpreter's pyspark; ``conf`` is Spark conf of both versions (the state
 store and its checkpoint format, for example). ``new_source_name`` makes version 2 name its Kafka
@@ -42,6 +44,7 @@ V1, V2 = DAGS / "jobs" / "stream_v1.py", DAGS / "jobs" / "stream_v2.py"
 TOPIC = "demo-events"
 STREAM = "demo-events"
 DAG_ID = "stream_upgrade"
+REFERENCE_DAG = DAGS / "stream_upgrade.py"
 
 
 @dataclass
@@ -197,18 +200,19 @@ class UpgradeDemo:
         return json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": self.kafka.bootstrap_servers}})
 
     def upgrade_with_dag(self, v1: LaunchHandle, *, auto_approve: bool = True, dag_id: str = DAG_ID,
-                         **overrides: Any) -> Any:
-        """Run the reference DAG ``dag_id`` (standby; ``stream_upgrade_cold`` for a cold relaunch)
-        in this process with ``dag.test()``; returns the DAG run.
+                         dag_file: Path = REFERENCE_DAG, **overrides: Any) -> Any:
+        """Run the DAG ``dag_id`` of ``dag_file`` (default the reference DAG, standby;
+        ``stream_upgrade_cold`` for a cold relaunch) in this process with ``dag.test()``; returns
+        the DAG run. Its conf is :meth:`dag_conf` for the params the DAG has, and ``overrides``.
 
         With ``auto_approve`` the approval task is marked successful without waiting (demo mode).
         The caller has pointed Airflow at a migrated home before ``airflow`` was first imported
         (:func:`tests.harness.airflow_home.prepare_airflow_home`).
         """
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka_connection()
-        dag = load_reference_dag(dag_id)
-        run = dag.test(run_conf=self.dag_conf(v1, **overrides),
-                       mark_success_pattern="approve" if auto_approve else None)
+        dag = load_reference_dag(dag_id, dag_file)
+        conf = {name: value for name, value in self.dag_conf(v1).items() if name in dag.params}
+        run = dag.test(run_conf={**conf, **overrides}, mark_success_pattern="approve" if auto_approve else None)
         for ti in run.get_task_instances():
             log.info("task %-22s %s", ti.task_id, ti.state)
         return run
@@ -286,17 +290,18 @@ def _alive(pid: int) -> bool:
     return bool(group_members(pid))
 
 
-def load_reference_dag(dag_id: str = DAG_ID) -> Any:
-    """Import ``dags/stream_upgrade.py`` (as Airflow's DAG processor would) and return a DAG."""
-    spec = importlib.util.spec_from_file_location("stream_upgrade", DAGS / "stream_upgrade.py")
+def load_reference_dag(dag_id: str = DAG_ID, dag_file: Path = REFERENCE_DAG) -> Any:
+    """Import ``dag_file`` (default ``dags/stream_upgrade.py``, as Airflow's DAG processor would)
+    and return its DAG ``dag_id``."""
+    spec = importlib.util.spec_from_file_location(dag_file.stem, dag_file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("stream_upgrade", module)
+    sys.modules.setdefault(dag_file.stem, module)
     spec.loader.exec_module(module)
     for value in vars(module).values():
         if getattr(value, "dag_id", None) == dag_id:
             return value
-    raise LookupError(f"no DAG {dag_id} in {DAGS / 'stream_upgrade.py'}")
+    raise LookupError(f"no DAG {dag_id} in {dag_file}")
 
 
 def read_dag_report(archive_root: Path, stream: str = STREAM) -> Mapping[str, Any] | None:
@@ -306,3 +311,23 @@ def read_dag_report(archive_root: Path, stream: str = STREAM) -> Mapping[str, An
              for path in (archive_root / stream).glob(f"{pattern}/upgrade-report.json")]
     reports = [json.loads(path.read_text()) for path in found]
     return max(reports, key=lambda report: report.get("created_at", "")) if reports else None
+
+
+def stop_jobs_under(*roots: Path) -> None:
+    """Kill the process groups of Spark jobs still running on these paths: the versions Airflow
+    launched are not in :attr:`UpgradeDemo.handles`, and a failed assertion must not leave them
+    running."""
+    from airflow_ckpt_provider.jobs.local import kill_group
+
+    needles = [str(root).encode() for root in roots]
+    groups = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            group = os.getpgid(int(entry.name)) if any(n in cmdline for n in needles) else None
+        except (OSError, ValueError):
+            continue
+        if group is not None and group != os.getpgrp():
+            groups.add(group)
+    for group in groups:
+        kill_group(group)

@@ -24,9 +24,8 @@ import pytest
 
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
-from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report
+from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report, stop_jobs_under
 from tests.system.browser import ACTION_TIMEOUT_MS, BrowserPages, serve_directory
-from tests.system.conftest import stop_jobs_under
 
 pytestmark = pytest.mark.system
 

@@ -19,8 +19,7 @@ import pytest
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import LocalAirflow
-from tests.harness.upgrade_demo import DAG_ID, DAGS, UpgradeDemo, read_dag_report
-from tests.system.conftest import stop_jobs_under
+from tests.harness.upgrade_demo import DAG_ID, DAGS, UpgradeDemo, read_dag_report, stop_jobs_under
 
 pytestmark = pytest.mark.system
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.conftest import stop_jobs_under
+from tests.harness.upgrade_demo import stop_jobs_under
 
 pytestmark = pytest.mark.system
 

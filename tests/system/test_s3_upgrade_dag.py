@@ -22,8 +22,7 @@ import pytest
 from airflow_ckpt_provider.storage.journal import list_journals
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from tests.harness.s3 import REGION
-from tests.harness.upgrade_demo import UpgradeDemo
-from tests.system.conftest import stop_jobs_under
+from tests.harness.upgrade_demo import UpgradeDemo, stop_jobs_under
 
 pytestmark = pytest.mark.system
 

@@ -25,8 +25,7 @@ from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import CUSTOMERS, purchase
 from tests.harness.state_audit import compare_totals, kafka_totals, sink_totals
-from tests.harness.upgrade_demo import DAGS, UpgradeDemo, read_dag_report
-from tests.system.conftest import stop_jobs_under
+from tests.harness.upgrade_demo import DAGS, UpgradeDemo, read_dag_report, stop_jobs_under
 from tests.system.test_spark_upgrade_dag import running_on
 
 pytestmark = pytest.mark.system

@@ -30,7 +30,7 @@ def test_every_page_shows_the_current_source(page: Path) -> None:
 
 def test_the_pages_do_show_source() -> None:
     marked = [p.name for p in PAGES if "<!-- dag-source " in p.read_text() or "<!-- source " in p.read_text()]
-    assert {"reference-dag.md", "spark-side.md"} <= set(marked)
+    assert {"reference-dag.md", "example-dag.md", "spark-side.md"} <= set(marked)
 
 
 def test_sync_adds_a_missing_block_and_is_idempotent() -> None:

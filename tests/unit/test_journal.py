@@ -195,13 +195,26 @@ def test_a_journal_of_another_intent_under_the_same_id_is_refused(root: tuple[An
     assert not root[0].exists(journal.lock_path)  # the lock this call took is dropped again
 
 
-@pytest.mark.parametrize("content", [b"{not json", b'{"format": 99}', b'{"format": 1, "intent": {}}', b"[]"])
+@pytest.mark.parametrize("content", [b"{not json", b'{"format": 99}', b'{"format": 2, "intent": {}}', b"[]"])
 def test_an_unreadable_journal_is_a_typed_error(root: tuple[Any, str], content: bytes) -> None:
     fs, _ = root
     journal = journal_for(root)
     fs.makedirs(os.path.dirname(journal.path), exist_ok=True)
     fs.pipe_file(journal.path, content)
     with pytest.raises(JournalCorrupt):
+        journal.read()
+
+
+def test_a_journal_names_the_release_that_wrote_it(root: tuple[Any, str]) -> None:
+    from airflow_ckpt_provider import __version__
+    from airflow_ckpt_provider.checkpoint.errors import JournalOfAnotherRelease
+
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    assert journal.read().release == __version__ and journal.read().format == 2
+    fs, _ = root
+    fs.pipe_file(journal.path, journal.read().to_json().replace('"format": 2', '"format": 1').encode())
+    with pytest.raises(JournalOfAnotherRelease, match="found journal format 1, written by release"):
         journal.read()
 
 

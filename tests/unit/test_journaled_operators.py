@@ -350,3 +350,78 @@ class ReportTI:
 
     def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
         return self.xcoms.get((task_ids, key))
+
+
+def plan_in(journal: UpgradeJournal, *, relaunch_mode: str = "cold", in_place: bool = False) -> None:
+    """Record the planning a reference upgrade's preflight, path and approval record."""
+    journal.record_planning("preflight", run_id="run-1", result={"resuming": False, "relaunch_mode": relaunch_mode,
+                                                                 "rollback_mode": "restore"})
+    journal.record_planning("choose_path", run_id="run-1", result={"in_place": in_place})
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
+
+
+def test_a_step_the_record_does_not_call_for_skips_itself_and_records_nothing(tmp_path: Path,
+                                                                              journal: UpgradeJournal) -> None:
+    """The planner decides from the journal: a step of the path not taken, a step whose predecessor
+    failed, and a rollback step of a verified upgrade each skip (Airflow's skip, with the reason),
+    touch no checkpoint and record nothing."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    plan_in(journal, in_place=True)
+    cp = tmp_path / "v1"
+    stop = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(cp), journal=journal.path)
+    with pytest.raises(AirflowSkipException, match="in_place path, which has no step graceful_stop"):
+        stop.execute(context("run-1"))
+    assert journal.step("graceful_stop") is None and not cp.exists()  # no stop request written
+
+    journal.begin("in_place_stop", run_id="run-1")
+    journal.fail("in_place_stop", "escalated")
+    handover = CheckpointHandoverOperator(task_id="in_place_handover", checkpoint_uri=str(cp), journal=journal.path)
+    with pytest.raises(AirflowSkipException, match="in_place_stop, before it on the in_place path, is failed"):
+        handover.execute(context("run-1"))
+    assert journal.step("in_place_handover") is None
+
+    for name in PATHS[StepPath.IN_PLACE].steps:
+        if name != "in_place_stop":
+            journal.begin(name, run_id="run-1")
+            journal.finish(name, {})
+    journal.begin("in_place_stop", run_id="run-1")
+    journal.finish("in_place_stop", {})
+    rollback = GracefulStopOperator(task_id="in_place_rollback_stop", checkpoint_uri=str(cp), journal=journal.path,
+                                    journal_phase=ROLLBACK_PHASE)
+    with pytest.raises(AirflowSkipException, match="the upgrade completed"):
+        rollback.execute(context("run-1"))
+    record = journal.read()
+    assert "in_place_rollback_stop" not in record.steps and record.phase == "upgrade"
+
+
+@pytest.mark.parametrize(("written", "named"), [
+    ({"format": 1}, "an earlier release (its journals name none)"),  # today's journals before the release field
+    ({"format": 3, "release": "9.1.0"}, "release 9.1.0"),
+])
+def test_the_preflight_refuses_a_journal_of_another_release_and_changes_nothing(
+        tmp_path: Path, written: dict[str, Any], named: str) -> None:
+    """An upgrade under way in another release's journal format is that release's to finish or
+    abandon: the preflight refuses it with what it found and what to do, and neither the journal
+    nor the stream's lock changes (no journal is rewritten in this release's meaning)."""
+    import json
+
+    from airflow_ckpt_provider.checkpoint.errors import JournalOfAnotherRelease
+
+    journal = _closed_journal(tmp_path, "upgraded")
+    data = json.loads(Path(journal.path).read_text())
+    data.update({"outcome": None, "closed_at": ""})  # an upgrade under way
+    data.pop("release")
+    data.update(written)
+    Path(journal.path).write_text(json.dumps(data))
+    lock = Path(journal.lock_path)
+    lock.write_text(json.dumps({"upgrade_id": "up-7", "run_id": "run-1"}))
+    before = {p: p.read_bytes() for p in (tmp_path / "archive").rglob("*") if p.is_file()}
+    with pytest.raises(JournalOfAnotherRelease) as refused:
+        _preflight(tmp_path).execute(context("run-2"))  # type: ignore[arg-type]
+    text = str(refused.value)
+    assert f"found journal format {written['format']}, written by {named}" in text
+    assert "expected journal format 2" in text and journal.path in text
+    assert "With the release that wrote it, finish that upgrade" in text and "--release-lock" in text
+    assert {p: p.read_bytes() for p in (tmp_path / "archive").rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "v2").exists()

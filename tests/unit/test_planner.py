@@ -6,6 +6,7 @@ as cases. These replace the edge-by-edge reading of Airflow's task states."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import fsspec
@@ -22,8 +23,8 @@ from airflow_ckpt_provider.storage.journal import (
     UpgradeJournal,
 )
 from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.planner import PathSteps, StepStatus
-from airflow_ckpt_provider.upgrade.steps import PATHS, Path
+from airflow_ckpt_provider.upgrade.planner import StepStatus
+from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, PLANNING, ROLLBACK, Path, PathSteps, all_steps
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
 
@@ -213,3 +214,136 @@ def test_path_steps_refuse_a_step_outside_the_path() -> None:
     with pytest.raises(ValueError, match="outside its path: verify"):
         PathSteps(steps=("stop", "handover", "archive", "launch"), stop="stop", handover="handover",
                   archive="archive", launch="launch", verify="verify")
+
+
+# -- what each step does: next_action ------------------------------------------------------------
+
+def planned(path: Path, mode: RollbackMode = RollbackMode.RESTORE, **steps: str) -> JournalRecord:
+    """A record whose planning took ``path`` (the preflight's relaunch mode, ``choose_path`` for in
+    place) in rollback ``mode``, approved, with ``steps`` (name -> journal state)."""
+    relaunch = Path.STANDBY if path is Path.IN_PLACE else path
+    return record(steps, planning={
+        "preflight": {"resuming": False, "relaunch_mode": relaunch.value, "rollback_mode": mode.value},
+        "choose_path": {"in_place": path is Path.IN_PLACE}, "approve": {"chosen": "Approve"}})
+
+
+def acts(rec: JournalRecord | None, steps: tuple[str, ...] | list[str]) -> dict[str, planner.Act]:
+    return {step: planner.next_action(rec, step).act for step in steps}
+
+
+RUN, SKIP, REUSE = planner.Act.RUN, planner.Act.SKIP, planner.Act.REUSE
+
+
+def test_without_a_journal_or_outside_the_table_a_step_runs() -> None:
+    assert planner.next_action(None, "graceful_stop").act is RUN
+    # another team's journaled task: only the reuse rule applies
+    assert planner.next_action(planned(Path.COLD), "my_stop").act is RUN
+    rejected = record(planning={"approve": {"chosen": "Reject"}})
+    assert planner.next_action(rejected, "my_stop").act is RUN
+
+
+@pytest.mark.parametrize("path", list(Path))
+def test_a_whole_upgrade_runs_its_path_in_order_and_skips_everything_else(path: Path) -> None:
+    """Every step of the DAG in the order it runs, each done when it runs: the path's steps run,
+    the other path's steps and every rollback step skip themselves."""
+    rec = planned(path)
+    ran = []
+    for step in all_steps(Path.STANDBY if path is Path.IN_PLACE else path):
+        if step in PLANNING:
+            continue
+        decision = planner.next_action(rec, step)
+        assert decision.act in (RUN, SKIP), (step, decision)
+        if decision.act is RUN:
+            ran.append(step)
+            rec = replace(rec, steps={**rec.steps, step: JournalStep(name=step, state=DONE, result={"s": step})})
+    assert ran == list(PATHS[path].steps)
+    # a re-run of the finished upgrade repeats nothing: every step reuses its result
+    for step in PATHS[path].steps:
+        again = planner.next_action(rec, step)
+        assert (again.act, again.result) == (REUSE, {"s": step})
+
+
+@pytest.mark.parametrize("path", list(Path))
+@pytest.mark.parametrize("state", [None, STARTED, FAILED], ids=lambda v: str(v) if v is not None else "not-run")
+def test_a_step_runs_only_after_every_earlier_step_of_its_path_is_done(path: Path, state: str | None) -> None:
+    steps = PATHS[path].steps
+    for index, step in enumerate(steps):
+        rec = replace(planned(path), steps=run_up_to(PATHS[path], step, state).steps)
+        decision = planner.next_action(rec, step)
+        assert decision.act is RUN, (step, decision)  # the step itself, in any unfinished state
+        for later in steps[index + 1:]:
+            decision = planner.next_action(rec, later)
+            assert decision.act is SKIP and f"{step}, before it on the {path.value} path" in decision.reason
+
+
+@pytest.mark.parametrize(("path", "step", "state"), CASES, ids=lambda v: str(v) if v is not None else "not-run")
+@pytest.mark.parametrize("mode", list(RollbackMode))
+def test_the_rollback_steps_that_run_after_every_unfinished_step(path: Path, step: str, state: str | None,
+                                                                  mode: RollbackMode) -> None:
+    """The rollback steps in the DAG's order, each done when it runs: exactly the plan's steps run,
+    in the recorded rollback mode (the decision table of the rollback above, step by step)."""
+    stop_new, restart_old = EXPECTED[path][step]
+    if state is not None:
+        stop_new, restart_old = STARTED_ITSELF.get((path, step), (stop_new, restart_old))
+    rec = replace(planned(path, mode), steps=run_up_to(PATHS[path], step, state).steps)
+    ran = []
+    for rollback_step in (*ROLLBACK, *IN_PLACE_ROLLBACK):
+        if planner.next_action(rec, rollback_step).act is RUN:
+            ran.append(rollback_step)
+            rec = replace(rec, steps={**rec.steps, rollback_step: JournalStep(name=rollback_step, state=DONE)})
+    if path is Path.IN_PLACE:
+        expected = ["in_place_rollback_stop"] * stop_new + ["in_place_rollback_restart"] * restart_old
+    else:
+        restart = (["rollback_handover", "rollback_restore", "rollback_restart_old"] if mode is RollbackMode.RESTORE
+                   else ["rollback_handover", "rollback_restart_forward"])
+        expected = ["rollback_stop_new"] * stop_new + restart * restart_old
+    assert ran == expected
+    assert planner.outcome(rec, PATHS[path]) == ("rolled back" if restart_old else "failed")
+
+
+def test_a_rollback_step_waits_for_the_one_before_it() -> None:
+    rec = planned(Path.COLD, graceful_stop=DONE, extract_handover=FAILED, rollback_stop_new=FAILED)
+    decision = planner.next_action(rec, "rollback_handover")
+    assert decision.act is SKIP and "rollback_stop_new, before it in the rollback, is failed" in decision.reason
+    assert acts(rec, ["rollback_restore", "rollback_restart_old", "rollback_restart_forward"]) == \
+        {"rollback_restore": SKIP, "rollback_restart_old": SKIP, "rollback_restart_forward": SKIP}
+    assert planner.outcome(rec, PATHS[Path.COLD]) == "rollback failed"
+
+
+def test_a_verified_upgrade_rolls_nothing_back_when_a_later_step_fails() -> None:
+    """The standby path's archive runs after the verification: its failure is retried, never rolled back."""
+    steps = {s: DONE for s in PATHS[Path.STANDBY].steps if s != "archive"}
+    rec = planned(Path.STANDBY, **steps, archive=FAILED)
+    decision = planner.next_action(rec, "rollback_stop_new")
+    assert decision.act is SKIP and "the upgrade completed (verified)" in decision.reason
+    assert acts(rec, ROLLBACK) == {s: SKIP for s in ROLLBACK}
+
+
+def test_a_reject_or_an_unanswered_approval_runs_nothing() -> None:
+    """Wiring fault 1 as the step decides it: after a Reject no step starts (the standby first)."""
+    rejected = record(planning={"preflight": {"relaunch_mode": "standby"}, "approve": {"chosen": "Reject"}})
+    for step in (*PATHS[Path.STANDBY].steps, *PATHS[Path.IN_PLACE].steps, *ROLLBACK, *IN_PLACE_ROLLBACK):
+        decision = planner.next_action(rejected, step)
+        assert decision.act is SKIP and "Reject" in decision.reason, step
+    waiting = replace(rejected, planning={**rejected.planning,
+                                         "approve": JournalStep(name="approve", state=STARTED)})
+    decision = planner.next_action(waiting, "start_standby")
+    assert decision.act is SKIP and "without an answer" in decision.reason
+
+
+def test_a_record_naming_no_path_keeps_the_dags_order() -> None:
+    """A journal without the preflight's modes (the preflight used alone): reuse, reject and the
+    approval decide; the DAG's order does the rest."""
+    rec = record({"graceful_stop": DONE})
+    assert acts(rec, ["graceful_stop", "extract_handover", "in_place_stop", "rollback_stop_new"]) == {
+        "graceful_stop": REUSE, "extract_handover": RUN, "in_place_stop": RUN, "rollback_stop_new": RUN}
+
+
+def test_the_path_and_modes_come_from_the_planning() -> None:
+    assert planner.path_taken(None) is None
+    assert planner.path_taken(planned(Path.COLD)) is Path.COLD
+    assert planner.path_taken(planned(Path.STANDBY)) is Path.STANDBY
+    assert planner.path_taken(planned(Path.IN_PLACE)) is Path.IN_PLACE
+    assert planner.path_taken(record(planning={"preflight": {"relaunch_mode": ""}})) is None
+    assert planner.recorded_rollback_mode(planned(Path.COLD, RollbackMode.FORWARD)) is RollbackMode.FORWARD
+    assert planner.recorded_rollback_mode(record()) is RollbackMode.RESTORE
