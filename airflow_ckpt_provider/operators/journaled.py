@@ -60,8 +60,15 @@ class JournaledStep:
     journal: str | None
     journal_conn_id: str | None
     journal_phase: str
+    require_journal: bool
     task_id: str
     log: Any
+
+    def __init__(self, *args: Any, require_journal: bool = False, **kwargs: Any) -> None:
+        """``require_journal``: a step of an upgrade, never run without its journal (it skips itself
+        when the journal is missing: the preflight that opens it failed or was refused)."""
+        self.require_journal = require_journal
+        super().__init__(*args, **kwargs)
 
     def init_journal(self, journal: str | None, journal_conn_id: str | None, journal_phase: str) -> None:
         if journal_phase not in (UPGRADE_PHASE, ROLLBACK_PHASE):
@@ -77,6 +84,10 @@ class JournaledStep:
                  on_reuse: Callable[[Any], None] | None = None) -> Any:
         """``action(start, journal)`` journaled under the task id (see the module docstring)."""
         journal = self.open_journal()
+        if journal is None and self.require_journal:
+            reason = "no upgrade journal (the preflight that opens it did not run to its end): nothing was changed"
+            self.log.info("step %s skipped: %s", self.task_id, reason)
+            raise skip(f"{self.task_id}: {reason}")
         if journal is None:
             return action(None, None)
         decision = planner.next_action(journal.read(), self.task_id)
