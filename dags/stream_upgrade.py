@@ -67,14 +67,13 @@ from airflow.sdk import DAG, Asset, BaseOperator, Param, XComArg, chain, task
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.path import UpgradeMode
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
 from airflow_ckpt_provider.operators.approval import UpgradeApprovalOperator
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
-from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator, UpgradePathOperator, path_of
+from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator, UpgradePathOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
-from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.operators.launch import (
     HandoverVerifyOperator,
     StandbyReleaseOperator,
@@ -84,10 +83,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
-from airflow_ckpt_provider.storage.journal import JournalRecord
-from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.results import PreflightResult
-from airflow_ckpt_provider.upgrade.steps import PATHS, Path, PathSteps
+from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, ROLLBACK, Path
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -149,8 +145,6 @@ PARAMS: dict[str, Param] = {
                                     "both checkpoints and the new application, so a re-triggered run resumes it"),
 }
 
-#: The upgrade's steps in the order they run, per relaunch mode (the step table: upgrade/steps.py).
-UPGRADE = {mode: list(PATHS[Path(mode.value)].steps) for mode in RelaunchMode}
 #: The steps of an in-place upgrade (``mode="auto"`` and in place OK), in the order they run.
 IN_PLACE = list(PATHS[Path.IN_PLACE].steps)
 #: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
@@ -191,7 +185,11 @@ JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 #: The storage connection of every step (checkpoints, archive, journal): '' for none.
 STORAGE_CONN = "{{ params.storage_conn_id }}"
 #: What every journaled step takes: the journal, and the connection of the storage it and the step use.
-JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN, "storage_conn_id": STORAGE_CONN}
+#: Every step of an upgrade skips itself without its journal (the preflight that opens it failed).
+JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN, "storage_conn_id": STORAGE_CONN,
+                             "require_journal": True}
+#: A rollback step: recorded in the journal's rollback phase, and run (to decide) once its path ended.
+ROLLING_BACK: dict[str, Any] = {"journal_phase": "rollback", "trigger_rule": "all_done"}
 #: Where the old query's state is exported (the preflight applies the rule: checkpoint.state.export_location).
 STATE_EXPORT = "{{ ti.xcom_pull(task_ids='preflight')['state_export'] }}"
 #: The Kafka connection: every launch and verification accepts an idle topic's caught-up query with it.
@@ -200,19 +198,6 @@ KAFKA_CONN = "{{ params.kafka_conn_id }}"
 SINK = "{{ params.sink | tojson }}"
 #: The fresh checkpoint of a forward rollback (the preflight applies the rule: checkpoint.rollback.forward_checkpoint).
 ROLLBACK_CHECKPOINT = "{{ ti.xcom_pull(task_ids='preflight')['rollback_checkpoint'] }}"
-
-
-def preflight_of(ti: Any) -> PreflightResult | None:  # noqa: ANN401 - Airflow's TI
-    """The preflight's result (None when it did not return one)."""
-    found = ti.xcom_pull(task_ids="preflight") if ti else None
-    return PreflightResult.from_json(found) if found else None
-
-
-def recorded(ti: Any, params: dict[str, Any] | None) -> JournalRecord | None:  # noqa: ANN401 - Airflow's TI
-    """The upgrade journal's record as it is now (None before the preflight opened one)."""
-    found = preflight_of(ti)
-    journal = journal_at(found.journal if found else "", (params or {}).get("storage_conn_id") or None)
-    return journal.read() if journal is not None and journal.exists() else None
 
 
 def state_spark(planned: XComArg) -> dict[str, Any]:
@@ -261,7 +246,7 @@ def build_stream_upgrade_dag(
     the new version starts (``relaunch_mode``: standby or cold, see the module doc) and how long
     a standby waits for its release before it exits by itself."""
     mode = RelaunchMode(relaunch_mode)
-    upgrade, path_steps = UPGRADE[mode], PATHS[Path(mode.value)]
+    path_steps = PATHS[Path(mode.value)]
     params = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
               if defaults and name in defaults else p for name, p in PARAMS.items()}
     with DAG(dag_id=dag_id, schedule=schedule, params=params, catchup=False, max_active_runs=1,
@@ -309,17 +294,6 @@ def build_stream_upgrade_dag(
             sink=SINK, **state_spark(planned), **START,
         )
 
-        @task.branch
-        def approval_gate(params: dict[str, Any] | None = None, ti: Any = None) -> str | list[str]:
-            """Ask unless approval is off, or the journal shows the upgrade under way (approved before
-            its stop); skip every step when the upgrade is already done."""
-            found = preflight_of(ti)
-            if found is not None and found.already_done:
-                return []
-            asked = bool(params and params["require_approval"])
-            ask = planner.needs_approval(recorded(ti, params), require_approval=asked)
-            return "approve" if ask else "take_path"
-
         approve = UpgradeApprovalOperator(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
@@ -327,7 +301,7 @@ def build_stream_upgrade_dag(
                  "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}\n\n"
                  "{{ (ti.xcom_pull(task_ids='choose_path') or {}).get('summary_md', '') }}",
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
-            journal=JOURNAL, journal_conn_id=STORAGE_CONN,
+            require_approval="{{ params.require_approval }}", journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 
         def args_of(version: str) -> list[str]:
@@ -356,14 +330,6 @@ def build_stream_upgrade_dag(
             task_id="choose_path", mode="{{ params.mode }}", verdict=result_of(compatibility_check),
             start=START["start"], in_place_steps=IN_PLACE, journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
-
-        # after "approve", or after the gate without an approval; a "Reject" skips it, and with it every
-        # step: they keep the default all_success (their other upstream, plan, succeeded)
-        @task.branch(trigger_rule="none_failed_min_one_success")
-        def take_path(ti: Any = None) -> str:
-            """After the approval (or without one): the first step of the path ``choose_path`` chose."""
-            chosen = path_of(ti.xcom_pull(task_ids="choose_path") if ti else None)
-            return IN_PLACE[0] if chosen is not None and chosen.in_place else upgrade[0]
 
         start_standby = StreamLaunchOperator(
             task_id="start_standby", application="{{ params.new_application }}",
@@ -416,31 +382,11 @@ def build_stream_upgrade_dag(
             poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
 
-        def plan_rollback(ti: Any, params: dict[str, Any] | None,
-                          steps: PathSteps = path_steps) -> RollbackPlan:
-            """The rollback the journal calls for once ``steps`` ended (:func:`planner.rollback_plan`):
-            the old version is restarted when this upgrade stopped it and the verification is not
-            done (an archive failing after a verified standby upgrade is retried, never rolled back)."""
-            mode = (params or {}).get("rollback_mode") or RollbackMode.RESTORE.value
-            return planner.rollback_plan(recorded(ti, params), steps, mode)
-
-        @task.branch(trigger_rule="all_done")
-        def rollback_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
-            """Stop the new version when it started and the upgrade did not complete."""
-            return ["rollback_stop_new"] if plan_rollback(ti, params).stop_new else []
-
-        @task.branch
-        def restart_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
-            """Restart the old version only when this upgrade stopped it and did not complete: on its
-            restored checkpoint, or (``rollback_mode`` forward) on a fresh one."""
-            plan = plan_rollback(ti, params)
-            return ["rollback_restore"] if plan.restore else ["rollback_restart_forward"] if plan.forward else []
-
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle=NEW_HANDLE,
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
-            **JOURNALED, journal_phase="rollback", **STOP_RETRY,
+            **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
         )
         # what the stopped new version processed: where the old version restarts, what it reads twice
         rollback_handover = RollbackHandoverOperator(
@@ -448,19 +394,19 @@ def build_stream_upgrade_dag(
             old_checkpoint_uri="{{ params.old_checkpoint }}",
             handover="{{ ti.xcom_pull(task_ids='extract_handover') | tojson }}",
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
-            **JOURNALED, journal_phase="rollback",
+            **JOURNALED, **ROLLING_BACK,
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
             archive_uri="{{ (ti.xcom_pull(task_ids='archive') or {}).get('location', '') }}",
-            archive_conn_id=STORAGE_CONN, **JOURNALED, journal_phase="rollback",
+            archive_conn_id=STORAGE_CONN, **JOURNALED, **ROLLING_BACK,
         )
         rollback_restart_old = StreamLaunchOperator(
             task_id="rollback_restart_old", application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
-            **JOURNALED, journal_phase="rollback",
+            **JOURNALED, **ROLLING_BACK,
         )
         rollback_restart_forward = StreamLaunchOperator(
             task_id="rollback_restart_forward", application="{{ params.old_application }}",
@@ -468,13 +414,13 @@ def build_stream_upgrade_dag(
             checkpoint_uri=ROLLBACK_CHECKPOINT, old_checkpoint_uri="{{ params.old_checkpoint }}",
             starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
-            **JOURNALED, journal_phase="rollback",
+            **JOURNALED, **ROLLING_BACK,
         )
         report = UpgradeReportOperator(
             task_id="report", stream_name="{{ params.stream_name }}",
             old_checkpoint_uri="{{ params.old_checkpoint }}", new_checkpoint_uri="{{ params.new_checkpoint }}",
             path=path_steps, in_place=PATHS[Path.IN_PLACE], trigger_rule="all_done", archive_conn_id=STORAGE_CONN,
-            **JOURNALED,
+            journal=JOURNAL, journal_conn_id=STORAGE_CONN, storage_conn_id=STORAGE_CONN,
         )
 
         # the in-place path: stop, handover (batch N), verified archive, the new version ON the old
@@ -510,55 +456,37 @@ def build_stream_upgrade_dag(
             **JOURNALED, **STOP_RETRY,
         )
 
-        @task.branch(trigger_rule="all_done")
-        def in_place_rollback_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
-            """Roll back an in-place restart when its stop completed and it was not verified."""
-            return ["in_place_rollback_stop"] if plan_rollback(ti, params, PATHS[Path.IN_PLACE]).stop_new else []
-
         in_place_rollback_stop = GracefulStopOperator(
             task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle=IN_PLACE_HANDLE, stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
-            **JOURNALED, journal_phase="rollback", **STOP_RETRY,
+            **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
         )
-
-        @task.branch
-        def in_place_restart_gate(params: dict[str, Any] | None = None, ti: Any = None) -> list[str]:
-            """Restart the old version only when this upgrade stopped it (a failed stop leaves it as it is)."""
-            plan = plan_rollback(ti, params, PATHS[Path.IN_PLACE])
-            return ["in_place_rollback_restart"] if plan.restart_old else []
 
         in_place_rollback_restart = StreamLaunchOperator(
             task_id="in_place_rollback_restart", application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
-            **JOURNALED, journal_phase="rollback",
+            **JOURNALED, **ROLLING_BACK,
         )
 
-        tasks: dict[str, BaseOperator] = {"graceful_stop": graceful_stop, "extract_handover": extract,
-                                          "export_state": export_state, "archive": archive, "relaunch": relaunch,
-                                          "verify": verify}
-        if start_standby is not None:
-            tasks["start_standby"] = start_standby
-        ordered = [tasks[name] for name in upgrade]
-        gate = approval_gate()
-        path_gate = take_path()
-        chain(planned, preflight, compatibility_check, choose_path, gate, [approve, path_gate])
-        chain(approve, path_gate, [ordered[0], in_place_stop])
-        chain(*ordered)
-        chain(in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify)
-        in_place_path = [in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify]
-        gate_in_place = in_place_rollback_gate()
-        in_place_path >> gate_in_place
-        chain(gate_in_place, in_place_rollback_stop, in_place_restart_gate(), in_place_rollback_restart)
-        gate_rollback = rollback_gate()
-        ordered >> gate_rollback
-        gate_restart = restart_gate()
-        chain(gate_rollback, rollback_stop_new, rollback_handover, gate_restart, rollback_restore, rollback_restart_old)
-        gate_restart >> rollback_restart_forward
-        # not below the gates: a branch skips its direct children
-        [ordered[-1], rollback_restart_old, rollback_restart_forward] >> report
-        [in_place_verify, in_place_rollback_restart] >> report
+        # the wiring comes from the step table (upgrade/steps.py): the path's steps in order after the
+        # approval, the in-place steps beside them, each rollback after its path, the report last.
+        # Every step decides for itself from the journal (upgrade.planner.next_action): one not
+        # called for skips itself with the reason; an upgrade step keeps all_success (a failure or
+        # a Reject ends its path at once), a rollback step runs once its path ended (all_done).
+        steps: dict[str, BaseOperator] = {
+            task.task_id: task for task in (
+                graceful_stop, extract, export_state, archive, relaunch, verify, start_standby,
+                in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify,
+                rollback_stop_new, rollback_handover, rollback_restore, rollback_restart_old,
+                rollback_restart_forward, in_place_rollback_stop, in_place_rollback_restart) if task is not None}
+        chain(planned, preflight, compatibility_check, choose_path, approve)
+        ends = []
+        for path, rollback in ((path_steps, ROLLBACK), (PATHS[Path.IN_PLACE], IN_PLACE_ROLLBACK)):
+            chain(approve, *[steps[name] for name in path.steps], *[steps[name] for name in rollback])
+            ends.append(steps[rollback[-1]])
+        chain(ends, report)
     return dag
 
 

@@ -8,8 +8,10 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Context
 
+from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
 from airflow_ckpt_provider.storage.journal import FAILED, STARTED
+from airflow_ckpt_provider.upgrade.planner import needs_approval
 from airflow_ckpt_provider.upgrade.steps import APPROVAL
 
 
@@ -18,23 +20,35 @@ class UpgradeApprovalOperator(ApprovalOperator):
     ``planning`` under ``approve``: ``started`` when it asks, then the answer (``chosen``, who and
     when) BEFORE "Reject" skips the steps after it, so the report, the rollback gates and the next
     run read the answer from the journal, never from Airflow's task states. A failed wait (an
-    error event) is recorded ``failed``. The next run of the same upgrade asks again unless the
-    journal records an "Approve" or a step with a side effect began
-    (:func:`~airflow_ckpt_provider.upgrade.planner.needs_approval`).
+    error event) is recorded ``failed``. It asks only when the planner says so
+    (:func:`~airflow_ckpt_provider.upgrade.planner.needs_approval`): not with ``require_approval``
+    off, and not once a step with a side effect began (a resumed or finished upgrade was approved
+    before its stop); then it returns at once, records nothing, and the steps after it run (they
+    decide for themselves from the journal).
 
+    :param require_approval: ask a person (templated: a bool or "True"/"False")
     :param journal: the upgrade journal's URI (templated; empty: nothing is recorded)
     :param journal_conn_id: Airflow connection of the journal's storage (templated)
     """
 
-    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "journal", "journal_conn_id")
+    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "require_approval", "journal",
+                                      "journal_conn_id")
 
-    def __init__(self, *, journal: str | None = None, journal_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, require_approval: bool | str = True, journal: str | None = None,
+                 journal_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.require_approval = require_approval
         self.journal = journal
         self.journal_conn_id = journal_conn_id
 
     def execute(self, context: Context) -> Any:  # noqa: ANN401 - the HITL operator's own result
         journal = journal_at(self.journal, self.journal_conn_id)
+        record = journal.read() if journal is not None and journal.exists() else None
+        if not needs_approval(record, require_approval=flag(self.require_approval, "require_approval")):
+            why = "approval is switched off" if record is None or not record.started_side_effects else \
+                "the upgrade is under way (approved before its stop)"
+            self.log.info("not asking: %s", why)
+            return {"asked": False, "reason": why}
         if journal is not None:
             journal.record_planning(APPROVAL, run_id=str(context.get("run_id") or ""), state=STARTED)
         return super().execute(context)

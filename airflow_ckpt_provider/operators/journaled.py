@@ -60,8 +60,15 @@ class JournaledStep:
     journal: str | None
     journal_conn_id: str | None
     journal_phase: str
+    require_journal: bool
     task_id: str
     log: Any
+
+    def __init__(self, *args: Any, require_journal: bool = False, **kwargs: Any) -> None:
+        """``require_journal``: a step of an upgrade, never run without its journal (it skips itself
+        when the journal is missing: the preflight that opens it failed or was refused)."""
+        self.require_journal = require_journal
+        super().__init__(*args, **kwargs)
 
     def init_journal(self, journal: str | None, journal_conn_id: str | None, journal_phase: str) -> None:
         if journal_phase not in (UPGRADE_PHASE, ROLLBACK_PHASE):
@@ -73,16 +80,37 @@ class JournaledStep:
     def open_journal(self) -> UpgradeJournal | None:
         return journal_at(self.journal, self.journal_conn_id)
 
-    def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
-                 on_reuse: Callable[[Any], None] | None = None) -> Any:
-        """``action(start, journal)`` journaled under the task id (see the module docstring)."""
-        journal = self.open_journal()
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:  # noqa: ANN401
+        """Decide before rendering: a step the journal does not call for skips itself before its
+        other templates are rendered and before its inputs (other steps' results, which a step not
+        called for may not have) are read. Only ``journal`` and ``journal_conn_id`` are rendered
+        for the decision; the step decides again when it runs (:meth:`run_step`)."""
+        journal = journal_at(*(str(self.render_template(value, context, jinja_env) or "")  # type: ignore[attr-defined]
+                               for value in (self.journal, self.journal_conn_id)))
+        self.skip_unless_called_for(journal)
+        super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+
+    def skip_unless_called_for(self, journal: UpgradeJournal | None) -> None:
+        """Raise Airflow's skip when the step must not run: ``require_journal`` without a journal, or
+        the planner's ``skip`` (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`)."""
         if journal is None:
-            return action(None, None)
+            if self.require_journal:
+                reason = "no upgrade journal (the preflight that opens it did not run to its end): nothing was changed"
+                self.log.info("step %s skipped: %s", self.task_id, reason)
+                raise skip(f"{self.task_id}: {reason}")
+            return
         decision = planner.next_action(journal.read(), self.task_id)
         if decision.act is planner.Act.SKIP:
             self.log.info("step %s skipped: %s", self.task_id, decision.reason)
             raise skip(f"{self.task_id}: {decision.reason}")
+
+    def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
+                 on_reuse: Callable[[Any], None] | None = None) -> Any:
+        """``action(start, journal)`` journaled under the task id (see the module docstring)."""
+        journal = self.open_journal()
+        self.skip_unless_called_for(journal)
+        if journal is None:
+            return action(None, None)
         start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase)
         if start.done:
             if on_reuse is not None:

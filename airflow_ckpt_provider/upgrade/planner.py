@@ -230,6 +230,7 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     """What step ``step`` (its name in the step table, :mod:`~airflow_ckpt_provider.upgrade.steps`)
     does now, decided from the record alone:
 
+    - ``skip`` every step once the upgrade ended (the journal is closed: upgraded, rejected, rolled back);
     - ``reuse`` its recorded result when it is done (a retried task, a re-triggered run);
     - ``run`` without a journal (an operator used on its own), or for a step the table does not
       name (another DAG's journaled task: only the reuse rule applies);
@@ -245,6 +246,11 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     reject and approval rules apply, as before the path was recorded."""
     if record is None:
         return NextAction(Act.RUN, "no journal: the step runs on its own")
+    if record.closed:
+        closing = record.closing_entry() or {}
+        by = f" in run {closing['run_id']}" if closing.get("run_id") else ""
+        return NextAction(Act.SKIP, f"the upgrade ended {record.outcome}{by} at {record.closed_at}: "
+                                    "nothing runs again")
     entry = record.steps.get(step)
     if entry is not None and entry.state == DONE:
         return NextAction(Act.REUSE, f"done in run {entry.run_id or '?'} at {entry.finished_at or '?'}: "

@@ -77,3 +77,31 @@ def test_a_reject_that_skips_the_steps_after_it_stays_recorded_as_the_answer(tmp
     entry = made.read().planning["approve"]
     assert entry.state == DONE and entry.result["chosen"] == "Reject"
     assert planner.rejected(made.read())
+
+
+@pytest.mark.parametrize(("require", "under_way", "why"), [
+    ("False", False, "approval is switched off"),
+    (True, True, "the upgrade is under way (approved before its stop)"),
+    ("True", True, "the upgrade is under way (approved before its stop)"),
+])
+def test_it_asks_only_when_the_planner_says_so(tmp_path: Path, require: bool | str, under_way: bool,
+                                               why: str) -> None:
+    """Not asked: it returns at once (no deferral, no HITL request), records nothing, and the steps
+    after it run; a resumed upgrade whose stop began was approved before it."""
+    made = journal(tmp_path)
+    if under_way:
+        made.begin("graceful_stop", run_id="run-1")
+    op = UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", require_approval=require, journal=made.path)
+    assert op.execute({"run_id": "run-2"}) == {"asked": False, "reason": why}  # type: ignore[arg-type]
+    assert "approve" not in made.read().planning
+
+
+def test_a_fresh_upgrade_is_asked_and_the_question_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    made = journal(tmp_path)
+    asked = []
+    monkeypatch.setattr(ApprovalOperator, "execute", lambda self, context: asked.append(self.task_id))
+    UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", require_approval="True",
+                            journal=made.path).execute({"run_id": "run-1"})  # type: ignore[arg-type]
+    assert asked == ["approve"] and made.read().planning["approve"].state == STARTED

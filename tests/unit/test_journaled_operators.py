@@ -425,3 +425,31 @@ def test_the_preflight_refuses_a_journal_of_another_release_and_changes_nothing(
     assert "With the release that wrote it, finish that upgrade" in text and "--release-lock" in text
     assert {p: p.read_bytes() for p in (tmp_path / "archive").rglob("*") if p.is_file()} == before
     assert not (tmp_path / "v2").exists()
+
+
+def test_a_step_not_called_for_skips_before_its_templates_and_inputs_are_read(tmp_path: Path,
+                                                                              journal: UpgradeJournal) -> None:
+    """A rollback restart the rollback does not call for runs (all_done) after steps that never ran:
+    its templates name their results, which do not exist. It decides from the journal first and
+    skips before anything else is rendered; a step the journal calls for renders as usual."""
+    import jinja2
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    plan_in(journal)  # cold, restore mode: the forward restart is never called for
+    context = {"run_id": "run-1", "ti": SimpleNamespace(xcom_pull=lambda **_: None)}
+    forward = StreamLaunchOperator(
+        task_id="rollback_restart_forward", application="v1.py", checkpoint_uri=str(tmp_path / "fresh"),
+        starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
+        journal="{{ ti.xcom_pull(task_ids='absent') or '" + journal.path + "' }}", journal_phase=ROLLBACK_PHASE)
+    with pytest.raises(AirflowSkipException, match="rollback_restart_forward is not part of this rollback"):
+        forward.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]
+    assert forward.starting_offsets.startswith("{{"), "nothing else was rendered"
+
+    needed = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri="{{ run_id }}/v1", journal=journal.path)
+    needed.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]
+    assert needed.checkpoint_uri == "run-1/v1"
+
+    orphan = GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri="{{ ti.xcom_pull()['x'] }}",
+                                  journal="{{ ti.xcom_pull(task_ids='preflight') or '' }}", require_journal=True)
+    with pytest.raises(AirflowSkipException, match="no upgrade journal"):
+        orphan.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]

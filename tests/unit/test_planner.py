@@ -347,3 +347,15 @@ def test_the_path_and_modes_come_from_the_planning() -> None:
     assert planner.path_taken(record(planning={"preflight": {"relaunch_mode": ""}})) is None
     assert planner.recorded_rollback_mode(planned(Path.COLD, RollbackMode.FORWARD)) is RollbackMode.FORWARD
     assert planner.recorded_rollback_mode(record()) is RollbackMode.RESTORE
+
+
+@pytest.mark.parametrize("outcome", ["upgraded", "rejected", "rolled back"])
+def test_once_the_upgrade_ended_nothing_runs_again(outcome: str) -> None:
+    """A run of a closed journal (the preflight says "already done") skips every step and every
+    rollback step, done or not, saying how and when the upgrade ended."""
+    rec = replace(planned(Path.COLD, **{s: DONE for s in PATHS[Path.COLD].steps}), outcome=outcome,
+                  closed_at="2026-01-01T00:01:00+00:00", run_log=({"run_id": "run-1", "outcome": outcome},))
+    for step in (*PATHS[Path.COLD].steps, *PATHS[Path.IN_PLACE].steps, *ROLLBACK, *IN_PLACE_ROLLBACK):
+        decision = planner.next_action(rec, step)
+        assert decision.act is SKIP, step
+        assert decision.reason.startswith(f"the upgrade ended {outcome} in run run-1 at 2026-01-01T00:01:00")

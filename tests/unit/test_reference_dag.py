@@ -1,4 +1,6 @@
-"""dags/stream_upgrade.py parses cleanly and is wired so a failure can never restart v1 twice."""
+"""dags/stream_upgrade.py parses cleanly and is wired from the step table: no branch task, every
+step after the approval in its path's order, each rollback after its path. What runs is decided by
+each step from the journal (tests/unit/test_planner.py), not by the wiring."""
 
 from __future__ import annotations
 
@@ -31,36 +33,40 @@ def test_manual_and_asset_triggered_variants(dags: dict) -> None:
 
 
 @pytest.mark.parametrize(("dag_id", "chain"), [
-    ("stream_upgrade", ["preflight", "compatibility_check", "choose_path", "approval_gate", "approve", "take_path",
+    ("stream_upgrade", ["preflight", "compatibility_check", "choose_path", "approve",
                         "start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
                         "archive"]),
-    ("stream_upgrade_cold", ["preflight", "compatibility_check", "choose_path", "approval_gate", "approve", "take_path",
+    ("stream_upgrade_cold", ["preflight", "compatibility_check", "choose_path", "approve",
                              "graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"]),
 ])
 def test_upgrade_chain_and_rollback_wiring(dags: dict, dag_id: str, chain: list[str]) -> None:
+    from airflow.sdk.bases.skipmixin import SkipMixin
+
+    from airflow_ckpt_provider.upgrade.steps import PATHS, ROLLBACK, Path
+
     dag = dags[dag_id]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    # the path's branch after the approval: the approval gate may skip to it
-    assert "take_path" in dag.get_task("approval_gate").downstream_task_ids
-    assert dag.get_task("take_path").trigger_rule == "none_failed_min_one_success"
-    assert dag.get_task("take_path").downstream_task_ids == {chain[6], "in_place_stop"}
-    assert dag.get_task("approve").downstream_task_ids == {"take_path"}, "a Reject skips take_path"
-    gate = dag.get_task("rollback_gate")
-    assert gate.trigger_rule == "all_done"
-    assert gate.upstream_task_ids == set(chain[6:])
-    assert gate.downstream_task_ids == {"rollback_stop_new"}, "a branch skips every direct child"
-    assert dag.get_task("rollback_stop_new").downstream_task_ids == {"rollback_handover"}
-    assert dag.get_task("rollback_handover").downstream_task_ids == {"restart_gate"}
-    assert dag.get_task("restart_gate").downstream_task_ids == {"rollback_restore", "rollback_restart_forward"}
-    assert dag.get_task("rollback_restore").downstream_task_ids == {"rollback_restart_old"}
+    assert tuple(chain[4:]) == PATHS[Path.COLD if dag_id.endswith("_cold") else Path.STANDBY].steps
+    # no branch: a "Reject" skips the approval's children, the first step of each path
+    assert dag.get_task("approve").downstream_task_ids == {chain[4], "in_place_stop"}
+    branches = [t.task_id for t in dag.tasks if isinstance(t, SkipMixin) and t.task_id != "approve"]
+    assert branches == [], "every step decides for itself: no branch task"
+    # the rollback after the path's last step, in the table's order, each run once its predecessor ended
+    rollback = [chain[-1], *ROLLBACK, "report"]
+    for upstream, downstream in zip(rollback, rollback[1:], strict=False):
+        assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
+    assert {name: dag.get_task(name).trigger_rule for name in ROLLBACK} == dict.fromkeys(ROLLBACK, "all_done")
+    assert all(dag.get_task(name).journal_phase == "rollback" for name in ROLLBACK)
     assert dag.get_task("rollback_restart_old").allow_existing_checkpoint is True
     assert dag.get_task("rollback_restart_forward").allow_existing_checkpoint is False
+    # a step of an upgrade never runs without its journal (a failed preflight: the rollback skips)
+    assert all(dag.get_task(name).require_journal for name in (*chain[4:], *ROLLBACK))
     # the steps whose deferral can race Airflow's LocalExecutor retry once (journaled: no second side effect)
     assert all(dag.get_task(t).retries == 1 for t in ("graceful_stop", "relaunch", "verify")), dag_id
     report = dag.get_task("report")
     assert report.trigger_rule == "all_done"
-    assert {chain[-1], "rollback_restart_old", "rollback_restart_forward"} <= report.upstream_task_ids
+    assert report.upstream_task_ids == {"rollback_restart_forward", "in_place_rollback_restart"}, "after both rollbacks"
 
 
 @pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
@@ -217,7 +223,7 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     assert isinstance(check, CompatibilityCheckOperator) and check.fail_if_does_not_start
     assert dag.get_task("preflight").downstream_task_ids == {"compatibility_check"}
     assert check.downstream_task_ids == {"choose_path"}
-    assert dag.get_task("choose_path").downstream_task_ids == {"approval_gate"}
+    assert dag.get_task("choose_path").downstream_task_ids == {"approve"}
     assert "params.check_compatibility" in check.enabled and "resuming" in check.enabled
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert "compatibility_check" in dag.get_task("approve").body
@@ -267,7 +273,7 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     steps = ["in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"]
     for upstream, downstream in zip(steps, steps[1:], strict=False):
         assert dag.get_task(upstream).downstream_task_ids >= {downstream}, (upstream, downstream)
-    assert dag.get_task("in_place_stop").upstream_task_ids == {"take_path"}
+    assert dag.get_task("in_place_stop").upstream_task_ids == {"approve"}
     assert dag.get_task("in_place_archive").remove_source is False, "the new version goes on writing it"
     restart = dag.get_task("in_place_restart")
     assert restart.allow_existing_checkpoint and "params.old_checkpoint" in restart.checkpoint_uri
@@ -275,9 +281,9 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     assert restart.handover is None, "no offsets: Spark resumes the query on its checkpoint"
     verify = dag.get_task("in_place_verify")
     assert verify.in_place and "params.old_checkpoint" in verify.checkpoint_uri
-    gate = dag.get_task("in_place_rollback_gate")
-    assert gate.trigger_rule == "all_done" and gate.upstream_task_ids == set(steps)
-    assert gate.downstream_task_ids == {"in_place_rollback_stop"}
+    stop = dag.get_task("in_place_rollback_stop")
+    assert stop.trigger_rule == "all_done" and stop.upstream_task_ids == {"in_place_verify"}
+    assert stop.downstream_task_ids == {"in_place_rollback_restart"}
     assert "in_place_restart" in dag.get_task("in_place_rollback_stop").launch_handle
     back = dag.get_task("in_place_rollback_restart")
     assert back.allow_existing_checkpoint and "params.old_application" in back.application
@@ -285,12 +291,12 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     report = dag.get_task("report")
     assert report.in_place == PATHS[Path.IN_PLACE] and report.in_place.steps == tuple(steps)
     assert {*report.in_place.steps, *report.in_place.restarts} <= set(dag.task_ids)
-    assert {"in_place_verify", "in_place_rollback_restart"} <= report.upstream_task_ids
+    assert "in_place_rollback_restart" in report.upstream_task_ids
 
 
 @pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
 def test_a_skipped_path_branch_skips_every_step(dags: dict, dag_id: str) -> None:
-    """A "Reject" skips take_path (the approval's only child). Every step after it must then be
+    """A "Reject" skips the approval's children (each path's first step). Every step after it must then be
     skipped too: each keeps the default trigger rule, all_success, although it also depends on
     ``plan``'s XCom (a rule like none_failed_min_one_success would run it on plan's success)."""
     dag = dags[dag_id]
@@ -300,4 +306,4 @@ def test_a_skipped_path_branch_skips_every_step(dags: dict, dag_id: str) -> None
     assert {name: dag.get_task(name).trigger_rule for name in steps} == dict.fromkeys(steps, "all_success")
     for name in steps:
         upstream = dag.get_task(name).upstream_task_ids
-        assert upstream & {"take_path", *steps}, f"{name} must come after take_path: {upstream}"
+        assert upstream & {"approve", *steps}, f"{name} must come after approve: {upstream}"
