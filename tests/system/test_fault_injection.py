@@ -58,6 +58,10 @@ UPGRADE_FAULTS = [
     "archive:copying",          # a few files copied, no manifest
     "report:stored",            # report written, journal not closed (stream still locked)
 ]
+#: The hang guard of a whole chain of runs (16 DAG runs for the upgrade): the suite's 900 s per
+#: test fits one run on a loaded machine, not the chain (about 8 minutes on a quiet 2-core machine,
+#: 15 under a load average of 20); each run keeps its own 900 s guard.
+RUNS_TIMEOUT_S = 3600
 #: With a new version that crashes once released, the rollback's steps.
 ROLLBACK_FAULTS = [
     "rollback_stop_new:recorded",     # recorded, the crashed v2 not looked at yet
@@ -181,6 +185,7 @@ def no_job_left_behind(demo: UpgradeDemo) -> Any:
             pass
 
 
+@pytest.mark.timeout(RUNS_TIMEOUT_S)
 def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: UpgradeDemo, tmp_path: Path) -> None:  # noqa: ANN001
     v1 = demo.start()
     conf = demo.dag_conf(v1, carry_state=True)  # the export runs, and is killed once
@@ -224,6 +229,7 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
     assert audit.duplicated == 0, audit.duplicated_examples
 
 
+@pytest.mark.timeout(RUNS_TIMEOUT_S)
 def test_rollback_converges_after_a_kill_at_its_steps(airflow_home, demo: UpgradeDemo, tmp_path: Path) -> None:  # noqa: ANN001
     v1 = demo.start()
     conf = demo.dag_conf(v1, new_application=str(CRASHING_V2))
