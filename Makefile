@@ -5,23 +5,23 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONSTRAINTS := .ci/constraints.txt
 INSTALLED := $(VENV)/.installed
-# the second, older Spark of the tests (a major Spark upgrade: v1 on 3.5, v2 on 4.2)
+# The provider's own Spark is the pyspark of $(VENV) (4.2: the NEW version of the Spark-upgrade
+# tests, and the Spark that writes Spark 4.1/4.2's checkpoint formats). The OLD versions of the
+# Spark-upgrade tests each have a virtualenv of their own: v1 on 3.5 or 4.0, v2 on 4.2.
 SPARK35_VENV ?= .venv-spark35
 SPARK35 := $(SPARK35_VENV)/.installed
-# the newer Spark of the tests (the checkpoint formats Spark 4.1/4.2 write: offsets v2, commits v2,
-# state file checksums; the NEW version of the Spark-upgrade tests), pyspark 4.2 in its own virtualenv
-SPARK42_VENV ?= .venv-spark42
-SPARK42 := $(SPARK42_VENV)/.installed
+SPARK40_VENV ?= .venv-spark40
+SPARK40 := $(SPARK40_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm spark35 spark42 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
+.PHONY: help venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
-	@echo "make spark42 install pyspark 4.2 in $(SPARK42_VENV) with its Kafka connector (the Spark 4.2 format tests)"
+	@echo "make spark40 install pyspark 4.0 in $(SPARK40_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make hdfs    resolve the single-node HDFS jars (Hadoop 3.4.1) the HDFS tests start"
 	@echo "make test-hdfs run only the tests on a real HDFS (they are also part of make integration)"
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
@@ -52,14 +52,13 @@ $(SPARK35): $(INSTALLED) airflow_ckpt_provider/local/maven/spark35-kafka/pom.xml
 
 spark35: $(SPARK35)
 
-# pyspark 4.2 likewise (the newest Spark whose Kafka connector resolves from Maven Central): the
-# integration tests write checkpoints with it in Spark 4.1/4.2's formats, and the Spark-upgrade
-# tests run the new version on it
-$(SPARK42): $(INSTALLED) airflow_ckpt_provider/local/maven/spark42-kafka/pom.xml
-	CKPT_SPARK42_VENV=$(SPARK42_VENV) $(PY) -m airflow_ckpt_provider.local.spark install 4.2
+# pyspark 4.0 likewise: the other OLD version of the Spark-upgrade tests (v1 on 4.0, v2 on 4.2),
+# and the Spark whose state format v2 a newer state reader cannot read
+$(SPARK40): $(INSTALLED) airflow_ckpt_provider/local/maven/spark40-kafka/pom.xml
+	CKPT_SPARK40_VENV=$(SPARK40_VENV) $(PY) -m airflow_ckpt_provider.local.spark install 4.0
 	touch $@
 
-spark42: $(SPARK42)
+spark40: $(SPARK40)
 
 # a single-node HDFS (NameNode + DataNode, Hadoop 3.4.1 from Maven) for the HDFS tests; a no-op once
 # resolved (the POM's hash is stamped)
@@ -91,7 +90,7 @@ lint: venv
 # when it ends ($(TIERS)/system.log while it runs). `make unit`, `make integration` and
 # `make system` run one tier in the foreground.
 TIERS := .work/tiers
-test: lint jvm spark35 spark42 hdfs browser
+test: lint jvm spark35 spark40 hdfs browser
 	@mkdir -p $(TIERS); rm -f $(TIERS)/system.log $(TIERS)/system.rc; \
 	  echo "system tier started in the background: $(TIERS)/system.log"; \
 	  ( CKPT_TEST_AIRFLOW_HOME=$(CURDIR)/.airflow/tests-system $(PY) -m pytest tests/system $(PYTEST_ARGS) \
@@ -105,14 +104,14 @@ test: lint jvm spark35 spark42 hdfs browser
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: jvm spark35 spark42 hdfs
+integration: jvm spark35 spark40 hdfs
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # the HDFS tier alone (about a minute: HDFS starts in ~10 s); make integration runs it too
 test-hdfs: jvm hdfs
 	$(PY) -m pytest -m hdfs tests/integration $(PYTEST_ARGS)
 
-system: jvm spark35 spark42 browser
+system: jvm spark35 spark40 browser
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm
@@ -131,4 +130,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK42_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK40_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

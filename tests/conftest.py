@@ -80,8 +80,8 @@ def new_topic(kafka) -> Callable[[int], str]:  # noqa: ANN001
 
 
 def _installed_spark(version: str) -> object:
-    """The local Spark ``version`` of its `make spark<version>` virtualenv; fails (never skips)
-    with what to do when it is missing: `make test` installs it."""
+    """The local Spark ``version`` (this interpreter's, or that of its `make spark<version>`
+    virtualenv); fails (never skips) with what to do when it is missing: `make test` installs it."""
     from airflow_ckpt_provider.local.errors import LocalStackError
     from airflow_ckpt_provider.local.spark import spark_install
 
@@ -98,8 +98,15 @@ def spark35() -> object:
 
 
 @pytest.fixture(scope="session")
+def spark40() -> object:
+    """Spark 4.0 (`make spark40`): the other OLD version of the Spark-upgrade tests."""
+    return _installed_spark("4.0")
+
+
+@pytest.fixture(scope="session")
 def spark42() -> object:
-    """Spark 4.2 (`make spark42`): writes checkpoints in Spark 4.1/4.2's formats."""
+    """Spark 4.2, the provider's own (this interpreter's pyspark): the NEW version of the
+    Spark-upgrade tests, and the Spark that writes checkpoints in Spark 4.1/4.2's formats."""
     return _installed_spark("4.2")
 
 

@@ -43,8 +43,8 @@ class SparkNotInstalled(LocalStackError):
     """A Spark version the local stack runs (its own virtualenv) is not installed."""
 
     summary = "Spark version not installed"
-    default_action = ("Run `make spark35` or `make spark42` "
-                      "(`python -m airflow_ckpt_provider.local.spark install 3.5|4.2`).")
+    default_action = ("Run `make spark35` or `make spark40` "
+                      "(`python -m airflow_ckpt_provider.local.spark install 3.5|4.0`).")
 
 
 class PortInUse(LocalStackError):

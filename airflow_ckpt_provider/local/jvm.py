@@ -32,8 +32,8 @@ KAFKA_BROKER = "kafka-broker"
 SPARK_KAFKA = "spark-kafka"
 #: Kafka connector of Spark 3.5 (Scala 2.12), for the pyspark 3.5 virtualenv (local/spark.py).
 SPARK35_KAFKA = "spark35-kafka"
-#: Kafka connector of Spark 4.2 (Scala 2.13), for the pyspark 4.2 virtualenv (local/spark.py).
-SPARK42_KAFKA = "spark42-kafka"
+#: Kafka connector of Spark 4.0 (Scala 2.13), for the pyspark 4.0 virtualenv (local/spark.py).
+SPARK40_KAFKA = "spark40-kafka"
 #: A single-node HDFS (NameNode, DataNode) for the HDFS tier (local/hdfs.py, ``make test-hdfs``).
 HDFS = "hdfs"
 #: Hadoop's S3A connector and the AWS SDK v2 modules it uses, for Spark writing to s3a:// (local/s3.py).
@@ -42,8 +42,8 @@ S3A = "s3a"
 DELTA = "delta"
 #: What ``make jvm`` (a fetch without components) resolves.
 COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A, DELTA)
-#: Fetched only when named (``make spark35``, ``make spark42``, ``make hdfs``): not every user needs them.
-OPTIONAL_COMPONENTS = (SPARK35_KAFKA, SPARK42_KAFKA, HDFS)
+#: Fetched only when named (``make spark35``, ``make spark40``, ``make hdfs``): not every user needs them.
+OPTIONAL_COMPONENTS = (SPARK35_KAFKA, SPARK40_KAFKA, HDFS)
 _STAMP = ".resolved"
 
 

@@ -6,16 +6,17 @@ into ``spark-submit --conf`` arguments, so an in-process query and a submitted j
 same jars and settings. The connector goes through ``spark.jars`` (no Ivy at run time).
 
 Three Spark versions, for Spark upgrades (:class:`SparkInstall`, :func:`spark_install`):
-``"4.0"``, the pyspark of this interpreter; ``"3.5"``, pyspark 3.5 in its own virtualenv
-(``.venv-spark35`` of the checkout, or ``$CKPT_SPARK35_VENV``) with its own connector jars
-(:data:`jvm.SPARK35_KAFKA`); ``"4.2"``, pyspark 4.2 likewise (``.venv-spark42``,
-``$CKPT_SPARK42_VENV``, :data:`jvm.SPARK42_KAFKA`), the Spark whose checkpoint formats (offsets
-v2, commits v2/v3, state file checksums) the format tests write. :func:`install` creates such a
-virtualenv (``make spark35``, ``make spark42``); its drivers import this checkout's
-``airflow_ckpt_provider`` through a ``.pth`` file, so they run the code under test with nothing
-but pyspark and py4j installed (no Airflow).
+``"4.2"``, the pyspark of this interpreter (the provider's own Spark, the NEW version of the
+Spark-upgrade tests, and the Spark whose checkpoint formats, offsets v2, commits v2/v3 and state
+file checksums, the format tests write); the OLD versions in virtualenvs of their own:
+``"3.5"`` (``.venv-spark35`` of the checkout, or ``$CKPT_SPARK35_VENV``, with the connector jars
+of :data:`jvm.SPARK35_KAFKA`) and ``"4.0"`` (``.venv-spark40``, ``$CKPT_SPARK40_VENV``,
+:data:`jvm.SPARK40_KAFKA`). :func:`install` creates such a virtualenv (``make spark35``,
+``make spark40``); its drivers import this checkout's ``airflow_ckpt_provider`` through a
+``.pth`` file, so they run the code under test with nothing but pyspark and py4j installed (no
+Airflow).
 
-Command line: ``python -m airflow_ckpt_provider.local.spark install 3.5|4.2`` | ``where 3.5``.
+Command line: ``python -m airflow_ckpt_provider.local.spark install 3.5|4.0`` | ``where 3.5``.
 """
 
 from __future__ import annotations
@@ -43,15 +44,16 @@ log = logging.getLogger(__name__)
 LOCAL_MASTER = "local[2]"
 
 
-#: The Spark of this interpreter (the provider's own pyspark).
-SPARK40 = "4.0"
-#: The older Spark of the tests, in its own virtualenv.
-SPARK35 = "3.5"
-#: The newer Spark of the tests (its checkpoint formats), in its own virtualenv.
+#: The Spark of this interpreter (the provider's own pyspark, the NEW version of the tests).
 SPARK42 = "4.2"
-VERSIONS = (SPARK40, SPARK35, SPARK42)
-_CONNECTORS = {SPARK40: jvm.SPARK_KAFKA, SPARK35: jvm.SPARK35_KAFKA, SPARK42: jvm.SPARK42_KAFKA}
-_VENV_ENV = {SPARK35: "CKPT_SPARK35_VENV", SPARK42: "CKPT_SPARK42_VENV"}
+#: The old Sparks of the tests, each in its own virtualenv.
+SPARK35 = "3.5"
+SPARK40 = "4.0"
+#: The provider's own Spark: the default of every function here.
+OWN = SPARK42
+VERSIONS = (SPARK42, SPARK35, SPARK40)
+_CONNECTORS = {SPARK42: jvm.SPARK_KAFKA, SPARK35: jvm.SPARK35_KAFKA, SPARK40: jvm.SPARK40_KAFKA}
+_VENV_ENV = {SPARK35: "CKPT_SPARK35_VENV", SPARK40: "CKPT_SPARK40_VENV"}
 _PTH = "airflow-ckpt-provider-checkout.pth"
 
 
@@ -86,7 +88,7 @@ class SparkInstall:
 
 def spark_venv_dir(version: str = SPARK35) -> Path:
     """The virtualenv of a Spark version other than this interpreter's: ``$CKPT_SPARK35_VENV``
-    (``$CKPT_SPARK42_VENV``), else ``.venv-spark35`` (``.venv-spark42``) of the source checkout,
+    (``$CKPT_SPARK40_VENV``), else ``.venv-spark35`` (``.venv-spark40``) of the source checkout,
     else under ``~/.cache/airflow-ckpt-provider``."""
     if version not in _VENV_ENV:
         raise ValueError(f"Spark {version} has no virtualenv of its own; versions with one: {', '.join(_VENV_ENV)}")
@@ -117,15 +119,15 @@ def _installed_pyspark(venv_dir: Path) -> str | None:
     return versions[0] if versions else None
 
 
-def spark_install(version: str = SPARK40) -> SparkInstall:
-    """The local Spark ``version`` ("4.0", "3.5" or "4.2"), checked: its pyspark is the version its
-    connector POM pins. Raises :class:`SparkNotInstalled` (3.5 before ``make spark35``, 4.2 before
-    ``make spark42``) or
+def spark_install(version: str = OWN) -> SparkInstall:
+    """The local Spark ``version`` ("4.2", "3.5" or "4.0"), checked: its pyspark is the version its
+    connector POM pins. Raises :class:`SparkNotInstalled` (3.5 before ``make spark35``, 4.0 before
+    ``make spark40``) or
     :class:`VersionMismatch`; the jars are checked when asked for (:class:`JarsMissing`)."""
     if version not in VERSIONS:
         raise ValueError(f"unknown local Spark {version!r}; known: {', '.join(VERSIONS)}")
     connector = _CONNECTORS[version]
-    if version == SPARK40:
+    if version == OWN:
         jvm.check_spark_version()
         import pyspark
 
@@ -188,10 +190,10 @@ def _pip(python: Path, *args: str) -> None:
                               detail=tail)
 
 
-def connector_jars(version: str = SPARK40) -> list[str]:
+def connector_jars(version: str = OWN) -> list[str]:
     """Paths of Spark's Kafka connector jars; :class:`JarsMissing` before ``make jvm``
-    (``make spark35`` for "3.5", ``make spark42`` for "4.2")."""
-    if version == SPARK40:
+    (``make spark35`` for "3.5", ``make spark40`` for "4.0")."""
+    if version == OWN:
         jvm.check_spark_version()
         return [str(path) for path in jvm.jars(jvm.SPARK_KAFKA)]
     return spark_install(version).connector_jars()
@@ -202,7 +204,7 @@ def local_spark_conf(
     *,
     master: str = LOCAL_MASTER,
     extra: Mapping[str, str] | None = None,
-    version: str = SPARK40,
+    version: str = OWN,
 ) -> dict[str, str]:
     """Spark conf for a small machine: loopback only, no UI, 2 shuffle partitions, the connector
     jars of Spark ``version``; ``extra`` overrides, except that its ``spark.jars`` are added to

@@ -1,5 +1,5 @@
 """The test side of the Spark 4.2 fixture jobs (``jobs/spark42_*.py``, run by
-``jobs/spec_runner.py``): one driver run of a job on the ``make spark42`` virtualenv, with this
+``jobs/spec_runner.py``): one driver run of a job on the provider's own Spark 4.2, with this
 environment's Maven-resolved Kafka connector, and the per-query results it wrote."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The settings Spark fixes for a checkpoint's life, on real Spark 4.2 (pyspark 4.2, `make spark42`):
+"""The settings Spark fixes for a checkpoint's life, on real Spark 4.2 (the provider's own pyspark 4.2):
 for each case the compatibility check's verdict, judged from a checkpoint Spark 4.2 wrote itself and
 the new version's conf (before any trial), against what a real restart of the changed query on a copy
 of that checkpoint does.

@@ -1,5 +1,5 @@
 """Checkpoints written by real Spark 4.2 in its newer formats, read, handed over, archived, restored
-and resumed by Spark 4.2 (pyspark 4.2 in its own virtualenv, `make spark42`).
+and resumed by Spark 4.2 (the provider's own pyspark 4.2).
 
 Two checkpoints, one per format, both of a stateful query (``dropDuplicates``) from a real Kafka
 topic with Spark's state file checksums on:
@@ -218,7 +218,7 @@ def test_a_checkpoint_without_metadata_is_refused_like_spark42_refuses_it(writte
 
 
 def test_state_format_v2_is_exported_on_spark42_and_refused_on_spark40(written: Written, spark42: SparkInstall,
-                                                                       tmp_path: Path) -> None:
+                                                                       spark40: SparkInstall, tmp_path: Path) -> None:
     """The RocksDB state of checkpoint format v2 (the ``named`` checkpoint: ``dropDuplicates`` by
     partition and offset) is exported by Spark 4.2's state reader, and holds exactly one key per
     record the first run read; on Spark 4.0 the same export is refused before anything is written."""
@@ -232,7 +232,8 @@ def test_state_format_v2_is_exported_on_spark42_and_refused_on_spark40(written: 
     refused_at = tmp_path / "export-on-4.0"
     with pytest.raises(StateFormatUnsupported) as raised:
         export_checkpoint_state(checkpoint_uri=checkpoint, export_uri=str(refused_at),
-                                launcher=SparkLauncherHook(master="local[1]", log_dir=str(tmp_path / "logs")))
+                                launcher=SparkLauncherHook(master="local[1]", spark_home=str(spark40.spark_home),
+                                                           log_dir=str(tmp_path / "logs")))
     assert "Spark 4.0" in raised.value.found and not refused_at.exists()
 
     launcher = SparkLauncherHook(master="local[1]", spark_home=str(spark42.spark_home),

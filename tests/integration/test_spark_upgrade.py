@@ -1,5 +1,5 @@
 """A major Spark upgrade on the real stack: v1 runs on Spark 3.5 (pyspark 3.5 in its own
-virtualenv, `make spark35`), v2 on Spark 4.2 (`make spark42`) with its Kafka source named (Spark's
+virtualenv, `make spark35`), v2 on Spark 4.2 (the provider's own) with its Kafka source named (Spark's
 source evolution: offset log v2), producer running.
 
 The 3.5 driver runs the provider's Spark-side helpers (``read_kafka``, ``checkpoint_location``,

@@ -5,8 +5,8 @@ deduplication and a stream-stream join, every exported row equals Spark's own ``
 row of the last committed batch. The spark-submit path (the operator's and ``ckpt
 export-state``'s) runs once, is reused when complete and starts over after an unfinished run.
 Every refusal changes nothing: neither the checkpoint nor the export location. RocksDB state
-checkpoint format v2 written by Spark 4.0 is refused for a Spark 4.2 exporter, which really
-cannot read it (`make spark42`).
+checkpoint format v2 written by Spark 4.0 (`make spark40`) is refused for a Spark 4.2 exporter,
+which really cannot read it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from airflow_ckpt_provider.storage.state import (
     verify_state_export,
 )
 from tests.harness.records import produce_records
-from tests.integration.streams import batch_ids
+from tests.integration.streams import batch_ids, spark_conf
 
 pytestmark = pytest.mark.integration
 
@@ -120,20 +120,11 @@ def purchases(spark: Any, bootstrap: str, topic: str, per_batch: int = 150) -> A
 def run_until_done(spark: Any, frame: Any, checkpoint: Path, *, mode: str = "update",
                    conf: dict[str, str] | None = None) -> None:
     """Run ``frame`` to a no-op sink until everything in Kafka now is processed."""
-    previous = {key: spark.conf.get(key, None) for key in (conf or {})}
-    for key, value in (conf or {}).items():
-        spark.conf.set(key, value)
-    try:
+    with spark_conf(spark, conf):
         query = (frame.writeStream.format("noop").outputMode(mode).option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start())
         assert query.awaitTermination(300), "query did not finish within 300 s"
         assert query.exception() is None, query.exception()
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def aggregation(spark: Any, bootstrap: str, topic: str, per_batch: int = 150) -> Any:
@@ -255,20 +246,22 @@ def copy_of(tmp_path: Path) -> Callable[[Path], Path]:
     return copy
 
 
-def refused(checkpoint: Path, target: Path, error: type[Exception], batch: int | None = None) -> str:
-    """The refusal's message when this environment's Spark would export; the checkpoint and the
-    export location are unchanged."""
+def refused(checkpoint: Path, target: Path, error: type[Exception], batch: int | None = None, *,
+            reader_spark: str | None = None) -> str:
+    """The refusal's message when ``reader_spark`` (default: this environment's Spark) would
+    export; the checkpoint and the export location are unchanged."""
     import pyspark
 
     before = tree_digest(checkpoint)
     with pytest.raises(error) as caught:
-        plan_state_export(CheckpointReader(str(checkpoint)), batch, reader_spark=pyspark.__version__)
+        plan_state_export(CheckpointReader(str(checkpoint)), batch, reader_spark=reader_spark or pyspark.__version__)
     assert tree_digest(checkpoint) == before
     assert not target.exists()
     return str(caught.value)
 
 
-def test_refusals_change_nothing(spark, kafka, topic, checkpoints, copy_of, tmp_path: Path) -> None:  # noqa: ANN001
+def test_refusals_change_nothing(spark, spark40, kafka, topic, checkpoints, copy_of,  # noqa: ANN001
+                                 tmp_path: Path) -> None:
     target = tmp_path / "export"
     last = batch_ids(checkpoints["agg-hdfs"] / "commits")[-1]
     # a batch that is not committed (planned, or unknown)
@@ -301,16 +294,16 @@ def test_refusals_change_nothing(spark, kafka, topic, checkpoints, copy_of, tmp_
             (partition / f".{version}.delta.crc").unlink(missing_ok=True)
     message = refused(lost, target, StateVersionPurged, batch=0)
     assert "version 1 (the state after batch 0)" in message and "retained" in message
-    # RocksDB checkpoint format v2 (unique ids), which Spark 4.0's reader cannot read (4.2's can:
-    # test_spark42_formats.py exports it)
+    # RocksDB checkpoint format v2 (unique ids) written by this Spark (4.2), which Spark 4.0's
+    # reader cannot read (4.2's can: test_spark42_formats.py exports it)
     v2 = tmp_path / "format-v2"
     run_until_done(spark, aggregation(spark, kafka.bootstrap_servers, topic), v2,
                    conf={PROVIDER: ROCKSDB, CONF_CHECKPOINT_FORMAT: "2"})
-    message = refused(v2, target, StateFormatUnsupported)
-    assert "format v2" in message and "Spark 4.1.0" in message
+    message = refused(v2, target, StateFormatUnsupported, reader_spark=spark40.version)
+    assert "format v2" in message and "Spark 4.1.0" in message and f"Spark {spark40.version}" in message
 
 
-def test_spark40_format_v2_state_is_refused_for_spark42_which_cannot_read_it(spark42,  # noqa: ANN001
+def test_spark40_format_v2_state_is_refused_for_spark42_which_cannot_read_it(spark40, spark42,  # noqa: ANN001
                                                                                tmp_path: Path) -> None:
     """Spark 4.0 marks its format-v2 RocksDB snapshots' metadata v2; Spark 4.2 reads only v1 there.
     The plan refuses such state for a Spark 4.2 exporter, before anything is written; the export
@@ -321,7 +314,7 @@ def test_spark40_format_v2_state_is_refused_for_spark42_which_cannot_read_it(spa
     from airflow_ckpt_provider.hooks.state_export import run_state_job
 
     checkpoint, target = tmp_path / "format-v2", tmp_path / "export"
-    subprocess.run([sys.executable, "-c", FORMAT_V2_QUERY, str(checkpoint)], check=True, timeout=600,
+    subprocess.run([str(spark40.python), "-c", FORMAT_V2_QUERY, str(checkpoint)], check=True, timeout=600,
                    capture_output=True)
     before = tree_digest(checkpoint)
     reader = CheckpointReader(str(checkpoint))

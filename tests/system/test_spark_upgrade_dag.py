@@ -1,4 +1,4 @@
-"""Spark upgrades through the reference DAG, to Spark 4.2 (its own virtualenv, `make spark42`):
+"""Spark upgrades through the reference DAG, to Spark 4.2 (the provider's own Spark):
 v1 on Spark 4.0 upgraded to v2 on Spark 4.2 that names its Kafka source (Spark's source
 evolution, offsets v2: Spark refuses it on v1's checkpoint, so it needs the new one), producer
 running; and the rollback of an upgrade from v1 on Spark 3.5 (`make spark35`) that restarts v1 on
@@ -36,7 +36,7 @@ SOURCE_NAME = "events"
 
 def on_sparks(demo: UpgradeDemo, old: str, new: str) -> UpgradeDemo:
     """The shared ``demo`` stack with v1 on Spark ``old`` and v2 on Spark ``new``; fails (never
-    skips) when `make spark35` / `make spark42` was not run."""
+    skips) when `make spark35` / `make spark40` was not run."""
     try:
         demo.old_spark, demo.new_spark = spark_install(old), spark_install(new)
     except LocalStackError as exc:

@@ -4,7 +4,7 @@ total is exact after it.
 Version 1 on Spark 4.0 keeps ``sum(amount)`` and ``count`` per customer (streaming aggregation,
 HDFS-backed store) while a producer keeps sending purchases. The DAG (standby) stops it, hands
 over its offsets, exports its state at the handover batch with the new version's Spark 4.2
-(`make spark42`), and releases version 2 on Spark 4.2 — a changed aggregation that seeds itself
+(the provider's own), and releases version 2 on Spark 4.2 — a changed aggregation that seeds itself
 from the export. The producer goes on through the upgrade. After it, for EVERY customer, v2's
 total and count equal the sums over all purchases in the topic, computed from Kafka itself. The
 negative control — v2 started from the same handover without the export — fails the same check.
@@ -35,7 +35,7 @@ STREAM = "purchases"
 
 
 def purchases_demo(kafka, work: Path) -> UpgradeDemo:  # noqa: ANN001
-    """v1 on Spark 4.0, v2 on Spark 4.2 (fails, never skips, without `make spark42`)."""
+    """v1 on Spark 4.0, v2 on Spark 4.2 (fails, never skips, without `make spark40`)."""
     try:
         old, new = spark_install(SPARK40), spark_install(SPARK42)
     except LocalStackError as exc:

@@ -149,7 +149,7 @@ def test_launch_conf_adds_given_jars_to_the_connectors(monkeypatch: pytest.Monke
     from airflow_ckpt_provider.cli.run import launch_conf
     from airflow_ckpt_provider.local import spark as local_spark
 
-    monkeypatch.setattr(local_spark, "connector_jars", lambda version=local_spark.SPARK40: ["/j/kafka.jar"])
+    monkeypatch.setattr(local_spark, "connector_jars", lambda version=local_spark.OWN: ["/j/kafka.jar"])
     conf = launch_conf("local[2]", [("spark.jars", "/j/delta.jar"), ("spark.sql.shuffle.partitions", "4")], "job")
     assert conf["spark.jars"] == "/j/kafka.jar,/j/delta.jar"
     assert conf["spark.sql.shuffle.partitions"] == "4" and "spark.master" not in conf

@@ -3,7 +3,7 @@ driver run, several queries one after the other.
 
 Usage: spark42_fixed_settings.py SPEC.json RESULT.json
 
-Runs in the pyspark 4.2 virtualenv (``make spark42``) with nothing but pyspark: it imports no
+Runs on the provider's own pyspark 4.2 and imports nothing but pyspark: it imports no
 provider code, so what it writes and what it refuses is Spark's own. SPEC is
 ``{"conf": {...}, "queries": [...]}``; each query: ``{"label", "bootstrap", "topic", "checkpoint",
 "sink", "stateful", "conf" (the query's settings over Spark's defaults), "source_name" (optional:

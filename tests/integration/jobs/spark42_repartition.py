@@ -2,7 +2,7 @@
 
 Usage: spark42_repartition.py SPEC.json RESULT.json
 
-Runs in the pyspark 4.2 virtualenv (``make spark42``) with nothing but pyspark: it imports no
+Runs on the provider's own pyspark 4.2 and imports nothing but pyspark: it imports no
 provider code, so what it writes is Spark's own. SPEC is ``{"conf": {...}, "queries": [...]}``;
 each query runs to its end with ``trigger(availableNow=True)``, one after the other in ONE session:
 ``{"label", "bootstrap", "topic", "checkpoint", "sink", "shuffle_partitions", "starting_offsets"

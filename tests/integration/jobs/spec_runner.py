@@ -1,6 +1,6 @@
 """The driver side of the Spark 4.2 fixture jobs (``spark42_*.py`` here): one Spark session runs
 each query of a JSON spec and writes every query's result, or the error Spark gave, to a JSON
-file the test reads. Imports nothing but pyspark (it runs in the pyspark 4.2 virtualenv); a job
+file the test reads. Imports nothing but pyspark (so what a job writes or refuses is Spark's own); a job
 imports it from its own folder, which Python puts on the path of a script it runs.
 
 Usage of a job: ``python <job>.py <spec.json> <result.json>``; the spec holds ``conf`` (the
