@@ -7,7 +7,7 @@ Locations (checkpoint, archive, journal URIs) go through :func:`redact_location`
 that masks the user-info of every URL in a text (``s3a://KEY:SECRET@bucket/x`` -> ``s3a://***@bucket/x``)
 before it reaches an error line, the command line's output or a log; :func:`location_credentials`
 tells whether a location carries credentials at all, so that the provider refuses it before
-anything is read or written (:func:`airflow_ckpt_provider.storage.locations.refuse_credentials`).
+anything is read or written (:func:`airflow_ckpt_provider.checkpoint.locations.refuse_credentials`).
 
 A key is sensitive when, lower-cased, it contains one of :data:`SENSITIVE_WORDS` (Airflow's
 default sensitive field names plus ``jaas``, ``credential``, ``signature``), or when one of its

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from airflow.sdk import BaseHook
 
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.storage.locations import (
     hadoop_user,
     hdfs_over_webhdfs,
     open_location,
-    refuse_credentials,
     webhdfs_filesystem,
 )
 

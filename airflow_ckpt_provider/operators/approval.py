@@ -10,8 +10,8 @@ from airflow.sdk import Context
 
 from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
-from airflow_ckpt_provider.storage.journal import FAILED, STARTED
 from airflow_ckpt_provider.upgrade.planner import needs_approval
+from airflow_ckpt_provider.upgrade.record import FAILED, STARTED
 from airflow_ckpt_provider.upgrade.steps import APPROVAL
 
 

@@ -17,9 +17,10 @@ from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
 from airflow_ckpt_provider.storage.archive import CheckpointArchive, default_actor
-from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.listing import holds_anything
 from airflow_ckpt_provider.storage.restore import restore_archive
+from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart
 
 #: With the fault point ``<task id>:copying`` armed, the process is killed after this many files.
 FAULT_AFTER_FILES = 3

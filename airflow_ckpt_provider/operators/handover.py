@@ -34,8 +34,8 @@ from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, S
 from airflow_ckpt_provider.sinks.ledger import delivered_record
 from airflow_ckpt_provider.spark.control import HELD
 from airflow_ckpt_provider.storage import CheckpointReader
-from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UPGRADE_PHASE
 from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE
 
 
 class CheckpointHandoverOperator(JournaledStep, BaseOperator):

@@ -21,8 +21,9 @@ from airflow.sdk import Context
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.storage.journal import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.record import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
 

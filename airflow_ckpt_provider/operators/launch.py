@@ -46,7 +46,7 @@ from airflow_ckpt_provider.spark.control import (
     StandbyRelease,
 )
 from airflow_ckpt_provider.storage.archive import check_query_stopped
-from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE, JournalStep, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.locations import check_launch_target
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
@@ -57,6 +57,7 @@ from airflow_ckpt_provider.triggers.launch import (
     LaunchWait,
     committed_batches,
 )
+from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE, JournalStep, StepStart
 
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey

@@ -41,20 +41,20 @@ from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import check_archive_location
 from airflow_ckpt_provider.storage.history import batch_history
-from airflow_ckpt_provider.storage.journal import (
-    JournalRecord,
-    JournalStep,
-    Rerun,
-    UpgradeIntent,
-    UpgradeJournal,
-    derive_upgrade_id,
-    rerun_of,
-)
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.locations import check_launch_target
 from airflow_ckpt_provider.storage.state import plan_state_export
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.storage.transfer import list_tree
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.record import (
+    JournalRecord,
+    JournalStep,
+    Rerun,
+    UpgradeIntent,
+    derive_upgrade_id,
+    rerun_of,
+)
 from airflow_ckpt_provider.upgrade.results import PreflightResult
 
 
@@ -86,7 +86,7 @@ class UpgradePreflightOperator(BaseOperator):
     A journal closed after a rollback is refused at once (:class:`UpgradeRolledBack`: its id,
     journal and rollback time, and the ``upgrade_id`` param to change); one closed after a
     finished upgrade makes this run ALREADY DONE: it returns ``already_done`` True with the first
-    run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.storage.journal.rerun_of`).
+    run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.upgrade.record.rerun_of`).
     Either way the journal gets a ``run_log`` entry for this run and nothing else changes. A
     rejected upgrade (nothing was stopped) starts afresh.
 

@@ -20,9 +20,10 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.storage.history import batch_history
-from airflow_ckpt_provider.storage.journal import JournalRecord, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.record import JournalRecord
 from airflow_ckpt_provider.upgrade.results import PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PLANNING, PathSteps
 

@@ -18,7 +18,8 @@ from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE, StepStart, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE, StepStart
 
 
 class StateExportOperator(JournaledStep, BaseOperator):

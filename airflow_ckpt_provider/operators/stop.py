@@ -16,9 +16,9 @@ from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
-from airflow_ckpt_provider.storage.journal import UPGRADE_PHASE
 from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
+from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE
 
 #: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).
 DEFER_GRACE_S = 120.0

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidSinkSpec, JsonTooLarge
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.storage.locations import refuse_credentials
 
 
 class SinkKind(StrEnum):

@@ -45,6 +45,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     INTENT,
@@ -72,7 +73,7 @@ from airflow_ckpt_provider.storage.files import (
     write_private_file,
 )
 from airflow_ckpt_provider.storage.listing import list_batch_ids, list_entries
-from airflow_ckpt_provider.storage.locations import overlap, refuse_credentials, resolved
+from airflow_ckpt_provider.storage.locations import overlap, resolved
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.restore import norm_path as _norm
 from airflow_ckpt_provider.storage.restore import read_manifest, restore_archive, verify_archive

@@ -1,5 +1,5 @@
-"""The upgrade journal: what an upgrade intends and what each step did, kept next to the archive.
-Reads and writes through an fsspec filesystem.
+"""The upgrade journal: the upgrade's record (:mod:`airflow_ckpt_provider.upgrade.record`) kept
+next to the archive, and the stream's lock. Reads and writes through an fsspec filesystem.
 
 Layout, per stream, beside its archives::
 
@@ -9,9 +9,10 @@ Layout, per stream, beside its archives::
 The intent (old and new checkpoint, old and new application, the handover seen at planning) is
 written before anything is stopped; every step then records ``started`` before its side effect
 and ``done`` with its result after it (or ``failed`` with the error). A retried task or a
-re-triggered DAG run with the same intent gets the same upgrade id (:func:`derive_upgrade_id`)
-and finds the journal: finished steps return their recorded result instead of acting again,
-and a step found ``started`` knows it was interrupted and resumes (see each operator).
+re-triggered DAG run with the same intent gets the same upgrade id
+(:func:`~airflow_ckpt_provider.upgrade.record.derive_upgrade_id`) and finds the journal: finished
+steps return their recorded result instead of acting again, and a step found ``started`` knows it
+was interrupted and resumes (see each operator).
 
 Once a rollback step starts, the journal's phase is ``rollback`` and the upgrade steps refuse to
 run again (:class:`UpgradeRolledBack`): a re-run must never relaunch the new version next to the
@@ -19,10 +20,11 @@ restarted old one.
 
 A journal only grows in meaning: every run adds an entry to its ``run_log`` (what it did or
 why it was refused; the run that closes it names its stored report), and nothing rewrites an
-earlier step's record. A re-run of a closed upgrade is decided by :func:`rerun_of`: a rolled-back
-one is refused in the preflight (:class:`UpgradeRolledBack`, naming the ``upgrade_id`` to
-change), a finished one is already done (nothing runs again, nothing is closed again), a
-rejected one (nothing was stopped) starts afresh, keeping its ``run_log``.
+earlier step's record. A re-run of a closed upgrade is decided by
+:func:`~airflow_ckpt_provider.upgrade.record.rerun_of`: a rolled-back one is refused in the
+preflight (:class:`UpgradeRolledBack`, naming the ``upgrade_id`` to change), a finished one is
+already done (nothing runs again, nothing is closed again), a rejected one (nothing was stopped)
+starts afresh, keeping its ``run_log``.
 
 The lock makes one upgrade per stream at a time: :class:`UpgradeInProgress` names the holder.
 It is re-entrant for the same upgrade id and is released when the journal is closed with a
@@ -37,23 +39,20 @@ which leaves a small race between two upgrades started at the same moment (logge
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     JournalCorrupt,
-    JournalOfAnotherRelease,
     JsonTooLarge,
     UpgradeInProgress,
     UpgradeRolledBack,
@@ -62,17 +61,23 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
-from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.storage.files import create_exclusive, read_file, write_atomic
 from airflow_ckpt_provider.storage.listing import list_names
-from airflow_ckpt_provider.storage.locations import refuse_credentials
+from airflow_ckpt_provider.upgrade.record import (
+    DONE,
+    FAILED,
+    FINAL_OUTCOMES,
+    ROLLBACK_PHASE,
+    STARTED,
+    UPGRADE_PHASE,
+    JournalRecord,
+    JournalStep,
+    StepStart,
+    UpgradeIntent,
+)
 
 log = logging.getLogger(__name__)
 
-#: The journal's format. 2: each journal names the release that wrote it (``release``), and the
-#: preflight's planning records the relaunch and rollback modes the steps' planner reads. A journal
-#: of another format is refused (:class:`JournalOfAnotherRelease`), never read in another meaning.
-FORMAT = 2
 JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
 
@@ -121,180 +126,6 @@ def read_lock(fs: AbstractFileSystem, path: str) -> LockFile | None:
     if not isinstance(held.get("upgrade_id"), str):
         return LockFile(path, held, "an object without an upgrade_id string")
     return LockFile(path, held)
-
-
-class StepState(StrEnum):
-    """A step's state in the journal."""
-
-    STARTED = "started"  # begun; an interrupted attempt stays here
-    DONE = "done"
-    FAILED = "failed"
-
-
-STARTED, DONE, FAILED = StepState.STARTED, StepState.DONE, StepState.FAILED
-UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
-#: Outcomes that end an upgrade and free its stream for the next one.
-FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
-
-
-
-@dataclass(frozen=True)
-class UpgradeIntent:
-    """What the upgrade is for; it determines the upgrade id."""
-
-    stream_name: str
-    old_checkpoint: str
-    new_checkpoint: str
-    old_application: str = ""
-    new_application: str = ""
-    archive_root: str = ""
-
-    def __post_init__(self) -> None:  # the intent is written to the journal: no credentials in it
-        for what, uri in (("old checkpoint", self.old_checkpoint), ("new checkpoint", self.new_checkpoint),
-                          ("archive root", self.archive_root)):
-            refuse_credentials(uri, what)
-
-    def key(self) -> str:
-        """The fields that identify the upgrade, canonically (the archive root and the old
-        application do not change which upgrade this is)."""
-        return json.dumps([self.stream_name, self.old_checkpoint.rstrip("/"), self.new_checkpoint.rstrip("/"),
-                           self.new_application], separators=(",", ":"))
-
-
-def derive_upgrade_id(intent: UpgradeIntent) -> str:
-    """``up-<12 hex>`` from the stream, both checkpoints and the new application: the same
-    upgrade re-triggered gets the same id, any other upgrade another one."""
-    return "up-" + hashlib.sha256(intent.key().encode()).hexdigest()[:12]
-
-
-class Rerun(StrEnum):
-    """What a run of an upgrade id meets in its journal (:func:`rerun_of`)."""
-
-    NEW = "new"  # no journal, or one where no step with a side effect began (a rejection): start afresh
-    RESUME = "resume"  # steps started and the upgrade is not closed: finish it (or its rollback)
-    ROLLED_BACK = "rolled back"  # closed after a rollback: never goes forward again
-    UPGRADED = "upgraded"  # closed after a finished upgrade: already done
-
-
-def rerun_of(record: JournalRecord | None) -> Rerun:
-    """Decide what a run meets: see :class:`Rerun`. A rollback that did not finish (phase
-    ``rollback``, journal still open) is resumed so it can complete."""
-    if record is None or not record.started_side_effects:
-        return Rerun.NEW
-    if record.outcome == "rolled back":
-        return Rerun.ROLLED_BACK
-    if record.outcome == "upgraded":
-        return Rerun.UPGRADED
-    return Rerun.RESUME
-
-
-@dataclass(frozen=True)
-class JournalStep:
-    """One step's record. ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
-
-    name: str
-    state: str
-    run_id: str = ""
-    attempts: int = 1
-    started_at: str = ""
-    finished_at: str = ""
-    result: Any = None
-    error: str = ""
-    notes: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def done(self) -> bool:
-        return self.state == DONE
-
-
-@dataclass(frozen=True)
-class StepStart:
-    """What :meth:`UpgradeJournal.begin` found: ``done`` (return ``result``), or the step now
-    runs; ``previous`` is its earlier record when an earlier attempt was interrupted or failed."""
-
-    done: bool
-    result: Any = None
-    previous: JournalStep | None = None
-
-    @property
-    def interrupted(self) -> bool:
-        """An earlier attempt started and never recorded an end (its process died)."""
-        return self.previous is not None and self.previous.state == STARTED
-
-
-@dataclass(frozen=True)
-class JournalRecord:
-    """The journal file's content."""
-
-    upgrade_id: str
-    intent: UpgradeIntent
-    created_at: str
-    runs: tuple[str, ...] = ()
-    phase: str = UPGRADE_PHASE
-    steps: Mapping[str, JournalStep] = field(default_factory=dict)
-    planned_handover: Mapping[str, Any] | None = None
-    outcome: str | None = None
-    closed_at: str = ""
-    run_log: tuple[Mapping[str, Any], ...] = ()
-    format: int = FORMAT
-    #: the decisions before any side effect (preflight, compatibility check, path, approval), each
-    #: a JournalStep with its times, result and error; not side effects (see started_side_effects)
-    planning: Mapping[str, JournalStep] = field(default_factory=dict)
-    #: the provider release that wrote the journal
-    release: str = __version__
-
-    @property
-    def closed(self) -> bool:
-        return self.outcome is not None
-
-    def closing_entry(self) -> Mapping[str, Any] | None:
-        """The ``run_log`` entry of the run that closed the journal with its outcome (None if
-        open, or closed by a version that kept no run log)."""
-        if not self.closed:
-            return None
-        return next((e for e in reversed(self.run_log) if e.get("outcome") == self.outcome), None)
-
-    @property
-    def started_side_effects(self) -> bool:
-        """Whether any step after planning has started (something may have been changed)."""
-        return bool(self.steps)
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["runs"] = list(self.runs)
-        data["run_log"] = [dict(entry) for entry in self.run_log]
-        data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
-        data["planning"] = {name: asdict(step) for name, step in self.planning.items()}
-        return json.dumps(data, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
-        """Parse; :class:`JournalOfAnotherRelease` for a journal of another format (another
-        release wrote it), :class:`JournalCorrupt` for anything that is not a journal."""
-        try:
-            data = load_json(text)
-            found = data.get("format")
-            if isinstance(found, int) and not isinstance(found, bool) and found != FORMAT:
-                writer = data.get("release")
-                by = f"release {shorten(str(writer), 40)}" if writer else "an earlier release (its journals name none)"
-                raise JournalOfAnotherRelease(
-                    found=f"journal format {found}, written by {by}",
-                    expected=f"journal format {FORMAT}, which airflow-ckpt-provider {__version__} writes", path=path)
-            if found != FORMAT:
-                raise JournalCorrupt(found=f"journal format {found!r}", expected=f"format {FORMAT}", path=path)
-            steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
-            planning = {name: JournalStep(**step) for name, step in (data.get("planning") or {}).items()}
-            return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
-                       created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
-                       phase=data.get("phase", UPGRADE_PHASE), steps=steps, planning=planning,
-                       planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
-                       closed_at=data.get("closed_at", ""), release=str(data.get("release") or ""),
-                       run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
-        except JournalCorrupt:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise JournalCorrupt(found=f"an unreadable journal ({type(exc).__name__}: {exc})",
-                                 expected="the JSON journal this provider writes", path=path) from None
 
 
 class UpgradeJournal:
@@ -451,7 +282,7 @@ class UpgradeJournal:
 
     def close(self, outcome: str, *, run_id: str = "", report: str = "") -> JournalRecord:
         """Record the outcome, with a ``run_log`` entry naming the run and its stored ``report``;
-        a final one (:data:`FINAL_OUTCOMES`) releases the stream's lock."""
+        a final one (:data:`~airflow_ckpt_provider.upgrade.record.FINAL_OUTCOMES`) releases the stream's lock."""
         record = self.read()
         at = self.clock().isoformat()
         entry = {"run_id": run_id, "at": at, "what": f"ended {outcome}", "outcome": outcome, "report": report}
@@ -541,6 +372,4 @@ def list_journals(fs: AbstractFileSystem, archive_root: str, stream_name: str) -
     return sorted(records, key=lambda r: r.created_at)
 
 
-__all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "JournalRecord", "JournalStep", "ROLLBACK_PHASE", "Rerun", "STARTED",
-           "StepStart", "UPGRADE_PHASE", "UpgradeIntent", "UpgradeJournal", "create_exclusive",
-           "derive_upgrade_id", "list_journals", "rerun_of", "write_atomic"]
+__all__ = ["JOURNAL_DIR", "LOCK", "LockFile", "UpgradeJournal", "list_journals", "read_lock"]

@@ -19,13 +19,8 @@ from urllib.parse import urlsplit
 
 import fsspec
 
-from airflow_ckpt_provider.checkpoint.errors import (
-    CheckpointNotEmpty,
-    CredentialsInLocation,
-    FileSinkHazard,
-    SharedCheckpoint,
-)
-from airflow_ckpt_provider.checkpoint.secrets import location_credentials, redact_location
+from airflow_ckpt_provider.checkpoint.errors import CheckpointNotEmpty, FileSinkHazard, SharedCheckpoint
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.spark.control import CONTROL_DIR
 from airflow_ckpt_provider.storage.listing import list_names
 
@@ -73,22 +68,12 @@ def webhdfs_filesystem(options: Mapping[str, Any]) -> AbstractFileSystem:
     return fs
 
 
-def refuse_credentials(uri: str, what: str = "location") -> str:
-    """``uri`` itself when it carries no credentials; :class:`CredentialsInLocation` (naming the
-    location masked) when its user-info holds a password or an object store's access key."""
-    if location_credentials(uri):
-        raise CredentialsInLocation(
-            found=f"a {what} with credentials in its user-info: {redact_location(uri)}",
-            expected=f"a {what} without user-info, such as s3a://bucket/path or hdfs://namenode:8020/path",
-            path=redact_location(uri))
-    return uri
-
-
 def open_location(uri: str, **options: Any) -> tuple[AbstractFileSystem, str]:
     """(filesystem, path) for ``uri`` with fsspec storage ``options``: ``hdfs://`` through WebHDFS
     (see :func:`hdfs_over_webhdfs`; the user defaults to :func:`hadoop_user`), anything else as
     ``fsspec.core.url_to_fs`` opens it. Raises :class:`CredentialsInLocation` for a URI with
-    credentials (:func:`refuse_credentials`) and ``ValueError`` for an ``hdfs://`` URI without a host."""
+    credentials (:func:`~airflow_ckpt_provider.checkpoint.locations.refuse_credentials`) and
+    ``ValueError`` for an ``hdfs://`` URI without a host."""
     refuse_credentials(uri)
     if fsspec.utils.get_protocol(uri) == "hdfs":
         path, webhdfs = hdfs_over_webhdfs(uri, options, default_user=hadoop_user())

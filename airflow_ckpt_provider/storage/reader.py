@@ -32,6 +32,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.logs import (
     CommitLogEntry,
     OffsetLogEntry,
@@ -52,7 +53,7 @@ from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.storage.files import os_error_parts, read_file, unsafe_link
 from airflow_ckpt_provider.storage.listing import list_entries, list_names
-from airflow_ckpt_provider.storage.locations import open_location, refuse_credentials
+from airflow_ckpt_provider.storage.locations import open_location
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ with the reason, or reuse its recorded result: :func:`next_action`), whether to 
 whether and how to roll back, how the upgrade ended, and each step's time. Pure: the record in, a
 decision out.
 
-The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.storage.journal.JournalRecord`):
+The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.upgrade.record.JournalRecord`):
 every step records ``started`` before its side effect and ``done`` or ``failed`` after it, and the
 decisions before any side effect (preflight, compatibility check, path, approval) are in its
 ``planning``. Airflow's task states are not read: a step whose task was killed, timed out while
@@ -35,7 +35,7 @@ from airflow_ckpt_provider.checkpoint.outcome import (
 )
 from airflow_ckpt_provider.checkpoint.report import StepTiming
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.storage.journal import DONE, FAILED, STARTED, JournalRecord, JournalStep
+from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, JournalRecord, JournalStep
 from airflow_ckpt_provider.upgrade.steps import (
     APPROVAL,
     IN_PLACE_ROLLBACK,

@@ -609,7 +609,8 @@ def test_a_rolled_back_upgrade_does_not_go_forward_again(shared: Stream, tmp_pat
     """After a rollback began, an upgrade step of the same upgrade refuses and writes nothing."""
     from airflow_ckpt_provider.checkpoint.errors import UpgradeRolledBack
     from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
-    from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
+    from airflow_ckpt_provider.storage.journal import UpgradeJournal
+    from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UpgradeIntent
 
     intent = UpgradeIntent(stream_name="orders", old_checkpoint=str(shared.checkpoint),
                            new_checkpoint=str(tmp_path / "v2"))

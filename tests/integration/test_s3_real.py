@@ -26,9 +26,10 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
 from airflow_ckpt_provider.storage.files import create_exclusive
-from airflow_ckpt_provider.storage.journal import UpgradeIntent, UpgradeJournal, derive_upgrade_id
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent, derive_upgrade_id
 from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration

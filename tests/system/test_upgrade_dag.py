@@ -30,8 +30,8 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.spark.control import parse_time
 from airflow_ckpt_provider.storage import CheckpointReader
-from airflow_ckpt_provider.storage.journal import JournalRecord
 from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.upgrade.record import JournalRecord
 from tests.harness.audit import broker_ranges, read_sink_records
 from tests.harness.records import ContinuousProducer
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report

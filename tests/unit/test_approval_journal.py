@@ -10,8 +10,9 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.operators.approval import UpgradeApprovalOperator
-from airflow_ckpt_provider.storage.journal import DONE, FAILED, STARTED, UpgradeIntent, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, UpgradeIntent
 
 INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2")
 

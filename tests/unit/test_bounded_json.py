@@ -35,7 +35,7 @@ from airflow_ckpt_provider.checkpoint.state import StateExport, StateManifest
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult
 from airflow_ckpt_provider.spark.control import Heartbeat
-from airflow_ckpt_provider.storage.journal import JournalRecord
+from airflow_ckpt_provider.upgrade.record import JournalRecord
 from tests.unit.conftest import write_checkpoint
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError

@@ -14,19 +14,17 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import JournalCorrupt, UpgradeInProgress, UpgradeRolledBack
-from airflow_ckpt_provider.storage.journal import (
+from airflow_ckpt_provider.storage.journal import LOCK, UpgradeJournal, list_journals
+from airflow_ckpt_provider.upgrade.record import (
     DONE,
     FAILED,
-    LOCK,
     ROLLBACK_PHASE,
     STARTED,
     JournalRecord,
     JournalStep,
     Rerun,
     UpgradeIntent,
-    UpgradeJournal,
     derive_upgrade_id,
-    list_journals,
     rerun_of,
 )
 

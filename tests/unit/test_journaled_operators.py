@@ -29,7 +29,8 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
-from airflow_ckpt_provider.storage.journal import ROLLBACK_PHASE, UpgradeIntent, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from tests.unit.conftest import write_checkpoint

@@ -16,12 +16,13 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint.errors import CorruptCheckpointFile, CredentialsInLocation
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.secrets import REDACTED, location_credentials, redact_location
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
-from airflow_ckpt_provider.storage.journal import UpgradeIntent
-from airflow_ckpt_provider.storage.locations import open_location, refuse_credentials
+from airflow_ckpt_provider.storage.locations import open_location
 from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.unit.conftest import write_checkpoint
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzz"  # shaped like an AWS secret key: it holds a '/'

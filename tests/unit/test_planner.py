@@ -13,17 +13,10 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
-from airflow_ckpt_provider.storage.journal import (
-    DONE,
-    FAILED,
-    STARTED,
-    JournalRecord,
-    JournalStep,
-    UpgradeIntent,
-    UpgradeJournal,
-)
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.planner import StepStatus
+from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, JournalRecord, JournalStep, UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, PLANNING, ROLLBACK, Path, PathSteps, all_steps
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")

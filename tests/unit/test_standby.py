@@ -53,8 +53,9 @@ from airflow_ckpt_provider.spark.control import (
     StopRequest,
 )
 from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT, await_handover, standby_run_id
-from airflow_ckpt_provider.storage.journal import UpgradeIntent, UpgradeJournal
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import TI, FakeLauncher, dead_pid, first_event, handover_xcom, launch_operator
 

@@ -1,0 +1,219 @@
+"""The upgrade record: what an upgrade intends and what each step did, as the journal file holds
+it. Pure: the record's values, its JSON and its rules, no I/O
+(:mod:`airflow_ckpt_provider.storage.journal` reads and writes it beside the archive, and keeps
+the stream's lock).
+
+The intent (:class:`UpgradeIntent`: old and new checkpoint, old and new application, the archive
+root) determines the upgrade id (:func:`derive_upgrade_id`): a retried task or a re-triggered DAG
+run with the same intent gets the same id and finds the same record. Every step's record
+(:class:`JournalStep`) is ``started`` before its side effect and ``done`` with its result after it
+(or ``failed`` with the error); the decisions before any side effect are in ``planning``. Once a
+rollback step starts, the record's phase is ``rollback``.
+
+A record only grows in meaning: every run adds an entry to its ``run_log`` (what it did or why it
+was refused; the run that closes it names its stored report), and nothing rewrites an earlier
+step's record. What a re-run of an upgrade id meets is decided by :func:`rerun_of`: a rolled-back
+one is refused, a finished one is already done, a rejected one (nothing was stopped) starts
+afresh, an unfinished one resumes.
+
+The record names its format (:data:`FORMAT`) and the release that wrote it; a record of another
+format is refused (:class:`~airflow_ckpt_provider.checkpoint.errors.JournalOfAnotherRelease`),
+never read in another meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_ckpt_provider import __version__
+from airflow_ckpt_provider.checkpoint.errors import JournalCorrupt, JournalOfAnotherRelease, shorten
+from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
+from airflow_ckpt_provider.enums import StrEnum
+
+#: The journal's format. 2: each journal names the release that wrote it (``release``), and the
+#: preflight's planning records the relaunch and rollback modes the steps' planner reads. A journal
+#: of another format is refused (:class:`JournalOfAnotherRelease`), never read in another meaning.
+FORMAT = 2
+
+
+class StepState(StrEnum):
+    """A step's state in the journal."""
+
+    STARTED = "started"  # begun; an interrupted attempt stays here
+    DONE = "done"
+    FAILED = "failed"
+
+
+STARTED, DONE, FAILED = StepState.STARTED, StepState.DONE, StepState.FAILED
+UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
+#: Outcomes that end an upgrade and free its stream for the next one.
+FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
+
+
+@dataclass(frozen=True)
+class UpgradeIntent:
+    """What the upgrade is for; it determines the upgrade id."""
+
+    stream_name: str
+    old_checkpoint: str
+    new_checkpoint: str
+    old_application: str = ""
+    new_application: str = ""
+    archive_root: str = ""
+
+    def __post_init__(self) -> None:  # the intent is written to the journal: no credentials in it
+        for what, uri in (("old checkpoint", self.old_checkpoint), ("new checkpoint", self.new_checkpoint),
+                          ("archive root", self.archive_root)):
+            refuse_credentials(uri, what)
+
+    def key(self) -> str:
+        """The fields that identify the upgrade, canonically (the archive root and the old
+        application do not change which upgrade this is)."""
+        return json.dumps([self.stream_name, self.old_checkpoint.rstrip("/"), self.new_checkpoint.rstrip("/"),
+                           self.new_application], separators=(",", ":"))
+
+
+def derive_upgrade_id(intent: UpgradeIntent) -> str:
+    """``up-<12 hex>`` from the stream, both checkpoints and the new application: the same
+    upgrade re-triggered gets the same id, any other upgrade another one."""
+    return "up-" + hashlib.sha256(intent.key().encode()).hexdigest()[:12]
+
+
+class Rerun(StrEnum):
+    """What a run of an upgrade id meets in its journal (:func:`rerun_of`)."""
+
+    NEW = "new"  # no journal, or one where no step with a side effect began (a rejection): start afresh
+    RESUME = "resume"  # steps started and the upgrade is not closed: finish it (or its rollback)
+    ROLLED_BACK = "rolled back"  # closed after a rollback: never goes forward again
+    UPGRADED = "upgraded"  # closed after a finished upgrade: already done
+
+
+def rerun_of(record: JournalRecord | None) -> Rerun:
+    """Decide what a run meets: see :class:`Rerun`. A rollback that did not finish (phase
+    ``rollback``, journal still open) is resumed so it can complete."""
+    if record is None or not record.started_side_effects:
+        return Rerun.NEW
+    if record.outcome == "rolled back":
+        return Rerun.ROLLED_BACK
+    if record.outcome == "upgraded":
+        return Rerun.UPGRADED
+    return Rerun.RESUME
+
+
+@dataclass(frozen=True)
+class JournalStep:
+    """One step's record. ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
+
+    name: str
+    state: str
+    run_id: str = ""
+    attempts: int = 1
+    started_at: str = ""
+    finished_at: str = ""
+    result: Any = None
+    error: str = ""
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.state == DONE
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """What :meth:`~airflow_ckpt_provider.storage.journal.UpgradeJournal.begin` found: ``done``
+    (return ``result``), or the step now runs; ``previous`` is its earlier record when an earlier
+    attempt was interrupted or failed."""
+
+    done: bool
+    result: Any = None
+    previous: JournalStep | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """An earlier attempt started and never recorded an end (its process died)."""
+        return self.previous is not None and self.previous.state == STARTED
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """The journal file's content."""
+
+    upgrade_id: str
+    intent: UpgradeIntent
+    created_at: str
+    runs: tuple[str, ...] = ()
+    phase: str = UPGRADE_PHASE
+    steps: Mapping[str, JournalStep] = field(default_factory=dict)
+    planned_handover: Mapping[str, Any] | None = None
+    outcome: str | None = None
+    closed_at: str = ""
+    run_log: tuple[Mapping[str, Any], ...] = ()
+    format: int = FORMAT
+    #: the decisions before any side effect (preflight, compatibility check, path, approval), each
+    #: a JournalStep with its times, result and error; not side effects (see started_side_effects)
+    planning: Mapping[str, JournalStep] = field(default_factory=dict)
+    #: the provider release that wrote the journal
+    release: str = __version__
+
+    @property
+    def closed(self) -> bool:
+        return self.outcome is not None
+
+    def closing_entry(self) -> Mapping[str, Any] | None:
+        """The ``run_log`` entry of the run that closed the journal with its outcome (None if
+        open, or closed by a version that kept no run log)."""
+        if not self.closed:
+            return None
+        return next((e for e in reversed(self.run_log) if e.get("outcome") == self.outcome), None)
+
+    @property
+    def started_side_effects(self) -> bool:
+        """Whether any step after planning has started (something may have been changed)."""
+        return bool(self.steps)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["runs"] = list(self.runs)
+        data["run_log"] = [dict(entry) for entry in self.run_log]
+        data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
+        data["planning"] = {name: asdict(step) for name, step in self.planning.items()}
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
+        """Parse; :class:`JournalOfAnotherRelease` for a journal of another format (another
+        release wrote it), :class:`JournalCorrupt` for anything that is not a journal."""
+        try:
+            data = load_json(text)
+            found = data.get("format")
+            if isinstance(found, int) and not isinstance(found, bool) and found != FORMAT:
+                writer = data.get("release")
+                by = f"release {shorten(str(writer), 40)}" if writer else "an earlier release (its journals name none)"
+                raise JournalOfAnotherRelease(
+                    found=f"journal format {found}, written by {by}",
+                    expected=f"journal format {FORMAT}, which airflow-ckpt-provider {__version__} writes", path=path)
+            if found != FORMAT:
+                raise JournalCorrupt(found=f"journal format {found!r}", expected=f"format {FORMAT}", path=path)
+            steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
+            planning = {name: JournalStep(**step) for name, step in (data.get("planning") or {}).items()}
+            return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
+                       created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
+                       phase=data.get("phase", UPGRADE_PHASE), steps=steps, planning=planning,
+                       planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
+                       closed_at=data.get("closed_at", ""), release=str(data.get("release") or ""),
+                       run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
+        except JournalCorrupt:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise JournalCorrupt(found=f"an unreadable journal ({type(exc).__name__}: {exc})",
+                                 expected="the JSON journal this provider writes", path=path) from None
+
+
+__all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "FORMAT", "ROLLBACK_PHASE", "STARTED", "UPGRADE_PHASE", "JournalRecord",
+           "JournalStep", "Rerun", "StepStart", "StepState", "UpgradeIntent", "derive_upgrade_id", "rerun_of"]
