@@ -12,12 +12,16 @@ back) and, in this order:
    reads; a newer one is refused, never guessed at;
 4. refuses keys no field declares;
 5. checks each field: present when required, of its declared JSON types, then decoded (a nested
-   value by its own codec, an enum by value, ...).
+   value by its own codec, an enum by value, ...); a derived field (one the writer computes from
+   the others) is checked and left out.
 
 Anything refused raises the value's own error (a
 :class:`~airflow_ckpt_provider.checkpoint.errors.CheckpointError`) saying what was found and
-what was expected; a field's decoder may raise ``ValueError``, ``TypeError`` or ``KeyError`` and
-the codec turns it into that error. :meth:`Codec.encode` writes the format number.
+what was expected; a field's decoder may raise ``ValueError``, ``TypeError``, ``KeyError`` or a
+nested value's own error and the codec turns it into that error (a nested error that already is
+the value's error goes up unchanged: it keeps its own details). :meth:`Codec.encode` writes the
+format number. :func:`array_of`, :func:`object_of` and :class:`one_of` are the decoders of arrays,
+of objects of like values and of fixed words.
 
 Strict is the default. The values written by today's release carry no format number and some are
 read leniently (derived keys ignored, numbers accepted as text); their codecs say so explicitly
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 
-__all__ = ["FORMAT_KEY", "Codec", "Field", "json_type_name"]
+__all__ = ["FORMAT_KEY", "Codec", "Field", "array_of", "json_type_name", "object_of", "one_of"]
 
 #: The key of a value's format number.
 FORMAT_KEY = "format"
@@ -51,6 +55,10 @@ def json_type_name(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "array"
     return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join(sorted({_JSON_NAMES[t] for t in types}))
 
 
 def _has_type(value: object, types: tuple[type, ...]) -> bool:
@@ -79,7 +87,8 @@ class Field:
     ``required``: refused when absent (else ``default``); ``nullable``: ``null`` accepted and
     decoded as None without ``decode``; ``decode``: turns the checked value into the field's value
     (None: kept as it is); ``expected``: what an error says the field takes (default: its JSON
-    types)."""
+    types); ``derived``: written by the value but computed from its other fields, so checked
+    (types, ``decode``) and then left out of the decoded values."""
 
     types: tuple[type, ...] | None = None
     required: bool = True
@@ -87,10 +96,13 @@ class Field:
     nullable: bool = False
     decode: Callable[[Any], Any] | None = None
     expected: str = ""
+    derived: bool = False
 
     def expects(self) -> str:
         if self.expected:
             return self.expected
+        if isinstance(self.decode, one_of):
+            return self.decode.expected
         names = ["any JSON value"] if self.types is None else sorted({_JSON_NAMES[t] for t in self.types})
         return " or ".join(names + (["null"] if self.nullable and self.types is not None else []))
 
@@ -101,12 +113,13 @@ class Codec:
     of today's release, written without one), ``versions`` the older format numbers it still
     reads, ``unknown_keys`` "refuse" or (a leniency) "ignore", ``raise_as_is`` the errors of
     parsing that go up unchanged instead of becoming ``error`` (e.g. the typed
-    :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`)."""
+    :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`), ``strict_json`` also refuses
+    text with duplicate keys or NaN/Infinity."""
 
     def __init__(self, what: str, error: type[CheckpointError], fields: Mapping[str, Field], *,
                  version: int | None = 1, versions: tuple[int, ...] = (),
                  unknown_keys: Literal["refuse", "ignore"] = "refuse",
-                 raise_as_is: tuple[type[Exception], ...] = ()) -> None:
+                 raise_as_is: tuple[type[Exception], ...] = (), strict_json: bool = False) -> None:
         if FORMAT_KEY in fields:
             raise ValueError(f"{what}: {FORMAT_KEY!r} is the codec's own key, not a field")
         if unknown_keys not in ("refuse", "ignore"):
@@ -118,6 +131,7 @@ class Codec:
         self.versions = frozenset(versions) | ({version} if version is not None else set())
         self.unknown_keys = unknown_keys
         self.raise_as_is = raise_as_is
+        self.strict_json = strict_json
 
     def refuse(self, found: str, expected: str) -> CheckpointError:
         """The value's own error (to raise)."""
@@ -133,7 +147,8 @@ class Codec:
         from airflow_ckpt_provider.checkpoint.jsonin import load_json
 
         try:
-            raw = load_json(bytes(data) if isinstance(data, bytearray) else data, what=self.what)
+            raw = load_json(bytes(data) if isinstance(data, bytearray) else data, what=self.what,
+                            strict=self.strict_json)
         except self.raise_as_is:
             raise
         except ValueError as exc:  # not JSON, not UTF-8, or beyond the limits (JsonTooLarge is a ValueError)
@@ -162,7 +177,10 @@ class Codec:
                               f"format {' or '.join(str(v) for v in sorted(self.versions))}")
 
     def fields_of(self, raw: Mapping[str, Any]) -> dict[str, Any]:
-        """Steps 4 and 5 over a parsed object: each field's decoded value, by field name."""
+        """Steps 4 and 5 over a parsed object: each field's decoded value, by field name (derived
+        fields checked, then left out)."""
+        from airflow_ckpt_provider.checkpoint.errors import CheckpointError  # see parse()
+
         if self.unknown_keys == "refuse":
             unknown = sorted(str(k) for k in raw if k not in self.fields and k != FORMAT_KEY)
             if unknown:
@@ -173,23 +191,27 @@ class Codec:
             if name not in raw:
                 if spec.required:
                     raise self.refuse(f"{self.what} without {name!r}", f"{name}: {spec.expects()}")
-                values[name] = spec.default
+                if not spec.derived:
+                    values[name] = spec.default
                 continue
             value = raw[name]
             if value is None and spec.nullable:
-                values[name] = None
-                continue
-            if spec.types is not None and not _has_type(value, spec.types):
+                decoded = None
+            elif spec.types is not None and not _has_type(value, spec.types):
                 raise self.refuse(f"{self.what} {name!r} of JSON {json_type_name(value)} ({_short(value)})",
                                   f"{name}: {spec.expects()}")
-            if spec.decode is None:
-                values[name] = value
-                continue
-            try:
-                values[name] = spec.decode(value)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise self.refuse(f"{self.what} {name!r} = {_short(value)}, not valid ({_reason(exc)})",
-                                  f"{name}: {spec.expects()}") from None
+            elif spec.decode is None:
+                decoded = value
+            else:
+                try:
+                    decoded = spec.decode(value)
+                except self.error:
+                    raise
+                except (KeyError, TypeError, ValueError, CheckpointError) as exc:
+                    raise self.refuse(f"{self.what} {name!r} = {_short(value)}, not valid ({_reason(exc)})",
+                                      f"{name}: {spec.expects()}") from None
+            if not spec.derived:
+                values[name] = decoded
         return values
 
     def decode(self, data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
@@ -204,6 +226,44 @@ class Codec:
         if unknown:
             raise ValueError(f"{self.what}: no field(s) {', '.join(unknown)}")
         return dict(values) if self.version is None else {FORMAT_KEY: self.version, **values}
+
+
+def array_of(*types: type, decode: Callable[[Any], Any] | None = None) -> Callable[[Any], tuple[Any, ...]]:
+    """The decoder of a JSON array whose items are each of ``types`` (as :class:`Field` names
+    them), then ``decode`` d (a nested value by its own codec): a tuple; ``TypeError`` naming the
+    first item of another type."""
+    def items(value: Any) -> tuple[Any, ...]:  # noqa: ANN401 - a checked JSON array
+        for index, item in enumerate(value):
+            if types and not _has_type(item, types):
+                raise TypeError(f"item {index} of JSON {json_type_name(item)} ({_short(item)}), not {_names(types)}")
+        return tuple(value) if decode is None else tuple(decode(item) for item in value)
+    return items
+
+
+def object_of(*types: type) -> Callable[[Any], dict[str, Any]]:
+    """The decoder of a JSON object whose values are each of ``types`` (as :class:`Field` names
+    them): a dict; ``TypeError`` naming the first value of another type."""
+    def values(value: Any) -> dict[str, Any]:  # noqa: ANN401 - a checked JSON object
+        for key, item in value.items():
+            if not _has_type(item, types):
+                raise TypeError(f"{_short(key)} of JSON {json_type_name(item)} ({_short(item)}), not {_names(types)}")
+        return dict(value)
+    return values
+
+
+class one_of:  # noqa: N801 - used like the decoder function it is
+    """The decoder of a text that must be one of ``words`` (then ``decode`` d, e.g. an enum);
+    ``ValueError`` naming the words otherwise. A field decoded by it expects "one of" the words."""
+
+    def __init__(self, *words: str, decode: Callable[[str], Any] | None = None) -> None:
+        self.words = tuple(str(word) for word in words)
+        self.decode = decode
+        self.expected = f"one of {', '.join(self.words)}"
+
+    def __call__(self, value: Any) -> Any:  # noqa: ANN401 - a checked JSON string
+        if value not in self.words:
+            raise ValueError(f"{_short(value)} is not {self.expected}")
+        return value if self.decode is None else self.decode(value)
 
 
 def _reason(exc: BaseException, otherwise: str = "") -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidVerdict, JsonTooLarge
 from airflow_ckpt_provider.json_limits import MAX_JSON_DEPTH
-from airflow_ckpt_provider.upgrade.codec import FORMAT_KEY, Codec, Field, json_type_name
+from airflow_ckpt_provider.upgrade.codec import FORMAT_KEY, Codec, Field, array_of, json_type_name, one_of
 
 
 class SampleError(CheckpointError, ValueError):
@@ -164,3 +164,49 @@ def test_encode_then_decode_round_trips(values: dict[str, Any]) -> None:
     for given_ in (encoded, json.dumps(encoded)):
         decoded = SAMPLE.decode(given_)
         assert {k: decoded[k] for k in values} == values
+
+
+class OtherError(CheckpointError, ValueError):
+    summary = "invalid other sample"
+
+
+INNER = Codec("Inner", SampleError, {"n": Field((int,))}, version=None)
+OUTER = Codec("Outer", OtherError, {
+    "inners": Field((list,), decode=array_of(dict, decode=INNER.decode)),
+    "kind": Field((str,), required=False, decode=one_of("a", "b")),
+    "total": Field((int,), required=False, derived=True),
+}, version=None)
+
+
+@pytest.mark.parametrize(("given", "found"), [
+    ({"inners": [{"n": "1"}]}, "Outer 'inners' = [{'n': '1'}], not valid (Inner 'n' of JSON string"),
+    ({"inners": [5]}, "item 0 of JSON integer (5), not object"),
+    ({"inners": [], "kind": "c"}, "'c' is not one of a, b"),
+    ({"inners": [], "total": "3"}, "'total' of JSON string"),
+])
+def test_nested_values_and_words_are_refused_with_the_outer_values_error(given: dict[str, Any], found: str) -> None:
+    with pytest.raises(OtherError) as refused:
+        OUTER.decode(given)
+    assert found in refused.value.found, refused.value.found
+
+
+def test_a_nested_error_that_is_the_values_own_goes_up_as_it_is() -> None:
+    same = Codec("Same", SampleError, {"inner": Field((dict,), decode=INNER.decode)}, version=None)
+    with pytest.raises(SampleError) as refused:
+        same.decode({"inner": {"n": True}})
+    assert refused.value.found.startswith("Inner 'n' of JSON boolean")
+
+
+def test_a_derived_field_is_checked_then_left_out() -> None:
+    assert OUTER.decode({"inners": [{"n": 1}], "total": 1, "kind": "a"}) == {"inners": ({"n": 1},), "kind": "a"}
+    assert "total" not in OUTER.decode({"inners": []})
+    assert OUTER.fields["kind"].expects() == "one of a, b"
+
+
+def test_strict_json_refuses_duplicate_keys_and_nan() -> None:
+    lenient = Codec("Lenient", SampleError, {"a": Field((float,))}, version=None)
+    strict = Codec("Strict", SampleError, {"a": Field((float,))}, version=None, strict_json=True)
+    assert lenient.decode('{"a": 1, "a": 2}') == {"a": 2}
+    for text in ('{"a": 1, "a": 2}', '{"a": NaN}'):
+        with pytest.raises(SampleError, match="not JSON"):
+            strict.decode(text)
