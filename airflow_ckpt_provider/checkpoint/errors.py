@@ -285,6 +285,13 @@ class OffsetsAheadOfBroker(CheckpointError):
         super().__init__(found=found, expected=expected, action=action)
 
 
+class InvalidRollbackHandover(InvalidHandover):
+    """A rollback handover's JSON (the rollback_handover step's result) that cannot be read back."""
+
+    summary = "invalid rollback handover"
+    default_action = "Pass the rollback_handover step's result (RollbackHandover.to_dict) unchanged."
+
+
 class InvalidStartChoice(CheckpointError, ValueError):
     summary = "invalid choice of where the new version starts"
     default_action = (
@@ -386,6 +393,22 @@ class StateChecksumMismatch(ArchiveCorrupt):
         "Do not restore or restart from this copy: Spark verifies these checksums when it reads the "
         "state. Re-archive from the original checkpoint if it still exists, else restore an older archive."
     )
+
+
+class InvalidArchiveManifest(ArchiveCorrupt):
+    """An archive's ``manifest.json`` that cannot be read back: not the JSON object this provider
+    writes (format 1, sha256), or one whose entries contradict each other; ``file`` is the manifest."""
+
+    summary = "archive manifest unreadable"
+    default_action = (
+        "Do not restore from this archive: without a manifest its files cannot be verified. Restore from "
+        "another archive (`ckpt archives ROOT` lists them), or re-archive from the original checkpoint if it "
+        "still exists."
+    )
+
+    def __init__(self, *, found: str, expected: str, file: str = "manifest.json", action: str | None = None,
+                 path: str | None = None) -> None:
+        super().__init__(file=file, found=found, expected=expected, action=action, path=path)
 
 
 class CheckpointChanged(ArchiveError):
@@ -699,6 +722,13 @@ class ForwardRollbackRefused(CheckpointError):
 # -- upgrade report (operators/report.py) -----------------------------------------------------------
 
 
+class InvalidUpgradeReport(CheckpointError, ValueError):
+    """An upgrade report's JSON (``report/upgrade-report.json``, the report step's XCom) that cannot be read back."""
+
+    summary = "invalid upgrade report"
+    default_action = "Pass the report as the report step wrote it (UpgradeReport.to_json), unchanged."
+
+
 class UpgradeFailed(CheckpointError):
     summary = "upgrade did not complete"
     default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
@@ -751,6 +781,14 @@ class StateExportCorrupt(StateExportError):
     summary = "state export does not verify"
     default_action = ("Run the export again (it replaces an unverified export); if it keeps failing, check the "
                       "storage under the export location. The new version was not started with this state.")
+
+
+class InvalidStateExport(StateExportError, ValueError):
+    """A state export step's result (``StateExport`` JSON) that cannot be read back."""
+
+    summary = "invalid state export result"
+    default_action = ("Pass the state export step's result (StateExportOperator's XCom) unchanged, or a bare export "
+                      "location. Nothing was started.")
 
 
 class StateExportConflict(StateExportError):

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import (
@@ -24,19 +25,14 @@ from airflow_ckpt_provider.checkpoint.errors import (
     SourceNotKafka,
 )
 from airflow_ckpt_provider.checkpoint.logs import check_committed_sources
-from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets, parse_json
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, SourceOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
 from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
-
-_KEYS = frozenset(
-    {"format", "query_id", "checkpoint_uri", "batch_id", "from_initial", "in_flight_batch",
-     "taken_at", "sources"}
-)
-_SOURCE_KEYS = frozenset({"index", "name", "kind", "raw", "offsets"})
 
 
 def _bad(found: str, expected: str) -> InvalidHandover:
@@ -180,57 +176,54 @@ class Handover:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> Handover:
-        """Rebuild from :meth:`to_json` output; raises :class:`InvalidHandover` on anything else."""
-        if isinstance(data, (str, bytes)):
-            try:
-                data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
-            except JsonTooLarge:
-                raise
-            except ValueError as exc:
-                raise _bad(f"text that is not valid JSON ({exc})", "handover JSON") from None
-        if not isinstance(data, Mapping) or set(data) - {"held_by_sink"} != _KEYS:
-            keys = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-            raise _bad(f"keys {keys}", f"exactly {sorted(_KEYS)} (and held_by_sink)")
-        if data["format"] != cls.FORMAT:
-            raise _bad(f"format {data['format']!r}", f"format {cls.FORMAT}")
-        for key in ("query_id", "checkpoint_uri", "taken_at"):
-            if not isinstance(data[key], str) and not (key == "query_id" and data[key] is None):
-                raise _bad(f"{key}={data[key]!r}", f"{key} as a string")
-        held = data.get("held_by_sink")
-        if held is not None and not isinstance(held, str):
-            raise _bad(f"held_by_sink={held!r}", "held_by_sink as a string")
-        if not isinstance(data["from_initial"], bool) or not isinstance(data["sources"], list):
-            raise _bad("malformed from_initial or sources", "a boolean and a list")
-        return cls(
-            query_id=data["query_id"],
-            checkpoint_uri=data["checkpoint_uri"],
-            batch_id=data["batch_id"],
-            from_initial=data["from_initial"],
-            sources=tuple(_source_from_dict(s) for s in data["sources"]),
-            in_flight_batch=data["in_flight_batch"],
-            taken_at=data["taken_at"],
-            held_by_sink=held,
-        )
+        """Rebuild from :meth:`to_json` output or its dict through its strict codec (format 1, as
+        archives, state exports and journals hold it); raises :class:`InvalidHandover` on anything
+        else (:class:`JsonTooLarge` beyond the JSON limits)."""
+        return cls(**_HANDOVER.decode(data))
 
 
-def _source_from_dict(data: Any) -> SourceOffsets:
-    if not isinstance(data, Mapping) or set(data) != _SOURCE_KEYS:
-        raise _bad(f"source entry {data!r:.60}", f"keys {sorted(_SOURCE_KEYS)}")
-    index, name, raw = data["index"], data["name"], data["raw"]
-    if not _is_int(index) or index < 0 or not isinstance(name, (str, type(None))) or not isinstance(
-        raw, (str, type(None))
-    ):
-        raise _bad(f"source entry {data!r:.60}", "index int >= 0, name and raw strings or null")
+def _source_from_dict(data: Mapping[str, Any]) -> SourceOffsets:
+    """One ``sources`` entry, decoded by its codec; its ``kind`` and ``offsets`` must be what its
+    ``raw`` text gives (a multi-line raw text Spark wrote for a file source is kept as unknown)."""
+    values = _SOURCE.decode(data)
+    index, name, raw = values["index"], values["name"], values["raw"]
+    if index < 0:
+        raise _bad(f"source index {index}", "a source index >= 0")
     try:
         entry = SourceOffsets.parse(index, raw, name=name)
     except CheckpointError as exc:
         if "\n" not in (raw or ""):
             raise _bad(f"source {index} raw offsets: {exc.found}", "valid offsets") from None
         entry = SourceOffsets(index=index, kind=SourceKind.UNKNOWN, raw=raw, name=name)
-    if entry.kind.value != data["kind"] or entry.offsets_json() != data["offsets"]:
+    if entry.kind.value != values["kind"] or entry.offsets_json() != values["offsets"]:
         raise _bad(f"source {index} kind/offsets that do not match its raw text",
                    "kind and offsets derived from raw")
     return entry
+
+
+#: One entry of :attr:`Handover.sources`: ``kind`` and ``offsets`` are derived from ``raw``
+#: (checked against it by :func:`_source_from_dict`), ``offsets`` any JSON value.
+_SOURCE = Codec("handover source", InvalidHandover, {
+    "index": Field((int,)),
+    "name": Field((str,), nullable=True),
+    "kind": Field((str,)),
+    "raw": Field((str,), nullable=True),
+    "offsets": Field(),
+}, version=None)
+_NULL_OR_BATCH = Field((int,), nullable=True)
+#: :class:`Handover`'s codec: format 1, exactly the keys :meth:`Handover.to_dict` writes
+#: (``held_by_sink`` only when set); text parsed strictly (duplicate keys, NaN refused); beyond the
+#: JSON limits :class:`JsonTooLarge` goes up as itself. Construction checks the rest.
+_HANDOVER = Codec("Handover", InvalidHandover, {
+    "query_id": Field((str,), nullable=True),
+    "checkpoint_uri": Field((str,)),
+    "batch_id": _NULL_OR_BATCH,
+    "from_initial": Field((bool,)),
+    "in_flight_batch": _NULL_OR_BATCH,
+    "taken_at": Field((str,)),
+    "held_by_sink": Field((str,), required=False, nullable=True),
+    "sources": Field((list,), decode=array_of(dict, decode=_source_from_dict)),
+}, version=Handover.FORMAT, raise_as_is=(JsonTooLarge,), strict_json=True)
 
 
 def handover_from_snapshot(snapshot: CheckpointSnapshot, *, taken_at: str | None = None) -> Handover:
@@ -317,46 +310,61 @@ class HandoverResult:
     @classmethod
     def from_json(cls, data: HandoverResult | Handover | str | bytes | Mapping[str, Any]) -> HandoverResult:
         """The one parser of a handover step's result: this object, its dict or JSON (the handover
-        operator's XCom), or a bare :class:`Handover` (object, dict or JSON). Raises
-        :class:`InvalidHandover` (or :class:`InvalidOffsets` for bad starting offsets)."""
+        operator's XCom) through its strict codec, or a bare :class:`Handover` (object, dict or
+        JSON: an object without ``handover``). Raises :class:`InvalidHandover` (:class:`JsonTooLarge`
+        beyond the JSON limits)."""
         if isinstance(data, HandoverResult):
             return data
         if isinstance(data, Handover):
             return cls(data)
-        if isinstance(data, (str, bytes)):
-            try:
-                data = parse_json(data.decode("utf-8") if isinstance(data, bytes) else data)
-            except JsonTooLarge:
+        try:
+            raw = _RESULT.parse(data)
+        except InvalidHandover as exc:
+            if not isinstance(data, (str, bytes)):
                 raise
-            except ValueError as exc:
-                raise InvalidHandover(
-                    found=f"text that is not valid JSON ({exc})", expected="a handover result or handover JSON",
-                    action="Pass the handover step's result itself (its .output XComArg), or render it with "
-                           "'| tojson' in a template: a plain '{{ ti.xcom_pull(...) }}' renders a Python repr.",
-                ) from None
-        if not isinstance(data, Mapping):
-            raise _bad(f"a {type(data).__name__}", "a handover result or handover JSON object")
-        if "handover" not in data:
-            return cls(Handover.from_json(data))
-        unknown = sorted(set(data) - {"handover", "starting_offsets", "reconciliation", "start_plan", "sink"})
-        if unknown:
-            raise _bad(f"unknown keys {unknown}", "handover, starting_offsets, reconciliation, start_plan and sink")
-        sink = data.get("sink")
-        if sink is not None and not isinstance(sink, Mapping):
-            raise _bad(f"sink {sink!r:.80}", "the sink ledger's account (an object)")
-        raw = data.get("starting_offsets")
-        starting = KafkaOffsets.from_json(raw if isinstance(raw, str) else json.dumps(raw)) if raw else None
-        recon_data = data.get("reconciliation") or {}
-        handover = Handover.from_json(data["handover"])
-        try:
-            if recon_data and "startingOffsets" not in recon_data:  # written by hand: the offsets given
-                recon_data = {**recon_data, "startingOffsets": (starting or handover.kafka_offsets()).to_dict()}
-            recon = Reconciliation.from_dict(recon_data) if recon_data else None
-        except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
-            raise _bad(f"reconciliation {recon_data!r:.80}", "the handover operator's reconciliation") from None
-        plan_data = data.get("start_plan")
-        try:
-            plan = StartPlan.from_dict(plan_data) if plan_data else None
-        except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
-            raise _bad(f"start_plan {plan_data!r:.80}", "the handover operator's start plan") from None
-        return cls(handover, starting, recon, plan, sink)
+            raise InvalidHandover(
+                found=exc.found, expected=exc.expected,
+                action="Pass the handover step's result itself (its .output XComArg), or render it with "
+                       "'| tojson' in a template: a plain '{{ ti.xcom_pull(...) }}' renders a Python repr.",
+            ) from None
+        if "handover" not in raw:
+            return cls(Handover.from_json(raw))
+        _RESULT.check_format(raw)
+        values = _RESULT.fields_of(raw)
+        handover, recorded = values["handover"], values["reconciliation"]
+        if recorded and "startingOffsets" not in recorded:  # written by hand: the offsets given
+            starting = values["starting_offsets"] or handover.kafka_offsets()
+            recorded = {**recorded, "startingOffsets": starting.to_dict()}
+        return cls(handover, values["starting_offsets"], _reconciliation(recorded) if recorded else None,
+                   values["start_plan"], values["sink"])
+
+
+def _offsets_text(value: str) -> KafkaOffsets | None:
+    """``starting_offsets``: the startingOffsets JSON text ("" when only a bare handover is known)."""
+    return KafkaOffsets.from_json(value) if value else None
+
+
+def _reconciliation(value: Mapping[str, Any]) -> Reconciliation:
+    try:
+        return Reconciliation.from_dict(value)
+    except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
+        raise _bad(f"reconciliation {value!r:.80}", "the handover operator's reconciliation") from None
+
+
+def _start_plan(value: Mapping[str, Any]) -> StartPlan | None:
+    try:
+        return StartPlan.from_dict(value) if value else None
+    except (AttributeError, KeyError, TypeError, ValueError, CheckpointError):
+        raise _bad(f"start_plan {value!r:.80}", "the handover operator's start plan") from None
+
+
+#: :class:`HandoverResult`'s codec (no format number, as today's release writes it): the handover
+#: by its own codec, ``starting_offsets`` the startingOffsets JSON text, ``reconciliation`` and
+#: ``start_plan`` by their own decoders, ``sink`` the sink ledger's account (an object).
+_RESULT = Codec("HandoverResult", InvalidHandover, {
+    "handover": Field((dict,), decode=Handover.from_json),
+    "starting_offsets": Field((str,), required=False, decode=_offsets_text),
+    "reconciliation": Field((dict,), required=False, default=MappingProxyType({})),
+    "start_plan": Field((dict,), required=False, nullable=True, decode=_start_plan),
+    "sink": Field((dict,), required=False, nullable=True),
+}, version=None, raise_as_is=(JsonTooLarge,), strict_json=True)

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
-from airflow_ckpt_provider.checkpoint.errors import ArchiveCorrupt, CheckpointError, UnsafeStreamName
+from airflow_ckpt_provider.checkpoint.errors import InvalidArchiveManifest, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
 
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
@@ -90,9 +90,14 @@ class ArchivedFile:
     size: int
     sha256: str
 
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> ArchivedFile:
+        """One entry of a manifest's ``files``; :class:`InvalidArchiveManifest` on anything else."""
+        return cls(**_FILE.decode(data))
 
-def _corrupt(found: str, expected: str) -> ArchiveCorrupt:
-    return ArchiveCorrupt(file=MANIFEST, found=found, expected=expected)
+
+def _corrupt(found: str, expected: str) -> InvalidArchiveManifest:
+    return InvalidArchiveManifest(found=found, expected=expected)
 
 
 @dataclass(frozen=True)
@@ -202,43 +207,40 @@ class ArchiveManifest:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> ArchiveManifest:
-        """Parse :meth:`to_json` output; :class:`ArchiveCorrupt` naming ``manifest.json`` otherwise."""
-        if isinstance(data, (str, bytes)):
-            try:
-                data = load_json(data)
-            except ValueError as exc:
-                raise _corrupt(f"text that is not JSON ({exc})", "manifest JSON") from None
-        if not isinstance(data, Mapping):
-            raise _corrupt(type(data).__name__, "a JSON object")
-        keys = _KEYS
-        if set(data) != keys:
-            raise _corrupt(f"keys {sorted(set(data) ^ keys)} differing", f"exactly {sorted(keys)}")
-        if data["format"] != cls.FORMAT or data["hash"] != cls.HASH:
-            raise _corrupt(f"format {data['format']!r} hash {data['hash']!r}", f"format {cls.FORMAT}, sha256")
-        try:
-            files = tuple(ArchivedFile(path=f["path"], size=f["size"], sha256=f["sha256"]) for f in data["files"])
-            handover = Handover.from_json(data["handover"]) if data["handover"] is not None else None
-            manifest = cls(
-                handover=handover, files=files, empty_dirs=tuple(data["empty_dirs"]),
-                **{k: data[k] for k in _SCALARS},
-            )
-        except CheckpointError as exc:
-            if isinstance(exc, ArchiveCorrupt):
-                raise
-            raise _corrupt(str(exc), "a valid manifest") from None
-        except (KeyError, TypeError) as exc:
-            raise _corrupt(f"malformed entries ({exc})", "files as {path, size, sha256}") from None
-        if (data["file_count"], data["total_bytes"]) != (manifest.file_count, manifest.total_bytes):
-            raise _corrupt(f"file_count {data['file_count']} / total_bytes {data['total_bytes']}",
+        """Parse :meth:`to_json` output (``manifest.json``, format 1) through its strict codec;
+        :class:`InvalidArchiveManifest` (an :class:`ArchiveCorrupt` naming ``manifest.json``)
+        otherwise, also when ``file_count`` / ``total_bytes`` differ from the files listed."""
+        values = _MANIFEST.decode(data)
+        counted = values.pop("file_count"), values.pop("total_bytes")
+        manifest = cls(**values)
+        if counted != (manifest.file_count, manifest.total_bytes):
+            raise _corrupt(f"file_count {counted[0]} / total_bytes {counted[1]}",
                            f"{manifest.file_count} files / {manifest.total_bytes} bytes as listed")
         return manifest
 
 
-_SCALARS = ("stream_name", "upgrade_id", "name", "source_uri", "archive_uri", "query_id",
-            "last_committed_batch", "spark_conf", "created_by", "reason", "dag_run_id", "started_at",
-            "completed_at", "provider_version", "extra")
-_KEYS = frozenset(_SCALARS) | {"format", "hash", "handover", "file_count", "total_bytes", "files",
-                                "empty_dirs"}
+# -- the codecs of the manifest and its files (airflow_ckpt_provider.upgrade.codec) -------------------
+# manifest.json is format 1 with every key below; construction checks the files' paths and hashes.
+
+_FILE = Codec("archived file", InvalidArchiveManifest, {
+    "path": Field((str,)), "size": Field((int,)), "sha256": Field((str,)),
+}, version=None)
+_TEXT, _COUNT = Field((str,)), Field((int,))
+_MANIFEST = Codec("ArchiveManifest", InvalidArchiveManifest, {
+    "hash": Field((str,), decode=one_of(ArchiveManifest.HASH), derived=True),
+    **{name: _TEXT for name in ("stream_name", "upgrade_id", "name", "source_uri", "archive_uri")},
+    "query_id": Field((str,), nullable=True),
+    "last_committed_batch": Field((int,), nullable=True),
+    "handover": Field((dict,), nullable=True, decode=Handover.from_json),
+    "spark_conf": Field((dict,)),
+    "file_count": _COUNT,
+    "total_bytes": _COUNT,
+    "files": Field((list,), decode=array_of(dict, decode=ArchivedFile.from_json)),
+    "empty_dirs": Field((list,), decode=array_of(str)),
+    **{name: _TEXT for name in ("created_by", "reason", "dag_run_id", "started_at", "completed_at",
+                                "provider_version")},
+    "extra": Field((dict,)),
+}, version=ArchiveManifest.FORMAT)
 
 
 @dataclass(frozen=True)

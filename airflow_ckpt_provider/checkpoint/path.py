@@ -18,9 +18,9 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
 
 
 class UpgradeMode(StrEnum):
@@ -63,14 +63,21 @@ class PathChoice:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> PathChoice:
-        """From :meth:`to_dict` or its JSON; :class:`InvalidUpgradePath` on anything else."""
-        try:
-            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
-            return cls(UpgradePath(raw["path"]), str(raw["reason"]), UpgradeMode(raw.get("mode") or "new_checkpoint"))
-        except (TypeError, ValueError, KeyError) as exc:
-            raise InvalidUpgradePath(found=f"an upgrade path {str(data)[:120]!r} ({exc})",
-                                     expected="a PathChoice JSON: path 'new checkpoint' or 'in place', and a "
-                                              "reason") from None
+        """From :meth:`to_dict` or its JSON (the path step's XCom, with its ``summary_md``) through
+        its strict codec; :class:`InvalidUpgradePath` on anything else."""
+        return cls(**_PATH_CHOICE.decode(data))
+
+
+#: :class:`PathChoice`'s codec (no format number, as today's release writes it): ``in_place`` is
+#: derived from ``path``; the path step's XCom adds the approval's ``summary_md``.
+_PATH_CHOICE = Codec("PathChoice", InvalidUpgradePath, {
+    "path": Field((str,), decode=one_of(*UpgradePath, decode=UpgradePath)),
+    "reason": Field((str,)),
+    "mode": Field((str,), required=False, default=UpgradeMode.NEW_CHECKPOINT,
+                  decode=one_of(*UpgradeMode, decode=UpgradeMode)),
+    "in_place": Field((bool,), required=False, derived=True),
+    "summary_md": Field((str,), required=False, derived=True),
+}, version=None)
 
 
 def choose_path(mode: UpgradeMode | str, verdict: CompatibilityVerdict | None, *,

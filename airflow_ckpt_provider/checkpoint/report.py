@@ -15,11 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradeReport
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,11 @@ class UpgradeReport:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2)
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> UpgradeReport:
-        raw = dict(load_json(data) if isinstance(data, str) else data)
-        raw.pop("downtime_by_step", None)  # computed
-        raw["steps"] = tuple(StepTiming(**s) for s in raw.get("steps", ()))
-        raw["old_batches"] = tuple(BatchRecord(**b) for b in raw.get("old_batches", ()))
-        raw["new_batches"] = tuple(BatchRecord(**b) for b in raw.get("new_batches", ()))
-        raw["notes"] = tuple(raw.get("notes", ()))
-        return cls(**raw)
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> UpgradeReport:
+        """From :meth:`to_json` (``report/upgrade-report.json``) or its dict (the report step's XCom)
+        through its strict codec; :class:`InvalidUpgradeReport` on anything else. The step results
+        it shows (handover, rollback, state export, ...) are kept as the objects they were."""
+        return cls(**_REPORT.decode(data))
 
     # -- rendering -------------------------------------------------------------------------------
 
@@ -239,6 +237,51 @@ class UpgradeReport:
             f"<h2>Steps</h2><table><tr><th>step</th><th>state</th><th>seconds</th></tr>{steps}</table>"
             f"{img}</body></html>\n"
         )
+
+
+# -- the codecs of the report and its rows (airflow_ckpt_provider.upgrade.codec) ----------------------
+# Written without a format number, as today's release writes it.
+
+_TEXT_OR_NULL = Field((str,), required=False, nullable=True)
+_NUMBER_OR_NULL = Field((float,), required=False, nullable=True)
+_STEP = Codec("report step", InvalidUpgradeReport, {
+    "name": Field((str,)),
+    "state": Field((str,)),
+    "seconds": _NUMBER_OR_NULL,
+    "started_at": _TEXT_OR_NULL,
+    "ended_at": _TEXT_OR_NULL,
+}, version=None)
+_BATCH = Codec("report batch", InvalidUpgradeReport, {
+    "batch_id": Field((int,)),
+    "planned_at_ms": Field((int,), nullable=True),
+    "committed_at": Field((float,), nullable=True),
+    "input_rows": Field((int,), nullable=True),
+}, version=None)
+
+
+def _batches(value: Any) -> tuple[BatchRecord, ...]:  # noqa: ANN401 - a checked JSON array
+    return array_of(dict, decode=lambda b: BatchRecord(**_BATCH.decode(b)))(value)
+
+
+_OBJECT_OR_NULL = Field((dict,), required=False, nullable=True)
+_REPORT = Codec("UpgradeReport", InvalidUpgradeReport, {
+    "stream": Field((str,)),
+    "outcome": Field((str,)),
+    **{name: Field((str,), required=False, default="")
+       for name in ("run_id", "old_checkpoint", "new_checkpoint", "archive", "starting_offsets", "path")},
+    "steps": Field((list,), required=False, default=(),
+                   decode=array_of(dict, decode=lambda s: StepTiming(**_STEP.decode(s)))),
+    "downtime_s": _NUMBER_OR_NULL,
+    "old_batches": Field((list,), required=False, default=(), decode=_batches),
+    "new_batches": Field((list,), required=False, default=(), decode=_batches),
+    "notes": Field((list,), required=False, default=(), decode=array_of(str)),
+    **{name: _OBJECT_OR_NULL
+       for name in ("handover", "audit", "start_plan", "rollback", "state_export", "compatibility", "sink")},
+    "stop_requested_at": _NUMBER_OR_NULL,
+    "ready_at": _NUMBER_OR_NULL,
+    "created_at": Field((str,)),
+    "downtime_by_step": Field((dict,), required=False, derived=True, decode=object_of(float)),
+}, version=None)
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

@@ -20,14 +20,16 @@ rollback undoes).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidHandover, SourceNotKafka
+from airflow_ckpt_provider.checkpoint.errors import InvalidRollbackHandover, SourceNotKafka
 from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets, SourceOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
@@ -159,8 +161,11 @@ class PartitionReprocess:
             "skipped_by_new": self.skipped_by_new, "reread_by_new": self.reread_by_new,
         }
 
-
-_PARTITION_KEYS = ("topic", "partition", "handover", "resume", "new_start", "new_committed_end", "new_planned_end")
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> PartitionReprocess:
+        """From :meth:`to_dict` (the ranges and counts it derives are type-checked, then computed
+        again); :class:`InvalidRollbackHandover` on anything else."""
+        return cls(**_PARTITION.decode(data))
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,7 @@ class RollbackHandover:
 
     ``checkpoint`` is where the old version restarts; ``resume`` where it starts reading (for
     ``forward``: the ``startingOffsets`` it is launched with). JSON round-trip with
-    :meth:`to_dict` / :meth:`from_dict`.
+    :meth:`to_dict` (:meth:`to_json`) / :meth:`from_json` (``from_dict`` is the same decoder).
     """
 
     mode: RollbackMode
@@ -244,19 +249,56 @@ class RollbackHandover:
             "summary": self.describe(),
         }
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RollbackHandover:
-        """Rebuild from :meth:`to_dict`; :class:`InvalidHandover` on anything else."""
-        try:
-            return cls(
-                mode=RollbackMode(data["mode"]), checkpoint=str(data["checkpoint"]),
-                resume=KafkaOffsets.from_json(data["resume"]),
-                partitions=tuple(PartitionReprocess(**{k: p[k] for k in _PARTITION_KEYS}) for p in data["partitions"]),
-                new_committed_batch=data.get("new_committed_batch"), new_planned_batch=data.get("new_planned_batch"),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidHandover(found=f"a rollback handover that does not parse ({exc!r:.80})",
-                                  expected="the rollback_handover step's result") from None
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RollbackHandover:
+        """Rebuild from :meth:`to_dict` or its JSON (the rollback_handover step's result) through its
+        strict codec; :class:`InvalidRollbackHandover` on anything else."""
+        return cls(**_ROLLBACK.decode(data))
+
+    from_dict = from_json
+
+
+def _range(value: Any) -> tuple[int, ...]:  # noqa: ANN401 - a checked JSON array
+    if len(value) != 2:
+        raise ValueError(f"{len(value)} offsets, not [from, to)")
+    return array_of(int)(value)
+
+
+_COUNT = Field((int,), required=False, derived=True)
+_OFFSET_OR_NULL = Field((int,), nullable=True)
+#: :class:`PartitionReprocess`'s codec (no format number, as today's release writes it): the
+#: ranges and counts :meth:`PartitionReprocess.to_dict` derives are type-checked, then left out.
+_PARTITION = Codec("rollback partition", InvalidRollbackHandover, {
+    "topic": Field((str,)),
+    "partition": Field((int,)),
+    "handover": Field((int,)),
+    "resume": Field((int,)),
+    "new_start": _OFFSET_OR_NULL,
+    "new_committed_end": _OFFSET_OR_NULL,
+    "new_planned_end": _OFFSET_OR_NULL,
+    "again_committed": Field((list,), required=False, derived=True, decode=_range),
+    "again_planned": Field((list,), required=False, derived=True, decode=_range),
+    **{name: _COUNT for name in ("again_committed_count", "again_planned_count", "skipped_by_new", "reread_by_new")},
+}, version=None)
+#: :class:`RollbackHandover`'s codec (no format number, as today's release writes it): ``resume``
+#: is the Kafka offsets' JSON text; what :meth:`RollbackHandover.to_dict` derives (the
+#: startingOffsets, the counts, ``summary``) is type-checked, then left out.
+_ROLLBACK = Codec("RollbackHandover", InvalidRollbackHandover, {
+    "mode": Field((str,), decode=one_of(*RollbackMode, decode=RollbackMode)),
+    "checkpoint": Field((str,)),
+    "resume": Field((str,), decode=KafkaOffsets.from_json),
+    "partitions": Field((list,), decode=array_of(dict, decode=PartitionReprocess.from_json)),
+    "new_committed_batch": Field((int,), required=False, nullable=True),
+    "new_planned_batch": Field((int,), required=False, nullable=True),
+    "starting_offsets": Field((str,), required=False, derived=True),
+    "new_started_at_handover": Field((bool,), required=False, nullable=True, derived=True),
+    "again_committed": _COUNT,
+    "again_planned": _COUNT,
+    "summary": Field((list,), required=False, derived=True, decode=array_of(str)),
+}, version=None)
 
 
 def _get(offsets: KafkaOffsets | None, key: Partition) -> int | None:

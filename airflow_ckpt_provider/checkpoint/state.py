@@ -47,13 +47,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    InvalidStateExport,
     StateExportConflict,
     StateExportCorrupt,
     StateStartUnsupported,
 )
-from airflow_ckpt_provider.checkpoint.handover import HandoverResult
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
 
 log = logging.getLogger(__name__)
 
@@ -216,24 +217,31 @@ class StateExport:
 
     @classmethod
     def from_json(cls, data: StateExport | str | bytes | Mapping[str, Any] | None) -> StateExport | None:
-        """This object, its dict or JSON; a bare location string; None/empty for no export."""
+        """This object, its dict or JSON (the state export step's XCom) through its strict codec;
+        a bare location text (not starting with ``{``); None for None, empty, ``None`` or ``null``
+        (no export). :class:`InvalidStateExport` for anything else."""
         if data is None or isinstance(data, StateExport):
             return data
-        raw: dict[str, Any]
         if isinstance(data, (str, bytes)):
             text = (data.decode() if isinstance(data, bytes) else data).strip()
             if text in ("", "None", "null"):
                 return None
             if not text.startswith("{"):
                 return cls(location=text)
-            raw = dict(load_json(text))
-        else:
-            raw = dict(data)
-        batch = raw.get("batch_id")
-        return cls(location=str(raw.get("location") or ""), batch_id=int(batch) if batch is not None else None,
-                   stores=int(raw.get("stores") or 0), rows=int(raw.get("rows") or 0), size=int(raw.get("bytes") or 0),
-                   seconds=float(raw.get("seconds") or 0.0), skipped=str(raw.get("skipped") or ""),
-                   operators=tuple(int(o) for o in raw.get("operators") or ()))
+        values = _STATE_EXPORT.decode(data)
+        return cls(**{"size" if name == "bytes" else name: value for name, value in values.items()})
+
+
+#: :class:`StateExport`'s codec (no format number, as today's release writes it); ``bytes`` is
+#: :attr:`StateExport.size`.
+_STATE_EXPORT = Codec("StateExport", InvalidStateExport, {
+    "location": Field((str,)),
+    "batch_id": Field((int,), required=False, nullable=True),
+    **{name: Field((int,), required=False, default=0) for name in ("stores", "rows", "bytes")},
+    "seconds": Field((float,), required=False, default=0.0),
+    "skipped": Field((str,), required=False, default=""),
+    "operators": Field((list,), required=False, default=(), decode=array_of(int)),
+}, version=None)
 
 
 # -- the manifest --------------------------------------------------------------------------------
@@ -250,6 +258,11 @@ class ExportedFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "bytes": self.bytes, "sha256": self.sha256, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> ExportedFile:
+        """From :meth:`to_dict` (a manifest's entry); :class:`StateExportCorrupt` on anything else."""
+        return cls(**_FILE.decode(data))
 
 
 @dataclass(frozen=True)
@@ -292,18 +305,16 @@ class ExportedStore:
                 "files": [f.to_dict() for f in self.files]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ExportedStore:
-        return cls(
-            operator_id=int(data["operator_id"]), operator_name=str(data.get("operator_name") or ""),
-            store_name=str(data.get("store_name") or "default"),
-            state_variable=str(data["state_variable"]) if data.get("state_variable") else None,
-            path=str(data["path"]), num_partitions=int(data.get("num_partitions") or 0),
-            key_schema=dict(data.get("key_schema") or {}), value_schema=dict(data.get("value_schema") or {}),
-            void_fields=tuple(str(v) for v in data.get("void_fields") or ()), rows=int(data["rows"]),
-            renamed_fields={str(k): str(v) for k, v in (data.get("renamed_fields") or {}).items()},
-            files=tuple(ExportedFile(str(f["path"]), int(f["bytes"]), str(f["sha256"]), int(f["rows"]))
-                        for f in data.get("files") or ()),
-        )
+    def from_dict(cls, data: str | bytes | Mapping[str, Any]) -> ExportedStore:
+        """From :meth:`to_dict` (a manifest's entry, with its files) through its strict codec;
+        :class:`StateExportCorrupt` on anything else."""
+        return cls(**_STORE.decode(data))
+
+    @classmethod
+    def from_job(cls, data: Mapping[str, Any]) -> ExportedStore:
+        """A store as the export job's ``_job/result.json`` lists it: :meth:`from_dict` without
+        the files (not read back yet) and the job's own keys (``min_batch_id``, ``max_batch_id``)."""
+        return cls.from_dict({k: v for k, v in _STORE.parse(data).items() if k not in _JOB_ONLY})
 
 
 @dataclass(frozen=True)
@@ -356,24 +367,62 @@ class StateManifest:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any], *, where: str = "") -> StateManifest:
+        """From :meth:`to_json` (``state-manifest.json``, format 1) through its strict codec;
+        :class:`StateExportCorrupt` (naming ``where``) on anything else."""
         try:
-            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
-            if raw.get("format") != MANIFEST_FORMAT:
-                raise ValueError(f"format {raw.get('format')!r}")
-            return cls(
-                checkpoint_uri=str(raw["checkpoint_uri"]), query_id=raw.get("query_id"), batch_id=int(raw["batch_id"]),
-                upgrade_id=str(raw.get("upgrade_id") or ""), handover=raw.get("handover"),
-                state_store_provider=str(raw.get("state_store_provider") or HDFS_PROVIDER),
-                checkpoint_format_version=int(raw.get("checkpoint_format_version") or 1),
-                batch_watermark_ms=int(raw.get("batch_watermark_ms") or 0),
-                next_batch_watermark_ms=int(raw.get("next_batch_watermark_ms") or 0),
-                spark_version=str(raw.get("spark_version") or ""), created_at=str(raw.get("created_at") or ""),
-                stores=tuple(ExportedStore.from_dict(s) for s in raw["stores"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StateExportCorrupt(found=f"a state manifest that does not parse ({type(exc).__name__}: {exc})",
-                                     expected=f"a {STATE_MANIFEST} of format {MANIFEST_FORMAT}",
-                                     path=where or None) from None
+            return cls(**_MANIFEST.decode(data))
+        except StateExportCorrupt as exc:
+            if not where or exc.path:
+                raise
+            raise StateExportCorrupt(found=exc.found, expected=exc.expected, path=where) from None
+
+
+# -- the codecs of the manifest and its entries (airflow_ckpt_provider.upgrade.codec) -----------------
+# state-manifest.json is format 1 (every key written since the first export); its stores and files
+# carry no format number of their own.
+
+_COUNT = Field((int,))
+_FILE = Codec("ExportedFile", StateExportCorrupt, {
+    "path": Field((str,)), "bytes": _COUNT, "sha256": Field((str,)), "rows": _COUNT,
+}, version=None)
+#: keys of a store in the export job's result that the manifest does not keep
+_JOB_ONLY = frozenset({"min_batch_id", "max_batch_id"})
+_STORE = Codec("ExportedStore", StateExportCorrupt, {
+    "operator_id": _COUNT,
+    "operator_name": Field((str,)),
+    "store_name": Field((str,)),
+    "state_variable": Field((str,), nullable=True),
+    "path": Field((str,)),
+    "num_partitions": _COUNT,
+    "key_schema": Field((dict,)),
+    "value_schema": Field((dict,)),
+    "void_fields": Field((list,), decode=array_of(str)),
+    "renamed_fields": Field((dict,), decode=object_of(str)),
+    "rows": _COUNT,
+    "files": Field((list,), required=False, default=(), decode=array_of(dict, decode=ExportedFile.from_json)),
+}, version=None)
+
+
+def _handover_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The handover the export was made for, checked by :class:`Handover`'s own codec, kept as its dict."""
+    Handover.from_json(value)
+    return dict(value)
+
+
+_MANIFEST = Codec("StateManifest", StateExportCorrupt, {
+    "checkpoint_uri": Field((str,)),
+    "query_id": Field((str,), nullable=True),
+    "batch_id": _COUNT,
+    "upgrade_id": Field((str,)),
+    "handover": Field((dict,), nullable=True, decode=_handover_dict),
+    "state_store_provider": Field((str,)),
+    "checkpoint_format_version": _COUNT,
+    "batch_watermark_ms": _COUNT,
+    "next_batch_watermark_ms": _COUNT,
+    "spark_version": Field((str,)),
+    "created_at": Field((str,)),
+    "stores": Field((list,), decode=array_of(dict, decode=ExportedStore.from_dict)),
+}, version=MANIFEST_FORMAT)
 
 
 # -- an export found at the location ------------------------------------------------------------

@@ -37,10 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import (
-    InvalidStopResult,
-)
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.errors import InvalidStopResult
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.control import (
@@ -48,6 +45,7 @@ from airflow_ckpt_provider.spark.control import (
     StopAck,
     StopRequest,
 )
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, object_of, one_of
 
 log = logging.getLogger(__name__)
 DEFAULT_MISSED_BEATS = 3.0
@@ -143,21 +141,31 @@ class StopResult:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> StopResult:
-        """Rebuild from :meth:`to_json` output or its dict; :class:`InvalidStopResult` otherwise."""
-        try:
-            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
-        except (TypeError, ValueError) as exc:
-            raise InvalidStopResult(found=f"unreadable JSON ({exc})", expected="a StopResult JSON object") from None
-        if not isinstance(raw, dict):
-            raise InvalidStopResult(found=f"a JSON {type(raw).__name__}", expected="a StopResult JSON object")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise InvalidStopResult(found=f"unknown keys {unknown}", expected=f"only {sorted(known)}")
-        try:
-            return cls(**raw)
-        except TypeError as exc:
-            raise InvalidStopResult(found=str(exc), expected=f"keys {sorted(known)}") from None
+        """Rebuild from :meth:`to_json` output or its dict (the stop step's XCom, as the journal
+        records it) through its strict codec; :class:`InvalidStopResult` for anything else."""
+        return cls(**_STOP_RESULT.decode(data))
+
+
+_BATCH = Field((int,), nullable=True)
+_TEXT_OR_NULL = Field((str,), required=False, nullable=True)
+#: :class:`StopResult`'s codec: the keys and types :meth:`StopResult.to_dict` writes (no format
+#: number, as today's release writes it); ``ack`` is the driver's own StopAck record, kept as it
+#: wrote it (an object).
+_STOP_RESULT = Codec("StopResult", InvalidStopResult, {
+    "checkpoint_uri": Field((str,)),
+    "outcome": Field((str,), decode=one_of(*StopOutcome, decode=StopOutcome)),
+    "last_committed_batch": _BATCH,
+    "interrupted_batch": _BATCH,
+    "waited_s": Field((float,)),
+    "last_planned_batch": Field((int,), required=False, nullable=True),
+    "request_id": _TEXT_OR_NULL,
+    "query_id": _TEXT_OR_NULL,
+    "ack": Field((dict,), required=False, nullable=True),
+    "escalation": _TEXT_OR_NULL,
+    "timeline": Field((dict,), required=False, nullable=True, decode=object_of(float),
+                      expected="seconds (a number) by phase, or null"),
+    "detail": _TEXT_OR_NULL,
+}, version=None)
 
 
 # -- pure decisions ---------------------------------------------------------------------------------

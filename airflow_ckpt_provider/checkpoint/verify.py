@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
-    CheckpointError,
     InvalidVerifyResult,
     NotStartedYet,
     SourceNotKafka,
     StartMismatch,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot, CheckpointView
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"
@@ -52,6 +51,7 @@ OVERLAP = "overlap"
 MISSING = "missing"
 UNEXPECTED = "unexpected"
 PROBLEMS = (GAP, OVERLAP, MISSING, UNEXPECTED)
+STATUSES = (EXACT, AT_EARLIEST, AT_LATEST, *PROBLEMS)
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,15 @@ class PartitionStart:
     def ok(self) -> bool:
         return self.status not in PROBLEMS
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "given": self.given, "recorded": self.recorded,
+                "status": self.status, "handed_over": self.handed_over, "broker_earliest": self.broker_earliest}
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> PartitionStart:
+        """From :meth:`to_dict` or its JSON; :class:`InvalidVerifyResult` on anything else."""
+        return cls(**_PARTITION.decode(data))
+
     def describe(self) -> str:
         text = f"{self.topic}-{self.partition}: {self.status}, given {_fmt(self.given)}, recorded {_fmt(self.recorded)}"
         if self.handed_over is not None and self.handed_over != self.given:
@@ -87,7 +96,11 @@ def _fmt(offset: int | None) -> str:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """Outcome of a successful verification (a failed one raises); JSON-able for XCom."""
+    """Outcome of a successful verification (a failed one raises); JSON-able for XCom.
+
+    The verify step adds to :meth:`to_dict` what it checked of the sink (``sink``: a SinkDelivery
+    dict) and, when an idle topic ended its progress window, the evidence that the query caught up
+    (``caught_up``); both are written only when set."""
 
     checkpoint_uri: str
     query_id: str | None
@@ -97,53 +110,73 @@ class VerifyResult:
     partitions: tuple[PartitionStart, ...]
     last_committed_batch: int | None = None
     progress_batches: tuple[int, ...] = ()
+    sink: Mapping[str, Any] | None = field(default=None, hash=False)
+    caught_up: str | None = None
 
     @property
     def ok(self) -> bool:
         return all(p.ok for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        value = {
             "checkpoint_uri": self.checkpoint_uri,
             "query_id": self.query_id,
             "source": self.source,
             "ok": self.ok,
             "starting_offsets": self.starting_offsets.to_dict(),
             "recorded": self.recorded.to_dict(),
-            "partitions": [
-                {"topic": p.topic, "partition": p.partition, "given": p.given, "recorded": p.recorded,
-                 "status": p.status, "handed_over": p.handed_over, "broker_earliest": p.broker_earliest}
-                for p in self.partitions
-            ],
+            "partitions": [p.to_dict() for p in self.partitions],
             "last_committed_batch": self.last_committed_batch,
             "progress_batches": list(self.progress_batches),
         }
+        if self.sink is not None:
+            value["sink"] = dict(self.sink)
+        if self.caught_up is not None:
+            value["caught_up"] = self.caught_up
+        return value
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> VerifyResult:
-        """Rebuild from :meth:`to_json` output or its dict (the verify operator's XCom); raises
-        :class:`InvalidVerifyResult` on anything else."""
-        try:
-            raw = load_json(data) if isinstance(data, (str, bytes)) else dict(data)
-            parts = tuple(PartitionStart(topic=str(p["topic"]), partition=int(p["partition"]), given=p["given"],
-                                         recorded=p["recorded"], status=str(p["status"]),
-                                         handed_over=p.get("handed_over"), broker_earliest=p.get("broker_earliest"))
-                          for p in raw["partitions"])
-            return cls(checkpoint_uri=str(raw["checkpoint_uri"]), query_id=raw.get("query_id"),
-                       source=int(raw["source"]),
-                       starting_offsets=KafkaOffsets.from_json(json.dumps(raw["starting_offsets"])),
-                       recorded=KafkaOffsets.from_json(json.dumps(raw["recorded"])), partitions=parts,
-                       last_committed_batch=raw.get("last_committed_batch"),
-                       progress_batches=tuple(int(b) for b in raw.get("progress_batches") or ()))
-        except (TypeError, ValueError, KeyError, AttributeError, CheckpointError) as exc:
-            raise InvalidVerifyResult(found=f"{exc!s:.120}", expected="a VerifyResult JSON object") from None
+        """Rebuild from :meth:`to_json` output or its dict (the verify step's XCom, as the journal
+        records it) through its strict codec; :class:`InvalidVerifyResult` on anything else."""
+        return cls(**_VERIFY_RESULT.decode(data))
 
     def with_progress(self, last_committed_batch: int | None, batches: tuple[int, ...]) -> VerifyResult:
         return VerifyResult(self.checkpoint_uri, self.query_id, self.source, self.starting_offsets,
-                            self.recorded, self.partitions, last_committed_batch, tuple(batches))
+                            self.recorded, self.partitions, last_committed_batch, tuple(batches), self.sink,
+                            self.caught_up)
+
+
+_OFFSET = Field((int,), required=False, nullable=True)
+#: :class:`PartitionStart`'s codec (no format number, as today's release writes it).
+_PARTITION = Codec("PartitionStart", InvalidVerifyResult, {
+    "topic": Field((str,)),
+    "partition": Field((int,)),
+    "given": Field((int,), nullable=True),
+    "recorded": Field((int,), nullable=True),
+    "status": Field((str,), decode=one_of(*STATUSES)),
+    "handed_over": _OFFSET,
+    "broker_earliest": _OFFSET,
+}, version=None)
+#: :class:`VerifyResult`'s codec (no format number, as today's release writes it): ``ok`` is
+#: derived from the partitions, the offsets are Kafka offsets objects, each partition decoded by
+#: its own codec.
+_VERIFY_RESULT = Codec("VerifyResult", InvalidVerifyResult, {
+    "checkpoint_uri": Field((str,)),
+    "query_id": Field((str,), required=False, nullable=True),
+    "source": Field((int,)),
+    "ok": Field((bool,), required=False, derived=True),
+    "starting_offsets": Field((dict,), decode=KafkaOffsets.from_json),
+    "recorded": Field((dict,), decode=KafkaOffsets.from_json),
+    "partitions": Field((list,), decode=array_of(dict, decode=PartitionStart.from_json)),
+    "last_committed_batch": _OFFSET,
+    "progress_batches": Field((list,), required=False, default=(), decode=array_of(int)),
+    "sink": Field((dict,), required=False, nullable=True),
+    "caught_up": Field((str,), required=False, nullable=True),
+}, version=None)
 
 
 def compare_starts(

@@ -286,7 +286,7 @@ def finish_export(fs: AbstractFileSystem, root: str, plan: StateExportPlan, job_
     """Read the job's Parquet back, check it against the job's row counts and the plan's
     operators, then write and re-read ``state-manifest.json``. Raises :class:`StateExportCorrupt`."""
     assert plan.batch_id is not None
-    stores = tuple(_read_store(fs, root, ExportedStore.from_dict(s), uri, progress)
+    stores = tuple(_read_store(fs, root, ExportedStore.from_job(s), uri, progress)
                    for s in job_result.get("stores") or ())
     if int(job_result.get("batch_id", -1)) != plan.batch_id:
         raise StateExportCorrupt(found=f"the job read batch {job_result.get('batch_id')}",

@@ -81,7 +81,7 @@ def _manifest() -> StateManifest:
                           renamed_fields={"value.sum_1": "value.sum"})
     return StateManifest(checkpoint_uri="/ckpt", query_id="q", batch_id=7, upgrade_id="u", state_store_provider="p",
                          checkpoint_format_version=1, batch_watermark_ms=5, next_batch_watermark_ms=6,
-                         spark_version="4.0.0", created_at="t", stores=(store,), handover={"batch_id": 7})
+                         spark_version="4.0.0", created_at="t", stores=(store,), handover=_result().handover.to_dict())
 
 
 def test_manifest_round_trip_and_refusal() -> None:
@@ -89,9 +89,10 @@ def test_manifest_round_trip_and_refusal() -> None:
     assert StateManifest.from_json(manifest.to_json()) == manifest
     assert manifest.store(0, "default") is manifest.stores[0] and manifest.store(1, "default") is None
     assert manifest.rows == 3 and manifest.total_bytes == 10
-    with pytest.raises(StateExportCorrupt, match="does not parse"):
+    with pytest.raises(StateExportCorrupt, match="format 2 .written by a newer release") as newer:
         StateManifest.from_json('{"format": 2}', where="/x/state-manifest.json")
-    with pytest.raises(StateExportCorrupt, match="KeyError"):
+    assert newer.value.path == "/x/state-manifest.json"
+    with pytest.raises(StateExportCorrupt, match="without 'checkpoint_uri'"):
         StateManifest.from_json('{"format": 1}')
 
 
