@@ -49,7 +49,10 @@ the upgrade instead of repeating a side effect — no second archive, no second 
 stop of the new job — and approval is not asked again once the stop has begun. A run of an
 upgrade that was rolled back is refused by the preflight (set the ``upgrade_id`` param to a new
 value); one of an upgrade already finished skips every step and reports "already done", naming
-the first run's report, which is never replaced. See docs "Reliability".
+the first run's report, which is never replaced. After the approval a step takes what it needs of
+earlier steps (the handover, the state export, the archive, launch handles) from the journal's
+record (``FromRecord``), never from their XComs: XCom carries only the journal's location. See
+docs "Reliability" and "Inputs from the upgrade record".
 
 Three DAGs come from :func:`build_stream_upgrade_dag`: ``stream_upgrade`` (standby) and
 ``stream_upgrade_cold`` for manual runs (trigger form), and ``stream_upgrade_on_artifact``
@@ -83,6 +86,7 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.upgrade.inputs import FromRecord, RecordInput
 from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, ROLLBACK, Path
 
 PARAMS: dict[str, Param] = {
@@ -155,11 +159,6 @@ IN_PLACE = list(PATHS[Path.IN_PLACE].steps)
 #: So does ``relaunch`` when a released standby commits within seconds: its retry waits for the
 #: job it released (or launched), never a second one.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
-#: The new job's LaunchHandle, pushed by relaunch before it defers ('' when it never launched). A
-#: template rather than an XComArg: an XComArg would make rollback wait on relaunch's success.
-NEW_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='relaunch', key='launch_handle') "
-              "or ti.xcom_pull(task_ids='start_standby', key='launch_handle') %}"
-              "{{ handle | tojson if handle else '' }}")
 
 
 class StartArgs(TypedDict):
@@ -174,13 +173,8 @@ class StartArgs(TypedDict):
 START = StartArgs(start="{{ {'mode': params.handover_mode, 'value': params.handover_value} | tojson }}",
                   accept_reprocessing="{{ params.accept_reprocessing }}",
                   accept_data_loss="{{ params.accept_data_loss }}")
-#: The in-place restart's LaunchHandle, for its rollback's stop.
-IN_PLACE_HANDLE = ("{% set handle = ti.xcom_pull(task_ids='in_place_restart', key='launch_handle') %}"
-                   "{{ handle | tojson if handle else '' }}")
-#: The compatibility check runs unless switched off, or the run resumes or repeats an upgrade under way or done.
-CHECK_ENABLED = ("{% set found = ti.xcom_pull(task_ids='preflight') or {} %}"
-                 "{{ params.check_compatibility and not found.get('resuming') and not found.get('already_done') }}")
-#: The upgrade journal's URI (preflight opens it; every step records itself in it).
+#: The upgrade journal's URI (preflight opens it; every step records itself in it and reads its inputs from
+#: it: ``FromRecord``). The one value a step takes from another step's XCom.
 JOURNAL = "{{ (ti.xcom_pull(task_ids='preflight') or {}).get('journal', '') }}"
 #: The storage connection of every step (checkpoints, archive, journal): '' for none.
 STORAGE_CONN = "{{ params.storage_conn_id }}"
@@ -190,14 +184,10 @@ JOURNALED: dict[str, Any] = {"journal": JOURNAL, "journal_conn_id": STORAGE_CONN
                              "require_journal": True}
 #: A rollback step: recorded in the journal's rollback phase, and run (to decide) once its path ended.
 ROLLING_BACK: dict[str, Any] = {"journal_phase": "rollback", "trigger_rule": "all_done"}
-#: Where the old query's state is exported (the preflight applies the rule: checkpoint.state.export_location).
-STATE_EXPORT = "{{ ti.xcom_pull(task_ids='preflight')['state_export'] }}"
 #: The Kafka connection: every launch and verification accepts an idle topic's caught-up query with it.
 KAFKA_CONN = "{{ params.kafka_conn_id }}"
 #: The job's sink declaration (a SinkSpec as JSON), for the preflight and the verification.
 SINK = "{{ params.sink | tojson }}"
-#: The fresh checkpoint of a forward rollback (the preflight applies the rule: checkpoint.rollback.forward_checkpoint).
-ROLLBACK_CHECKPOINT = "{{ ti.xcom_pull(task_ids='preflight')['rollback_checkpoint'] }}"
 
 
 def state_spark(planned: XComArg) -> dict[str, Any]:
@@ -321,8 +311,8 @@ def build_stream_upgrade_dag(
             new_application="{{ params.new_application }}", application_args=args_of("new"),
             live_locations={"new checkpoint": "{{ params.new_checkpoint }}", "new sink": "{{ params.new_sink_path }}",
                             "archive root": "{{ params.archive_root }}"},
-            carry_state="{{ params.carry_state }}", enabled=CHECK_ENABLED, storage_conn_id=STORAGE_CONN,
-            journal=JOURNAL, journal_conn_id=STORAGE_CONN, **spark_of("new"),
+            carry_state="{{ params.carry_state }}", enabled="{{ params.check_compatibility }}",
+            storage_conn_id=STORAGE_CONN, journal=JOURNAL, journal_conn_id=STORAGE_CONN, **spark_of("new"),
         )
         # in place or a new checkpoint: decided before the approval (which shows it); a resumed upgrade
         # goes on along the path its journal records
@@ -349,56 +339,58 @@ def build_stream_upgrade_dag(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, **JOURNALED, **START,
         )
-        # the handover step's result (HandoverResult) goes whole to the steps that need it
+        # from here on a step takes the other steps' results from the upgrade record (FromRecord): the
+        # handover step's result (HandoverResult) goes whole to the steps that need it
         export_state = StateExportOperator(
-            task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}", export_uri=STATE_EXPORT,
-            handover=result_of(extract), carry_state="{{ params.carry_state }}",
-            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
+            task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}",
+            export_uri=FromRecord(RecordInput.STATE_EXPORT_LOCATION), handover=FromRecord(RecordInput.HANDOVER),
+            carry_state="{{ params.carry_state }}", upgrade_id=FromRecord(RecordInput.UPGRADE_ID),
             **spark_of("new"), **JOURNALED,
         )
         archive = CheckpointArchiveOperator(
             task_id="archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
-            handover=result_of(extract),
+            handover=FromRecord(RecordInput.HANDOVER),
             reason="upgrade to {{ params.new_application }}", remove_source=remove_old_checkpoint,
-            upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
-            archive_conn_id=STORAGE_CONN, **JOURNALED,
+            upgrade_id=FromRecord(RecordInput.UPGRADE_ID), archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         launch_args: dict[str, Any] = dict(
             task_id="relaunch", application="{{ params.new_application }}",
             application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
-            handover=result_of(extract), initial_state=result_of(export_state),
+            handover=FromRecord(RecordInput.HANDOVER), initial_state=FromRecord(RecordInput.STATE_EXPORT),
             sink_path="{{ params.new_sink_path or '' }}",
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
         relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
-                    else StandbyReleaseOperator(standby_handle=result_of(start_standby), **launch_args))
+                    else StandbyReleaseOperator(standby_handle=FromRecord(RecordInput.STANDBY_HANDLE), **launch_args))
         verify = HandoverVerifyOperator(
-            task_id="verify", handover=result_of(extract), checkpoint_uri="{{ params.new_checkpoint }}",
+            task_id="verify", handover=FromRecord(RecordInput.HANDOVER), checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, progress_window_s=progress_window_s,
             poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
 
+        # the new version's launch handle: relaunch's, else the standby's, as each recorded it right after
+        # launching (also when it then failed while waiting for the job); '' when neither launched
         rollback_stop_new = GracefulStopOperator(
             task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
-            launch_handle=NEW_HANDLE,
+            launch_handle=FromRecord(RecordInput.NEW_HANDLE),
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
         )
         # what the stopped new version processed: where the old version restarts, what it reads twice
         rollback_handover = RollbackHandoverOperator(
             task_id="rollback_handover", checkpoint_uri="{{ params.new_checkpoint }}",
-            old_checkpoint_uri="{{ params.old_checkpoint }}",
-            handover="{{ ti.xcom_pull(task_ids='extract_handover') | tojson }}",
-            rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri=ROLLBACK_CHECKPOINT,
+            old_checkpoint_uri="{{ params.old_checkpoint }}", handover=FromRecord(RecordInput.HANDOVER),
+            rollback_mode="{{ params.rollback_mode }}",
+            rollback_checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
             **JOURNALED, **ROLLING_BACK,
         )
         rollback_restore = CheckpointRestoreOperator(
             task_id="rollback_restore", target_uri="{{ params.old_checkpoint }}", skip_if_target_exists=True,
-            archive_uri="{{ (ti.xcom_pull(task_ids='archive') or {}).get('location', '') }}",
+            archive_uri=FromRecord(RecordInput.ARCHIVE_LOCATION),
             archive_conn_id=STORAGE_CONN, **JOURNALED, **ROLLING_BACK,
         )
         rollback_restart_old = StreamLaunchOperator(
@@ -411,8 +403,9 @@ def build_stream_upgrade_dag(
         rollback_restart_forward = StreamLaunchOperator(
             task_id="rollback_restart_forward", application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
-            checkpoint_uri=ROLLBACK_CHECKPOINT, old_checkpoint_uri="{{ params.old_checkpoint }}",
-            starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
+            checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
+            old_checkpoint_uri="{{ params.old_checkpoint }}",
+            starting_offsets=FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS),
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, **ROLLING_BACK,
         )
@@ -438,9 +431,9 @@ def build_stream_upgrade_dag(
         in_place_archive = CheckpointArchiveOperator(
             task_id="in_place_archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
-            handover=result_of(in_place_handover), reason="in-place restart as {{ params.new_application }}",
-            remove_source=False, upgrade_id="{{ ti.xcom_pull(task_ids='preflight')['upgrade_id'] or run_id }}",
-            archive_conn_id=STORAGE_CONN, **JOURNALED,
+            handover=FromRecord(RecordInput.IN_PLACE_HANDOVER),
+            reason="in-place restart as {{ params.new_application }}", remove_source=False,
+            upgrade_id=FromRecord(RecordInput.UPGRADE_ID), archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         in_place_restart = StreamLaunchOperator(
             task_id="in_place_restart", application="{{ params.new_application }}",
@@ -450,7 +443,7 @@ def build_stream_upgrade_dag(
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
         in_place_verify = HandoverVerifyOperator(
-            task_id="in_place_verify", handover=result_of(in_place_handover),
+            task_id="in_place_verify", handover=FromRecord(RecordInput.IN_PLACE_HANDOVER),
             checkpoint_uri="{{ params.old_checkpoint }}", in_place=True, kafka_conn_id=KAFKA_CONN,
             progress_window_s=progress_window_s, poll_interval=poll_interval,
             **JOURNALED, **STOP_RETRY,
@@ -458,7 +451,8 @@ def build_stream_upgrade_dag(
 
         in_place_rollback_stop = GracefulStopOperator(
             task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
-            launch_handle=IN_PLACE_HANDLE, stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
+            launch_handle=FromRecord(RecordInput.IN_PLACE_HANDLE),
+            stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
         )
 

@@ -1000,3 +1000,13 @@ class InvalidStepResult(CheckpointError, ValueError):
     default_action = ("Pass the step's result as its operator returned it (its XCom), unchanged; a result written "
                       "by another release of the provider is not read: finish that upgrade with the release that "
                       "started it.")
+
+
+class RecordInputMissing(CheckpointError):
+    """A step's input that it reads from the upgrade record (``FromRecord``,
+    :mod:`airflow_ckpt_provider.upgrade.inputs`) is not there, and no empty value is safe."""
+
+    summary = "a step's input is not in the upgrade record"
+    default_action = ("Nothing was started or changed by this step. Run the step that records this input first "
+                      "(re-trigger the DAG run: the upgrade resumes from its journal), or, for an operator used alone, "
+                      "give it the upgrade journal (`journal=`) or the value itself instead of FromRecord(...).")

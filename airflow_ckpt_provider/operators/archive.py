@@ -15,11 +15,12 @@ from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.manifest import RESTORE_MARKER, check_name, human_bytes, sanitize_upgrade_id
 from airflow_ckpt_provider.faults import armed, fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.storage.archive import CheckpointArchive, default_actor
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.listing import holds_anything
 from airflow_ckpt_provider.storage.restore import restore_archive
+from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart
 
 #: With the fault point ``<task id>:copying`` armed, the process is killed after this many files.
@@ -106,8 +107,8 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
         checkpoint_uri: str,
         archive_root: str,
         stream_name: str,
-        handover: HandoverResult | Handover | str | Mapping[str, Any] | None = None,
-        upgrade_id: str | None = None,
+        handover: HandoverResult | Handover | str | Mapping[str, Any] | FromRecord | None = None,
+        upgrade_id: str | FromRecord | None = None,
         reason: str = "",
         remove_source: bool = False,
         storage_conn_id: str | None = None,
@@ -129,8 +130,8 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
         self.checkpoint_uri = checkpoint_uri
         self.archive_root = archive_root
         self.stream_name = stream_name
-        self.handover = handover
-        self.upgrade_id = upgrade_id
+        self.handover = given(handover)
+        self.upgrade_id = given(upgrade_id)
         self.reason = reason
         self.remove_source = bool(remove_source)
         self.storage_conn_id = storage_conn_id
@@ -192,7 +193,7 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     def __init__(
         self,
         *,
-        archive_uri: str,
+        archive_uri: str | FromRecord,
         target_uri: str,
         archive_conn_id: str | None = None,
         storage_conn_id: str | None = None,
@@ -205,7 +206,7 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.init_journal(journal, journal_conn_id, journal_phase)
-        self.archive_uri = archive_uri
+        self.archive_uri = given(archive_uri)
         self.target_uri = target_uri
         self.archive_conn_id = archive_conn_id
         self.storage_conn_id = storage_conn_id

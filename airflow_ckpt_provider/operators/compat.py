@@ -18,6 +18,7 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice
 from airflow_ckpt_provider.operators.journaled import decided, journal_at
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade import planner
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -42,6 +43,13 @@ class CompatibilityCheckOperator(BaseOperator):
     or the trial location overlaps a live one: nothing started) and, with ``fail_if_does_not_start``,
     :class:`NewVersionDoesNotStart` (the driver's error and log tail) — before anything stops.
 
+    With ``journal`` it first asks the planner
+    (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`): an upgrade under way (a step with a
+    side effect began: its new version was tried before its stop) or already ended tries nothing,
+    returns ``{"skipped": <why>, "summary_md": ""}``, logs why and leaves the journal as it is (the
+    first run's verdict stays the upgrade's). Otherwise ``enabled`` decides, and the verdict, the
+    refusal or the switch-off goes in the journal's ``planning``.
+
     :param old_checkpoint_uri: the running (old) version's checkpoint
     :param new_application: the new version (``.py`` or jar)
     :param application_args: the new version's arguments
@@ -59,7 +67,8 @@ class CompatibilityCheckOperator(BaseOperator):
     :param spark_binary: spark-submit binary, when not ``<spark_home>/bin/spark-submit``
     :param storage_conn_id: Airflow connection for the checkpoint's and the trial location's storage
     :param trial_timeout: seconds a trial may run before it is killed (then it proves nothing)
-    :param enabled: False (or a template rendering "False"): run nothing, return ``{"skipped": ...}``
+    :param enabled: False (or a template rendering "False", the ``check_compatibility`` param): run nothing,
+        return ``{"skipped": "switched off", ...}``
     :param source: Kafka source index or name the migrated trial starts from (default: the only one, as the handover)
     :param journal: the upgrade journal's URI (templated): the verdict (or the refusal) goes in its ``planning``
     :param journal_conn_id: Airflow connection of the journal's storage
@@ -138,7 +147,13 @@ class CompatibilityCheckOperator(BaseOperator):
         return CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        return decided(journal_at(self.journal, self.journal_conn_id), self.task_id, context, self._check,
+        journal = journal_at(self.journal, self.journal_conn_id)
+        decision = planner.next_action(journal.read() if journal is not None and journal.exists() else None,
+                                       self.task_id)
+        if decision.act is planner.Act.SKIP:
+            self.log.info("no trial runs: %s", decision.reason)
+            return {"skipped": decision.reason, "summary_md": ""}
+        return decided(journal, self.task_id, context, self._check,
                        lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")})
 
     def _check(self) -> dict[str, Any]:

@@ -29,12 +29,13 @@ from airflow_ckpt_provider.checkpoint.rollback import (
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
 from airflow_ckpt_provider.sinks.ledger import delivered_record
 from airflow_ckpt_provider.spark.control import HELD
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE
 
 
@@ -301,9 +302,9 @@ class RollbackHandoverOperator(JournaledStep, BaseOperator):
         *,
         checkpoint_uri: str,
         old_checkpoint_uri: str,
-        handover: HandoverResult | str | Mapping[str, Any] | None = None,
+        handover: HandoverResult | str | Mapping[str, Any] | FromRecord | None = None,
         rollback_mode: str = RollbackMode.RESTORE.value,
-        rollback_checkpoint_uri: str = "",
+        rollback_checkpoint_uri: str | FromRecord = "",
         source: int | str | None = None,
         storage_conn_id: str | None = None,
         journal: str | None = None,
@@ -315,9 +316,9 @@ class RollbackHandoverOperator(JournaledStep, BaseOperator):
         self.init_journal(journal, journal_conn_id, journal_phase)
         self.checkpoint_uri = checkpoint_uri
         self.old_checkpoint_uri = old_checkpoint_uri
-        self.handover = handover
+        self.handover = given(handover)
         self.rollback_mode = rollback_mode
-        self.rollback_checkpoint_uri = rollback_checkpoint_uri
+        self.rollback_checkpoint_uri = given(rollback_checkpoint_uri)
         self.source = source
         self.storage_conn_id = storage_conn_id
 

@@ -9,21 +9,31 @@ does not need) skips itself, saying why, and records nothing; otherwise it recor
 acts, and records ``done`` with its result or ``failed`` with its error. An interrupted one is
 told so (:class:`StepStart.interrupted`) and resumes safely. Without ``journal`` the operators
 behave exactly as on their own.
+
+An argument given as :class:`~airflow_ckpt_provider.upgrade.inputs.FromRecord` (a template field
+only) is read from the journal's record (:func:`~airflow_ckpt_provider.upgrade.inputs.resolve`)
+once the planner said ``run`` and the step's own templates rendered, so a recorded value is never
+rendered as a template; each value read is logged with its locations' credentials masked. A step
+without a journal, or a record without a required input, raises :class:`RecordInputMissing`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from airflow.sdk import Context
 
+from airflow_ckpt_provider.checkpoint.errors import shorten
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.record import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, StepStart
+from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, resolve
+from airflow_ckpt_provider.upgrade.record import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, JournalRecord, StepStart
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
 
@@ -44,6 +54,14 @@ def skip(reason: str) -> BaseException:
 
 
 T = TypeVar("T")
+#: The longest value read from the record that the log shows (its middle is cut).
+LOGGED_INPUT_CHARS = 400
+
+
+def given(value: T | FromRecord) -> T:
+    """An operator argument that may be :class:`FromRecord`, typed as the value it stands for: the
+    journaled step replaces the marker before it runs (:meth:`JournaledStep.read_record_inputs`)."""
+    return value  # type: ignore[return-value]
 
 
 def journal_at(uri: str | None, conn_id: str | None = None) -> UpgradeJournal | None:
@@ -85,31 +103,57 @@ class JournaledStep:
         """Decide before rendering: a step the journal does not call for skips itself before its
         other templates are rendered and before its inputs (other steps' results, which a step not
         called for may not have) are read. Only ``journal`` and ``journal_conn_id`` are rendered
-        for the decision; the step decides again when it runs (:meth:`run_step`)."""
+        for the decision; then the templates, then, for a step that runs, its :class:`FromRecord`
+        arguments (:meth:`read_record_inputs`). The step decides again when it runs (:meth:`run_step`)."""
         journal = journal_at(*(str(self.render_template(value, context, jinja_env) or "")  # type: ignore[attr-defined]
                                for value in (self.journal, self.journal_conn_id)))
-        self.skip_unless_called_for(journal)
+        record, decision = self.skip_unless_called_for(journal)
         super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+        if decision.act is planner.Act.RUN:
+            self.read_record_inputs(record, journal)
 
-    def skip_unless_called_for(self, journal: UpgradeJournal | None) -> None:
-        """Raise Airflow's skip when the step must not run: ``require_journal`` without a journal, or
-        the planner's ``skip`` (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`)."""
+    def skip_unless_called_for(
+            self, journal: UpgradeJournal | None) -> tuple[JournalRecord | None, planner.NextAction]:
+        """The journal's record (None without a journal) and the planner's decision
+        (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`: run or reuse); Airflow's skip
+        when the step must not run: ``require_journal`` without a journal, or the planner's ``skip``."""
         if journal is None:
             if self.require_journal:
                 reason = "no upgrade journal (the preflight that opens it did not run to its end): nothing was changed"
                 self.log.info("step %s skipped: %s", self.task_id, reason)
                 raise skip(f"{self.task_id}: {reason}")
-            return
-        decision = planner.next_action(journal.read(), self.task_id)
+            return None, planner.next_action(None, self.task_id)
+        record = journal.read()
+        decision = planner.next_action(record, self.task_id)
         if decision.act is planner.Act.SKIP:
             self.log.info("step %s skipped: %s", self.task_id, decision.reason)
             raise skip(f"{self.task_id}: {decision.reason}")
+        return record, decision
+
+    def read_record_inputs(self, record: JournalRecord | None, journal: UpgradeJournal | None) -> None:
+        """Replace each template field holding :class:`FromRecord` with its value in ``record``
+        (:func:`~airflow_ckpt_provider.upgrade.inputs.resolve`), logged with locations masked; call
+        it once the step runs and its templates rendered. :class:`RecordInputMissing` without a
+        record, or for a required input the record does not hold."""
+        template_fields: tuple[str, ...] = tuple(getattr(self, "template_fields", ()))
+        for name in template_fields:
+            marker = getattr(self, name, None)
+            if not isinstance(marker, FromRecord):
+                continue
+            value = resolve(record, marker.input, argument=name)
+            setattr(self, name, value)
+            shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+            self.log.info("%s: %s, read from the upgrade record %s: %s", name, INPUTS[marker.input].what,
+                          redact_location(journal.uri) if journal is not None else "",
+                          shorten(redact_location(shown), LOGGED_INPUT_CHARS) if shown != "" else "(empty)")
 
     def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
                  on_reuse: Callable[[Any], None] | None = None) -> Any:
         """``action(start, journal)`` journaled under the task id (see the module docstring)."""
         journal = self.open_journal()
-        self.skip_unless_called_for(journal)
+        record, decision = self.skip_unless_called_for(journal)
+        if decision.act is planner.Act.RUN:
+            self.read_record_inputs(record, journal)  # those not read yet (a step run without rendering)
         if journal is None:
             return action(None, None)
         start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase)
@@ -165,4 +209,4 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
                                                         result=summary(result)))
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "journal_at", "recorded"]
+__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "given", "journal_at", "recorded"]

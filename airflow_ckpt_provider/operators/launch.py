@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
@@ -32,7 +32,7 @@ from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.sinks import SinkDelivery, SinkSpec, verify_sink
 from airflow_ckpt_provider.spark.control import (
     CONF_INITIAL_STATE_PATH,
@@ -57,6 +57,7 @@ from airflow_ckpt_provider.triggers.launch import (
     LaunchWait,
     committed_batches,
 )
+from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE, JournalStep, StepStart
 
 if TYPE_CHECKING:
@@ -160,18 +161,18 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         self,
         *,
         application: str,
-        checkpoint_uri: str,
+        checkpoint_uri: str | FromRecord,
         application_args: Sequence[str] = (),
         old_checkpoint_uri: str | None = None,
-        handover: HandoverResult | str | Mapping[str, Any] | None = None,
-        starting_offsets: str | None = None,
+        handover: HandoverResult | str | Mapping[str, Any] | FromRecord | None = None,
+        starting_offsets: str | FromRecord | None = None,
         handover_json: str | None = None,
         conf: Mapping[str, str] | None = None,
         spark_conn_id: str | None = None,
         master: str | None = None,
         deploy_mode: str | None = None,
         sink_path: str | None = None,
-        initial_state: str | Mapping[str, Any] | None = None,
+        initial_state: str | Mapping[str, Any] | FromRecord | None = None,
         allow_existing_checkpoint: bool = False,
         first_commit_timeout: float = 600.0,
         poll_interval: float = 5.0,
@@ -207,18 +208,18 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         if isinstance(application_args, str):
             raise TypeError("application_args must be a list of strings, not one string")
         self.application = application
-        self.checkpoint_uri = checkpoint_uri
+        self.checkpoint_uri = given(checkpoint_uri)
         self.application_args = application_args  # template fields are stored as given (rendered later)
         self.old_checkpoint_uri = old_checkpoint_uri
-        self.handover = handover
-        self.starting_offsets = starting_offsets
+        self.handover = given(handover)
+        self.starting_offsets = given(starting_offsets)
         self.handover_json = handover_json
         self.conf = conf
         self.spark_conn_id = spark_conn_id
         self.master = master
         self.deploy_mode = deploy_mode
         self.sink_path = sink_path
-        self.initial_state = initial_state
+        self.initial_state = given(initial_state)
         self.allow_existing_checkpoint = bool(allow_existing_checkpoint)
         self._resume_after: int | None = None  # last batch of an existing checkpoint (preflight)
         self.first_commit_timeout = float(first_commit_timeout)
@@ -490,11 +491,11 @@ class StandbyReleaseOperator(StreamLaunchOperator):
 
     template_fields: Sequence[str] = (*StreamLaunchOperator.template_fields, "standby_handle")
 
-    def __init__(self, *, standby_handle: str | Mapping[str, Any] | None, **kwargs: Any) -> None:
+    def __init__(self, *, standby_handle: str | Mapping[str, Any] | FromRecord | None, **kwargs: Any) -> None:
         if kwargs.get("standby"):
             raise ValueError("StandbyReleaseOperator releases a standby; it does not launch one (standby=False)")
         super().__init__(**kwargs)
-        self.standby_handle = standby_handle
+        self.standby_handle = given(standby_handle)
 
     def _standby(self) -> LaunchHandle | None:
         value = self.standby_handle
@@ -621,7 +622,7 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     def __init__(
         self,
         *,
-        handover: HandoverResult | str | Mapping[str, Any],
+        handover: HandoverResult | str | Mapping[str, Any] | FromRecord,
         checkpoint_uri: str,
         starting_offsets: str | None = None,
         kafka_conn_id: str | None = None,
@@ -642,7 +643,8 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         if progress_window_s < 0:
             raise ValueError("progress_window_s must be >= 0")
-        self.handover = handover
+        # a FromRecord is read when the step runs (given() cannot name a union of several types)
+        self.handover = cast("HandoverResult | str | Mapping[str, Any]", handover)
         self.checkpoint_uri = checkpoint_uri
         self.starting_offsets = starting_offsets
         self.kafka_conn_id = kafka_conn_id

@@ -87,8 +87,15 @@ class UpgradePreflightOperator(BaseOperator):
     journal and rollback time, and the ``upgrade_id`` param to change); one closed after a
     finished upgrade makes this run ALREADY DONE: it returns ``already_done`` True with the first
     run's report, and the DAG skips every step (see :func:`~airflow_ckpt_provider.upgrade.record.rerun_of`).
-    Either way the journal gets a ``run_log`` entry for this run and nothing else changes. A
-    rejected upgrade (nothing was stopped) starts afresh.
+    Either way the journal gets a ``run_log`` entry for this run and nothing else changes (an
+    already-done run's entry says so, with the first report, the run that finished the upgrade
+    and when: the report reads it there). A rejected upgrade (nothing was stopped) starts afresh.
+
+    The journal's ``planning`` gets this step's decisions for the steps after it: the relaunch and
+    rollback modes, where the state export goes (``state_export``) and a forward rollback's fresh
+    checkpoint (``rollback_checkpoint``), which the steps read from the record
+    (:class:`~airflow_ckpt_provider.upgrade.inputs.RecordInput`). A resumed upgrade keeps those of
+    its first run, whatever this run's params say.
 
     An ``old_launch_handle`` that is not a launch handle's JSON is refused
     (:class:`InvalidLaunchHandle`).
@@ -268,7 +275,8 @@ class UpgradePreflightOperator(BaseOperator):
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
-                                    result={"resuming": False, "old_query_running": running, **self._modes()})
+                                    result={"resuming": False, "old_query_running": running, **self._modes(),
+                                            **self._locations(upgrade_id)})
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
         return PreflightResult(
@@ -383,6 +391,16 @@ class UpgradePreflightOperator(BaseOperator):
         return {"relaunch_mode": str(self.relaunch_mode or ""),
                 "rollback_mode": str(self.rollback_mode or RollbackMode.RESTORE.value)}
 
+    def _locations(self, upgrade_id: str, record: JournalRecord | None = None) -> dict[str, str]:
+        """The locations the steps read from the journal's planning
+        (:class:`~airflow_ckpt_provider.upgrade.inputs.RecordInput`): where the state export goes and
+        a forward rollback's fresh checkpoint; on a resumed upgrade those its first run recorded (a
+        re-run's params do not move them), else those of this run's params."""
+        first = planner.result_of(record, self.task_id) if record is not None else None
+        recorded = first if isinstance(first, Mapping) else {}
+        return {key: str(recorded.get(key) or fallback) for key, fallback in (
+            ("state_export", self._state_export(upgrade_id)), ("rollback_checkpoint", self._rollback_target()))}
+
     def _rollback_target(self) -> str:
         """A forward rollback's fresh checkpoint: the one given, else beside the new checkpoint."""
         return forward_checkpoint(self.new_checkpoint_uri, self.rollback_checkpoint_uri)
@@ -438,11 +456,12 @@ class UpgradePreflightOperator(BaseOperator):
         planned = record.planned_handover or {}
         journal.record_run(run_id, f"resumed: steps done {', '.join(done) or 'none'}; "
                                    f"unfinished {', '.join(open_steps) or 'none'}")
+        locations = self._locations(upgrade_id, record)
         journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
-                                result={"resuming": True, **self._modes(record)})
+                                result={"resuming": True, **self._modes(record), **locations})
         return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
-                               resuming=True, steps_done=tuple(done), state_export=self._state_export(upgrade_id),
-                               rollback_checkpoint=self._rollback_target()).to_dict()
+                               resuming=True, steps_done=tuple(done), state_export=locations["state_export"],
+                               rollback_checkpoint=locations["rollback_checkpoint"]).to_dict()
 
     def _refuse_rolled_back(self, journal: UpgradeJournal, record: JournalRecord, run_id: str) -> NoReturn:
         """A rolled-back upgrade never goes forward again: say so before anything replays."""
@@ -470,12 +489,14 @@ class UpgradePreflightOperator(BaseOperator):
             location = archived.get("location", "") if isinstance(archived, dict) else ""
             first_report = f"{location.rstrip('/')}/report" if location else ""
         by = str(closing.get("run_id") or (record.runs[-1] if record.runs else "?"))
+        # what this run's report reads (UpgradeReportOperator): the journal is closed, its planning stays as it is
         journal.record_run(run_id, f"already done: upgraded at {record.closed_at} by run {by}; no step runs again",
-                           first_report=first_report)
+                           already_done=True, first_report=first_report, done_by_run=by, done_at=record.closed_at)
         self.log.warning("upgrade %s of stream %s is ALREADY DONE (upgraded at %s by run %s; report %s): this run "
                          "does nothing. To upgrade again, set the `upgrade_id` param to a new value (or leave it empty "
                          "after changing the new checkpoint).", record.upgrade_id, record.intent.stream_name,
                          record.closed_at, by, first_report or "unknown")
+        locations = self._locations(record.upgrade_id, record)
         summary = "\n".join([
             f"### Upgrade `{record.upgrade_id}` of stream `{record.intent.stream_name}` is already done", "",
             f"Upgraded at {record.closed_at} by run {by}; its report: `{first_report or 'unknown'}`.",
@@ -486,6 +507,6 @@ class UpgradePreflightOperator(BaseOperator):
             summary_md=summary, handover=record.planned_handover or {}, upgrade_id=record.upgrade_id,
             journal=journal.uri, steps_done=tuple(name for name, step in record.steps.items() if step.done),
             already_done=True, first_report=first_report, done_by_run=by, done_at=record.closed_at,
-            state_export=self._state_export(record.upgrade_id), rollback_checkpoint=self._rollback_target(),
+            state_export=locations["state_export"], rollback_checkpoint=locations["rollback_checkpoint"],
         ).to_dict()
 

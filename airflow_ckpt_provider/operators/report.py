@@ -24,7 +24,6 @@ from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import JournalRecord
-from airflow_ckpt_provider.upgrade.results import PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PLANNING, PathSteps
 
 
@@ -58,10 +57,11 @@ class UpgradeReportOperator(BaseOperator):
     preflight refused the upgrade before opening one: nothing was changed) the outcome is
     ``failed`` and the report is only logged.
 
-    When ``preflight_task_id``'s XCom says ``already_done`` (an earlier run finished this upgrade),
-    the outcome is ``already done``: the report says this run did nothing and names the first
-    run's report, is stored beside it as ``report/run-<n>/``, and the journal gets a run entry
-    but is not closed again (its outcome and the first report stay as they are). The task succeeds.
+    When the journal's ``run_log`` says this run found the upgrade already done (the preflight's
+    entry for this run: an earlier run finished this upgrade), the outcome is ``already done``: the
+    report says this run did nothing and names the first run's report, is stored beside it as
+    ``report/run-<n>/``, and the journal gets a run entry but is not closed again (its outcome and
+    the first report stay as they are). The task succeeds.
 
     :param stream_name: the stream's name (templated)
     :param old_checkpoint_uri: the old version's checkpoint (templated)
@@ -69,7 +69,6 @@ class UpgradeReportOperator(BaseOperator):
     :param path: the steps of the path the DAG runs
     :param in_place: the steps of the in-place path, when the DAG has one
     :param step_names: every step to list in the report, in order (default: the planning, ``path``, ``in_place``)
-    :param preflight_task_id: the preflight's task (its XCom says "already done")
     :param storage_conn_id: Airflow connection of the checkpoints' storage (templated)
     :param archive_conn_id: Airflow connection of the archive's storage (templated)
     :param journal: the upgrade journal's URI (templated)
@@ -88,7 +87,6 @@ class UpgradeReportOperator(BaseOperator):
         path: PathSteps,
         in_place: PathSteps | None = None,
         step_names: Sequence[str] | None = None,
-        preflight_task_id: str | None = "preflight",
         storage_conn_id: str | None = None,
         archive_conn_id: str | None = None,
         journal: str | None = None,
@@ -105,19 +103,16 @@ class UpgradeReportOperator(BaseOperator):
         self.in_place = in_place
         self.step_names = list(step_names) if step_names is not None else [
             *PLANNING, *path.steps, *(s for s in (in_place.steps if in_place else ()) if s not in path.steps)]
-        self.preflight_task_id = preflight_task_id
         self.storage_conn_id = storage_conn_id
         self.archive_conn_id = archive_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        ti = context["ti"]
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         record, notes = self._record(journal)
         steps = planner.timings(record, self.step_names)
-        found = ti.xcom_pull(task_ids=self.preflight_task_id) if self.preflight_task_id else None
-        preflight = PreflightResult.from_json(found) if found else None
-        if preflight is not None and preflight.already_done:  # this run ran none of the steps
-            return self._already_done(context, preflight, planner.timings(None, self.step_names))
+        done = already_done(record, str(context.get("run_id", "")))
+        if record is not None and done is not None:  # this run ran none of the steps
+            return self._already_done(context, record, done, planner.timings(None, self.step_names))
         chosen = path_of(planner.result_of(record, "choose_path"))
         in_place = chosen is not None and chosen.in_place and self.in_place is not None
         path = self.in_place if in_place and self.in_place is not None else self.path
@@ -209,13 +204,15 @@ class UpgradeReportOperator(BaseOperator):
                 "--release-lock`) or re-trigger this DAG run to resume the upgrade. The journal stays open and the "
                 "stream locked until then.")
 
-    def _already_done(self, context: Context, preflight: PreflightResult, steps: list[Any]) -> dict[str, Any]:
-        """The report of a run that found its upgrade finished: nothing done, the first report named,
-        stored beside it without touching it; the journal gets a run entry and stays closed."""
+    def _already_done(self, context: Context, record: JournalRecord, done: Mapping[str, Any],
+                      steps: list[Any]) -> dict[str, Any]:
+        """The report of a run that found its upgrade finished (``done``: the preflight's run entry):
+        nothing done, the first report named, stored beside it without touching it; the journal gets
+        a run entry and stays closed."""
         run_id = str(context.get("run_id", ""))
-        first = preflight.first_report
-        notes = [f"upgrade {preflight.upgrade_id or '?'} was already done: upgraded at "
-                 f"{preflight.done_at or '?'} by run {preflight.done_by_run or '?'}; this run did nothing "
+        first = str(done.get("first_report") or "")
+        notes = [f"upgrade {record.upgrade_id or '?'} was already done: upgraded at "
+                 f"{done.get('done_at') or '?'} by run {done.get('done_by_run') or '?'}; this run did nothing "
                  "(no step ran, nothing was stopped, archived or launched)",
                  f"the upgrade's report: {first or 'unknown'}"]
         report = UpgradeReport(stream=self.stream_name, outcome=ALREADY_DONE, run_id=run_id,
@@ -274,6 +271,15 @@ class UpgradeReportOperator(BaseOperator):
         uri = archive_uri.rstrip("/") + folder[len(root.rstrip("/")):]  # with its protocol, as given
         self.log.info("report stored in %s", uri)
         return uri
+
+
+def already_done(record: JournalRecord | None, run_id: str) -> Mapping[str, Any] | None:
+    """The ``run_log`` entry in which the preflight of run ``run_id`` found the upgrade already done
+    (``first_report``, ``done_by_run``, ``done_at``); None when this run found no finished upgrade."""
+    if record is None or not run_id:
+        return None
+    return next((entry for entry in reversed(record.run_log)
+                 if entry.get("run_id") == run_id and entry.get("already_done") is True), None)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:  # noqa: ANN401 - a recorded JSON value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from airflow.sdk import BaseOperator, Context
 
@@ -17,8 +17,9 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE, StepStart
 
 
@@ -69,10 +70,10 @@ class StateExportOperator(JournaledStep, BaseOperator):
         self,
         *,
         checkpoint_uri: str,
-        export_uri: str,
-        handover: HandoverResult | str | Mapping[str, Any],
+        export_uri: str | FromRecord,
+        handover: HandoverResult | str | Mapping[str, Any] | FromRecord,
         carry_state: bool | str = True,
-        upgrade_id: str = "",
+        upgrade_id: str | FromRecord = "",
         conf: Mapping[str, str] | None = None,
         master: str | None = "local[2]",
         deploy_mode: str | None = None,
@@ -95,10 +96,11 @@ class StateExportOperator(JournaledStep, BaseOperator):
         if export_timeout <= 0 or poll_interval <= 0:
             raise ValueError("export_timeout and poll_interval must be positive")
         self.checkpoint_uri = checkpoint_uri
-        self.export_uri = export_uri
-        self.handover = handover
+        self.export_uri = given(export_uri)
+        # a FromRecord is read when the step runs (given() cannot name a union of several types)
+        self.handover = cast("HandoverResult | str | Mapping[str, Any]", handover)
         self.carry_state = carry_state
-        self.upgrade_id = upgrade_id
+        self.upgrade_id = given(upgrade_id)
         self.conf = conf
         self.master = master
         self.deploy_mode = deploy_mode

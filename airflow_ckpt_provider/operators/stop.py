@@ -15,9 +15,10 @@ from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopOutc
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
-from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep
+from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
+from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE
 
 #: Airflow's own deferral timeout is a backstop past the trigger's deadline (which escalates).
@@ -72,7 +73,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         self,
         *,
         checkpoint_uri: str,
-        launch_handle: str | Mapping[str, Any] | LaunchHandle | None = None,
+        launch_handle: str | Mapping[str, Any] | LaunchHandle | FromRecord | None = None,
         stop_timeout: float = 300.0,
         quiet_period: float = 10.0,
         storage_conn_id: str | None = None,
@@ -92,12 +93,12 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
                 or (acknowledged_quiet_period is not None and acknowledged_quiet_period < 0):
             raise ValueError("stop_timeout, poll_interval and missed_beats must be > 0, the quiet periods >= 0")
         self.acknowledged_quiet_period = None if acknowledged_quiet_period is None else float(acknowledged_quiet_period)
-        if launch_handle is not None and not isinstance(launch_handle, (str, Mapping, LaunchHandle)) \
+        if launch_handle is not None and not isinstance(launch_handle, (str, Mapping, LaunchHandle, FromRecord)) \
                 and not hasattr(launch_handle, "resolve"):
             raise TypeError(f"launch_handle must be a LaunchHandle, its dict or JSON string, "
                             f"not {type(launch_handle).__name__}")
         self.checkpoint_uri = checkpoint_uri
-        self.launch_handle = launch_handle  # a template field: rendered, then read by _handle()
+        self.launch_handle = given(launch_handle)  # a template field: rendered or read from the record, then _handle()
         self.stop_timeout = float(stop_timeout)
         self.quiet_period = float(quiet_period)
         self.storage_conn_id = storage_conn_id

@@ -38,6 +38,7 @@ from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, JournalRecord, JournalStep
 from airflow_ckpt_provider.upgrade.steps import (
     APPROVAL,
+    COMPATIBILITY_CHECK,
     IN_PLACE_ROLLBACK,
     PATH_CHOICE,
     PATHS,
@@ -231,6 +232,8 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     does now, decided from the record alone:
 
     - ``skip`` every step once the upgrade ended (the journal is closed: upgraded, rejected, rolled back);
+    - ``skip`` the compatibility check once a step with a side effect began (an upgrade under way
+      tried its new version before its stop; nothing is tried again);
     - ``reuse`` its recorded result when it is done (a retried task, a re-triggered run);
     - ``run`` without a journal (an operator used on its own), or for a step the table does not
       name (another DAG's journaled task: only the reuse rule applies);
@@ -251,6 +254,11 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
         by = f" in run {closing['run_id']}" if closing.get("run_id") else ""
         return NextAction(Act.SKIP, f"the upgrade ended {record.outcome}{by} at {record.closed_at}: "
                                     "nothing runs again")
+    if step == COMPATIBILITY_CHECK and record.started_side_effects:
+        begun = sorted(record.steps.values(), key=lambda e: e.started_at)[0]
+        return NextAction(Act.SKIP, f"the upgrade is under way ({begun.name} began in run {begun.run_id or '?'} at "
+                                    f"{begun.started_at or '?'}): its new version was tried before that; no trial "
+                                    "runs again")
     entry = record.steps.get(step)
     if entry is not None and entry.state == DONE:
         return NextAction(Act.REUSE, f"done in run {entry.run_id or '?'} at {entry.finished_at or '?'}: "

@@ -49,8 +49,8 @@ class PathSteps:
 
 #: The decisions before any side effect, in the order they run (the journal's ``planning``): the
 #: preflight (it records the relaunch and rollback modes), the compatibility check, the path, the approval.
-PREFLIGHT, PATH_CHOICE = "preflight", "choose_path"
-PLANNING = (PREFLIGHT, "compatibility_check", PATH_CHOICE, APPROVAL)
+PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE = "preflight", "compatibility_check", "choose_path"
+PLANNING = (PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE, APPROVAL)
 
 
 class Path(StrEnum):
@@ -106,5 +106,5 @@ def all_steps(path: Path) -> tuple[str, ...]:
     return (*PLANNING, *main, *in_place, *ROLLBACK, *IN_PLACE_ROLLBACK)
 
 
-__all__ = ["APPROVAL", "APPROVE", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING", "PREFLIGHT", "REJECT",
-           "ROLLBACK", "ROLLBACK_SEQUENCE", "Path", "PathSteps", "all_steps"]
+__all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING",
+           "PREFLIGHT", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "Path", "PathSteps", "all_steps"]

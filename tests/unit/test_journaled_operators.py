@@ -311,7 +311,7 @@ def test_a_finished_upgrade_is_already_done_and_its_report_is_kept(tmp_path: Pat
     report_op = UpgradeReportOperator(
         task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
         new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.COLD], step_names=["preflight", "graceful_stop"],
-        preflight_task_id="preflight", journal=UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-7"))
+        journal=UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-7"))
     archive = tmp_path / "archive" / "orders" / "a1"
     first_folder = report_op._store(UpgradeReport(stream="orders", outcome="upgraded", run_id="run-1"), str(archive))
     first = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (archive / "report").rglob("*") if p.is_file()}
@@ -326,7 +326,8 @@ def test_a_finished_upgrade_is_already_done_and_its_report_is_kept(tmp_path: Pat
     assert found["done_by_run"] == "run-1" and "already done" in found["summary_md"]
     assert "`upgrade_id` param" in found["summary_md"]
 
-    result = report_op.execute(context("run-2", ReportTI({("preflight", "return_value"): found})))  # type: ignore[arg-type]
+    # the report reads "already done" from the journal (the preflight's run entry), not from any XCom
+    result = report_op.execute(context("run-2", ReportTI({})))  # type: ignore[arg-type]
     assert result["outcome"] == "already done" and result["run_id"] == "run-2"
     assert any("this run did nothing" in note for note in result["notes"])
     assert f"the upgrade's report: {archive / 'report'}" in result["notes"]

@@ -352,3 +352,15 @@ def test_once_the_upgrade_ended_nothing_runs_again(outcome: str) -> None:
         decision = planner.next_action(rec, step)
         assert decision.act is SKIP, step
         assert decision.reason.startswith(f"the upgrade ended {outcome} in run run-1 at 2026-01-01T00:01:00")
+
+
+def test_the_compatibility_check_runs_only_before_the_upgrade_is_under_way() -> None:
+    """The decision the reference DAG's template used to make from the preflight's XCom: a new
+    upgrade tries its new version, one under way (a step with a side effect began) or ended does not."""
+    assert planner.next_action(None, "compatibility_check").act is RUN
+    assert planner.next_action(planned(Path.COLD), "compatibility_check").act is RUN
+    under_way = planned(Path.COLD, graceful_stop=STARTED)
+    decision = planner.next_action(under_way, "compatibility_check")
+    assert decision.act is SKIP and decision.reason.startswith("the upgrade is under way (graceful_stop began in run ")
+    ended = replace(under_way, outcome="upgraded", closed_at="2026-01-01T00:01:00+00:00")
+    assert planner.next_action(ended, "compatibility_check").reason.startswith("the upgrade ended upgraded")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_ckpt_provider.upgrade.inputs import FromRecord, RecordInput
+
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "stream_upgrade.py"
 
 
@@ -79,11 +81,12 @@ def test_rollback_mode_param_and_its_steps(dags: dict, dag_id: str) -> None:
     assert dag.params["rollback_checkpoint"] == ""
     step = dag.get_task("rollback_handover")
     assert isinstance(step, RollbackHandoverOperator) and step.journal_phase == "rollback"
-    assert "extract_handover" in step.handover and "rollback_mode" in step.rollback_mode
+    assert step.handover == FromRecord(RecordInput.HANDOVER) and "rollback_mode" in step.rollback_mode
     forward = dag.get_task("rollback_restart_forward")
-    assert forward.journal_phase == "rollback" and "rollback_handover" in forward.starting_offsets
-    assert forward.checkpoint_uri == step.rollback_checkpoint_uri, "one location, the preflight's"
-    assert "preflight" in forward.checkpoint_uri and "rollback_checkpoint" in forward.checkpoint_uri
+    assert forward.journal_phase == "rollback"
+    assert forward.starting_offsets == FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS)
+    assert forward.checkpoint_uri == step.rollback_checkpoint_uri == FromRecord(RecordInput.ROLLBACK_CHECKPOINT), \
+        "one location, the one the preflight recorded"
     assert "params.rollback_checkpoint" in dag.get_task("preflight").rollback_checkpoint_uri
     assert "params.old_application" in forward.application
     assert "params.rollback_mode" in dag.get_task("preflight").rollback_mode
@@ -101,7 +104,8 @@ def test_standby_dag_launches_a_standby_and_releases_it(dags: dict) -> None:
     standby, relaunch = dag.get_task("start_standby"), dag.get_task("relaunch")
     assert isinstance(standby, StreamLaunchOperator) and standby.standby is True
     assert isinstance(relaunch, StandbyReleaseOperator) and relaunch.standby is False
-    assert "start_standby" in relaunch.upstream_task_ids  # its handle comes from the standby launch
+    assert "start_standby" in relaunch.get_flat_relative_ids(upstream=True)  # after the standby launch
+    assert relaunch.standby_handle == FromRecord(RecordInput.STANDBY_HANDLE)  # whose handle it recorded
     cold = dags["stream_upgrade_cold"].get_task("relaunch")
     assert type(cold) is StreamLaunchOperator and cold.standby is False
     assert "start_standby" not in dags["stream_upgrade_cold"].task_ids
@@ -206,11 +210,12 @@ def test_state_export_feeds_the_relaunch(dags: dict, dag_id: str) -> None:
     old checkpoint with the new version's Spark, and carry_state reaches it."""
     dag = dags[dag_id]
     export, relaunch = dag.get_task("export_state"), dag.get_task("relaunch")
-    assert "export_state" in relaunch.upstream_task_ids
-    assert "export_state" in str(relaunch.initial_state)
+    assert "export_state" in relaunch.get_flat_relative_ids(upstream=True)
+    assert relaunch.initial_state == FromRecord(RecordInput.STATE_EXPORT)
     assert export.carry_state == "{{ params.carry_state }}"
     assert dag.params["carry_state"] is True
-    assert "extract_handover" in str(export.handover)
+    assert export.handover == FromRecord(RecordInput.HANDOVER)
+    assert export.export_uri == FromRecord(RecordInput.STATE_EXPORT_LOCATION)
 
 
 @pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
@@ -224,7 +229,8 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     assert dag.get_task("preflight").downstream_task_ids == {"compatibility_check"}
     assert check.downstream_task_ids == {"choose_path"}
     assert dag.get_task("choose_path").downstream_task_ids == {"approve"}
-    assert "params.check_compatibility" in check.enabled and "resuming" in check.enabled
+    # the param switches it off; an upgrade under way or ended is the planner's to decide (from the journal)
+    assert check.enabled == "{{ params.check_compatibility }}"
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert "compatibility_check" in dag.get_task("approve").body
     assert "compatibility_check" in dag.get_task("report").step_names
@@ -284,7 +290,7 @@ def test_auto_mode_restarts_in_place_on_the_old_checkpoint(dags: dict, dag_id: s
     stop = dag.get_task("in_place_rollback_stop")
     assert stop.trigger_rule == "all_done" and stop.upstream_task_ids == {"in_place_verify"}
     assert stop.downstream_task_ids == {"in_place_rollback_restart"}
-    assert "in_place_restart" in dag.get_task("in_place_rollback_stop").launch_handle
+    assert dag.get_task("in_place_rollback_stop").launch_handle == FromRecord(RecordInput.IN_PLACE_HANDLE)
     back = dag.get_task("in_place_rollback_restart")
     assert back.allow_existing_checkpoint and "params.old_application" in back.application
     assert "params.old_checkpoint" in back.checkpoint_uri and back.journal_phase == "rollback"
@@ -307,3 +313,92 @@ def test_a_skipped_path_branch_skips_every_step(dags: dict, dag_id: str) -> None
     for name in steps:
         upstream = dag.get_task(name).upstream_task_ids
         assert upstream & {"approve", *steps}, f"{name} must come after approve: {upstream}"
+
+
+def leaves(value: object) -> list[object]:
+    """Every value in a template field, through dicts, lists and tuples."""
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
+#: What a step after the approval may take from another task's XCom: the plan's launch settings.
+LAUNCH_SETTINGS = {f"{version}_{key}" for version in ("old", "new") for key in (
+    "application_args", "spark_conf", "master", "deploy_mode", "conn_id", "spark_home", "spark_submit")}
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_after_the_approval_a_step_takes_other_steps_results_from_the_record(dags: dict, dag_id: str) -> None:
+    """One upgrade state: after the approval no task takes an XComArg but the plan's launch
+    settings, and no template pulls another step's XCom but the journal location; what a step needs
+    of another step's result it reads from the upgrade record (FromRecord)."""
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg, XComArg
+
+    dag = dags[dag_id]
+    journal = dag.get_task("graceful_stop").journal
+    assert "xcom_pull(task_ids='preflight')" in journal and "journal" in journal
+    after = dag.get_task("approve").get_flat_relative_ids(upstream=False)
+    assert {"graceful_stop", "relaunch", "rollback_stop_new", "in_place_rollback_stop", "report"} <= after
+    found = []
+    for task_id in sorted(after):
+        task = dag.get_task(task_id)
+        for field in task.template_fields:
+            for leaf in leaves(getattr(task, field)):
+                if isinstance(leaf, XComArg):
+                    plain = isinstance(leaf, PlainXComArg)
+                    if not (plain and leaf.operator.task_id == "plan" and leaf.key in LAUNCH_SETTINGS):
+                        found.append((task_id, field, f"XComArg of {leaf.operator.task_id if plain else leaf}"))
+                elif isinstance(leaf, str) and "xcom_pull" in leaf and leaf != journal:
+                    found.append((task_id, field, leaf))
+    assert not found, f"steps after the approval that read another step's XCom: {found}"
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
+def test_record_inputs_are_template_fields_of_journaled_steps(dags: dict, dag_id: str) -> None:
+    """A FromRecord is read by the journaled step when it runs, and only in a template field: anywhere
+    else it would reach the step as the marker itself."""
+    from airflow_ckpt_provider.operators.journaled import JournaledStep
+
+    used = {}
+    for task in dags[dag_id].tasks:
+        for name, value in vars(task).items():
+            if isinstance(value, FromRecord):
+                used[(task.task_id, name)] = value.input
+                assert isinstance(task, JournaledStep) and name in task.template_fields, (task.task_id, name)
+                assert task.journal and task.require_journal, (task.task_id, name)
+    expected = {
+        ("export_state", "export_uri"): RecordInput.STATE_EXPORT_LOCATION,
+        ("export_state", "handover"): RecordInput.HANDOVER, ("export_state", "upgrade_id"): RecordInput.UPGRADE_ID,
+        ("archive", "handover"): RecordInput.HANDOVER, ("archive", "upgrade_id"): RecordInput.UPGRADE_ID,
+        ("relaunch", "handover"): RecordInput.HANDOVER, ("relaunch", "initial_state"): RecordInput.STATE_EXPORT,
+        ("verify", "handover"): RecordInput.HANDOVER,
+        ("rollback_stop_new", "launch_handle"): RecordInput.NEW_HANDLE,
+        ("rollback_handover", "handover"): RecordInput.HANDOVER,
+        ("rollback_handover", "rollback_checkpoint_uri"): RecordInput.ROLLBACK_CHECKPOINT,
+        ("rollback_restore", "archive_uri"): RecordInput.ARCHIVE_LOCATION,
+        ("rollback_restart_forward", "checkpoint_uri"): RecordInput.ROLLBACK_CHECKPOINT,
+        ("rollback_restart_forward", "starting_offsets"): RecordInput.ROLLBACK_STARTING_OFFSETS,
+        ("in_place_archive", "handover"): RecordInput.IN_PLACE_HANDOVER,
+        ("in_place_archive", "upgrade_id"): RecordInput.UPGRADE_ID,
+        ("in_place_verify", "handover"): RecordInput.IN_PLACE_HANDOVER,
+        ("in_place_rollback_stop", "launch_handle"): RecordInput.IN_PLACE_HANDLE,
+    }
+    if not dag_id.endswith("_cold"):
+        expected[("relaunch", "standby_handle")] = RecordInput.STANDBY_HANDLE
+    assert used == expected
+
+
+def test_the_dag_serializes_with_its_record_inputs(dags: dict) -> None:
+    """The DAG processor stores the DAG with each FromRecord as its text (the task reads the DAG file)."""
+    import json
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    data = DagSerialization.to_dict(dags["stream_upgrade"])
+    tasks = {t["__var"]["task_id"]: t["__var"] for t in data["dag"]["tasks"]}
+    assert tasks["rollback_stop_new"]["launch_handle"] == "FromRecord(new_handle)"
+    assert tasks["relaunch"]["standby_handle"] == "FromRecord(standby_handle)"
+    json.dumps(data)  # the stored form is JSON
+    assert DagSerialization.from_dict(data).get_task("verify").handover == "FromRecord(handover)"
