@@ -3,9 +3,11 @@ snapshot, handover, launch handle, archive manifest, verdicts), every decision, 
 typed errors. Pure: no I/O; imports neither fsspec nor Airflow, Spark, a Kafka client or the
 storage layer. This file only re-exports.
 
-Reading a checkpoint from storage is the storage layer's (:mod:`airflow_ckpt_provider.storage`):
-``CheckpointReader`` moved there; import it as ``from airflow_ckpt_provider.storage import
-CheckpointReader``.
+Which files of a checkpoint to read and what to refuse is the core's
+(:class:`~airflow_ckpt_provider.checkpoint.snapshot_reader.SnapshotReader`); the reading itself is
+the storage layer's through fsspec (``from airflow_ckpt_provider.storage import CheckpointReader``)
+and the driver side's through Hadoop
+(:mod:`airflow_ckpt_provider.spark.checkpoint_files`).
 """
 
 from __future__ import annotations

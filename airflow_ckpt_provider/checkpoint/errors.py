@@ -15,6 +15,7 @@ broker, ports) live with that stack in :mod:`airflow_ckpt_provider.local.errors`
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any, ClassVar
 
@@ -941,6 +942,17 @@ class UnsafeEntry(CheckpointError):
     )
 
 
+def link_refused(path: str, target: str, resolved: str | None = None, outside: str | None = None) -> UnsafeEntry:
+    """The refusal of the symbolic link ``path`` that points to ``target`` (as written in the
+    link), resolving to ``resolved`` (when known), outside the tree ``outside`` (when it leaves it).
+    One wording for every place that meets a link: the storage layer's walks and reads and both
+    checkpoint readers (fsspec and Hadoop)."""
+    where = f", outside {outside}" if outside else ""
+    resolves = f" (resolves to {resolved}{where})" if resolved else (f" ({where[2:]})" if where else "")
+    return UnsafeEntry(found=f"a symbolic link {path} -> {target}{resolves}",
+                       expected="regular files and folders only (links are never followed)", path=path)
+
+
 class LocationsOverlap(ArchiveError):
     """Two locations that must be separate are the same, or one lies inside the other, once ``..``
     and links are resolved (local disk) or by key prefix (object stores)."""
@@ -1010,3 +1022,31 @@ class RecordInputMissing(CheckpointError):
     default_action = ("Nothing was started or changed by this step. Run the step that records this input first "
                       "(re-trigger the DAG run: the upgrade resumes from its journal), or, for an operator used alone, "
                       "give it the upgrade journal (`journal=`) or the value itself instead of FromRecord(...).")
+
+
+#: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
+_OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),
+    errno.ENOSPC: ("no space left on the device", "Free space on that filesystem (or choose another) and retry."),
+    errno.EDQUOT: ("the disk quota is used up", "Free space within the quota (or choose another location) and retry."),
+    errno.EACCES: ("permission denied", "Run as a user who may read it (and write, for a target), or fix its "
+                   "permissions, and retry."),
+    errno.EPERM: ("operation not permitted", "Run as a user who may read it (and write, for a target), or fix its "
+                  "permissions, and retry."),
+    errno.EROFS: ("a read-only filesystem", "Choose a writable location and retry."),
+    errno.ELOOP: ("a loop of symbolic links", "Replace the links by the folders or files they stand for and retry."),
+    errno.ENOTDIR: ("a file where a folder is expected", "Give the folder (checkpoint, archive or target), not a file "
+                    "inside it, and retry."),
+    errno.EISDIR: ("a folder where a file is expected", "Give the file, not a folder, and retry."),
+    errno.ENAMETOOLONG: ("a path that is too long", "Choose a shorter location and retry."),
+    errno.EIO: ("an input/output error of the device", "Check the disk (kernel log) before trusting anything on it."),
+}
+
+
+def os_error_parts(exc: OSError) -> tuple[str, str]:
+    """(found, action) for an OS error: what it means in words, with its path and errno name, and
+    what to do; for typed errors such as :class:`StorageError` instead of a bare "cannot read"."""
+    meaning, action = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "Fix the cause and retry."))
+    where = f" at {exc.filename}" if exc.filename else ""
+    code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno else ""
+    return f"{meaning}{where}{code}", action

@@ -1,6 +1,8 @@
 """What a checkpoint says, read once (:class:`CheckpointSnapshot`), and what the core's decisions
 need of a checkpoint they are handed (:class:`CheckpointView`). Pure: no I/O (the reader,
-:class:`airflow_ckpt_provider.storage.reader.CheckpointReader`, reads a checkpoint into a snapshot).
+:class:`airflow_ckpt_provider.checkpoint.snapshot_reader.SnapshotReader`, reads a checkpoint into a
+snapshot through the files it is handed: fsspec's in
+:class:`airflow_ckpt_provider.storage.reader.CheckpointReader`, Hadoop's in the Spark driver).
 """
 
 from __future__ import annotations

@@ -21,11 +21,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError, StorageError, shorten
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, CheckpointError, StorageError, os_error_parts, shorten
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.cli.common import EXIT_BROKER, EXIT_ERROR
 from airflow_ckpt_provider.local.errors import LocalStackError
-from airflow_ckpt_provider.storage.files import os_error_parts
 
 # Modules with a register(subparsers) function, in the order of `ckpt --help`.
 COMMAND_MODULES: tuple[str, ...] = (

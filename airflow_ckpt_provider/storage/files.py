@@ -21,7 +21,7 @@ from typing import IO, Any
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, StorageError, UnsafeEntry
+from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge, StorageError, UnsafeEntry, link_refused
 from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES
 
 log = logging.getLogger(__name__)
@@ -42,51 +42,31 @@ def is_local(fs: AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
-#: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
-_OS_ERRORS: dict[int, tuple[str, str]] = {
-    errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),
-    errno.ENOSPC: ("no space left on the device", "Free space on that filesystem (or choose another) and retry."),
-    errno.EDQUOT: ("the disk quota is used up", "Free space within the quota (or choose another location) and retry."),
-    errno.EACCES: ("permission denied", "Run as a user who may read it (and write, for a target), or fix its "
-                   "permissions, and retry."),
-    errno.EPERM: ("operation not permitted", "Run as a user who may read it (and write, for a target), or fix its "
-                  "permissions, and retry."),
-    errno.EROFS: ("a read-only filesystem", "Choose a writable location and retry."),
-    errno.ELOOP: ("a loop of symbolic links", "Replace the links by the folders or files they stand for and retry."),
-    errno.ENOTDIR: ("a file where a folder is expected", "Give the folder (checkpoint, archive or target), not a file "
-                    "inside it, and retry."),
-    errno.EISDIR: ("a folder where a file is expected", "Give the file, not a folder, and retry."),
-    errno.ENAMETOOLONG: ("a path that is too long", "Choose a shorter location and retry."),
-    errno.EIO: ("an input/output error of the device", "Check the disk (kernel log) before trusting anything on it."),
-}
-
-
-def os_error_parts(exc: OSError) -> tuple[str, str]:
-    """(found, action) for an OS error: what it means in words, with its path and errno name, and
-    what to do; for typed errors such as :class:`StorageError` instead of a bare "cannot read"."""
-    meaning, action = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "Fix the cause and retry."))
-    where = f" at {exc.filename}" if exc.filename else ""
-    code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno else ""
-    return f"{meaning}{where}{code}", action
-
-
 def entry_kind(mode: int) -> str:
     """What a file mode names, for messages: "a FIFO (named pipe)", "a socket", ... "a regular file"."""
     return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else
                 f"a file of type {stat.S_IFMT(mode):o}")
 
 
-def unsafe_link(path: str, root: str | None = None) -> UnsafeEntry:
-    """The refusal of the link ``path`` (naming its target, and whether it leaves ``root``)."""
+def local_link(path: str, root: str | None = None) -> tuple[str, str, bool]:
+    """The LOCAL symbolic link ``path``: (its target as written, ``"?"`` when unreadable; where it
+    resolves; whether that lies outside ``root``, compared by resolved paths, False without ``root``)."""
     try:
         target = os.readlink(path)
     except OSError:
         target = "?"
     resolved = os.path.realpath(path)
-    leaves = root is not None and not (resolved == root or resolved.startswith(root.rstrip("/") + "/"))
-    where = f", outside {root}" if leaves else ""
-    return UnsafeEntry(found=f"a symbolic link {path} -> {target} (resolves to {resolved}{where})",
-                       expected="regular files and folders only (links are never followed)", path=path)
+    if root is None:
+        return target, resolved, False
+    real_root = os.path.realpath(root)
+    return target, resolved, not (resolved == real_root or resolved.startswith(real_root.rstrip("/") + "/"))
+
+
+def unsafe_link(path: str, root: str | None = None) -> UnsafeEntry:
+    """The refusal of the LOCAL link ``path`` (naming its target, and whether it leaves ``root``),
+    in the core's wording (:func:`airflow_ckpt_provider.checkpoint.errors.link_refused`)."""
+    target, resolved, leaves = local_link(path, root)
+    return link_refused(path, target, resolved, root if leaves else None)
 
 
 def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:

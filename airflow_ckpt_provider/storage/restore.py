@@ -28,6 +28,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     RestoreInProgress,
     StorageError,
     TargetNotEmpty,
+    os_error_parts,
 )
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.manifest import (
@@ -45,7 +46,6 @@ from airflow_ckpt_provider.storage.files import (
     create_exclusive,
     is_local,
     make_private_dirs,
-    os_error_parts,
     read_file,
 )
 from airflow_ckpt_provider.storage.listing import holds_anything

@@ -5,7 +5,9 @@ same location through WebHDFS (the storage hook maps ``hdfs://`` to fsspec's ``w
 inspects the checkpoint, takes the handover, archives it to the local disk and to HDFS, verifies
 both archives, restores to HDFS, and Spark resumes from the restored checkpoint exactly at the
 handover. A new version started with the handover as ``startingOffsets`` on a new HDFS checkpoint
-records that start in ``sources/0/0``, which the provider reads back over WebHDFS.
+records that start in ``sources/0/0``, which the provider reads back over WebHDFS. In the driver,
+Hadoop's own ``hdfs://`` client reads the same checkpoint with the provider's reader
+(``read_handover``) and takes the same handover.
 """
 
 from __future__ import annotations
@@ -199,3 +201,40 @@ def test_new_version_on_hdfs_starts_at_the_handover(hdfs, hdfs_spark, kafka, new
     new_fs, _ = storage.filesystem(new_uri)
     index, start = recorded_start(CheckpointReader(new_uri, fs=new_fs).snapshot(include_initial=True))
     assert (index, start) == (0, handover.kafka_offsets())
+
+
+def test_the_driver_reads_an_hdfs_checkpoint_as_the_provider_reads_it(hdfs, hdfs_spark, kafka,  # noqa: ANN001
+                                                                       new_topic) -> None:  # noqa: ANN001
+    """Hadoop's own ``hdfs://`` client in the driver (``read_handover``) and the provider's WebHDFS
+    reading take the same handover and snapshot, and refuse alike, from one real NameNode."""
+    from airflow_ckpt_provider.checkpoint.snapshot_reader import SnapshotReader
+    from airflow_ckpt_provider.spark.checkpoint_files import HadoopCheckpointFiles, read_handover
+
+    spark, taken_at = hdfs_spark, "2026-01-01T00:00:00+00:00"
+    topic = new_topic(2)
+    produce_records(kafka.bootstrap_servers, topic, 120)
+    uri = f"{hdfs.url}/streams/driver-{uuid.uuid4().hex[:6]}"
+    run_counts(spark, kafka.bootstrap_servers, topic, uri)
+    storage = CheckpointStorageHook(webhdfs_port=hdfs.http_port, user=hdfs.user)
+    fs, path = storage.filesystem(uri)
+
+    provider = CheckpointReader(uri, fs=fs)
+    assert read_handover(spark, uri, taken_at=taken_at) == provider.handover(taken_at=taken_at)
+    with HadoopCheckpointFiles(spark, uri) as files:
+        assert SnapshotReader(files).snapshot(include_initial=True) == provider.snapshot(include_initial=True)
+
+    # the last commit removed: both hand over the batch before it and name it in flight
+    last = provider.snapshot().last_committed_batch
+    assert last is not None and last > 0
+    fs.rm(f"{path}/commits/{last}")
+    driver = read_handover(spark, uri, taken_at=taken_at)
+    assert driver == CheckpointReader(uri, fs=fs).handover(taken_at=taken_at)
+    assert (driver.batch_id, driver.in_flight_batch) == (last - 1, last)
+
+    # a missing checkpoint: the same typed error with the same words
+    missing = f"{uri}-missing"
+    with pytest.raises(CheckpointNotFound) as in_driver:
+        read_handover(spark, missing)
+    with pytest.raises(CheckpointNotFound) as in_provider:
+        CheckpointReader(missing, fs=fs).handover()
+    assert str(in_driver.value) == str(in_provider.value)

@@ -31,8 +31,9 @@ WATCHED = {"airflow", "pyspark", "py4j", "fsspec", "kafka", "confluent_kafka", "
 RULES: dict[str, tuple[set[str], set[str]]] = {
     # the standard-library-only modules at the package's top
     "helpers": (set(), set()),
-    # in the user's Spark driver: only pyspark; nothing of the Airflow side, not even the core
-    "spark": (set(), {"pyspark", "py4j"}),
+    # in the user's Spark driver: pyspark and the pure core (standard library only: the driver reads
+    # a checkpoint with the provider's own reader); nothing of the Airflow side, fsspec or storage/
+    "spark": ({"checkpoint"}, {"pyspark", "py4j"}),
     # the pure core: parsers over bytes and JSON, value objects, decisions, typed errors; no I/O
     # library, nothing of the Airflow side, not even the storage layer; of the driver side only the
     # control-file protocol (spark.control, standard library only)
@@ -159,8 +160,13 @@ def test_imports_follow_the_layers(path: Path) -> None:
     ("storage", "from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook",
      ["airflow_ckpt_provider.hooks.storage"]),
     ("storage", "from airflow_ckpt_provider.upgrade.record import JournalRecord", []),
-    ("spark", "from airflow_ckpt_provider.checkpoint.errors import CheckpointError",
-     ["airflow_ckpt_provider.checkpoint.errors"]),
+    ("spark", "from airflow_ckpt_provider.checkpoint.errors import CheckpointError", []),
+    ("spark", "from airflow_ckpt_provider.checkpoint.snapshot_reader import SnapshotReader", []),
+    ("spark", "from airflow_ckpt_provider.storage.reader import CheckpointReader",
+     ["airflow_ckpt_provider.storage.reader"]),
+    ("spark", "import fsspec", ["fsspec"]),
+    ("spark", "from airflow.sdk import BaseHook", ["airflow.sdk"]),
+    ("spark", "from airflow_ckpt_provider.upgrade.record import JournalRecord", ["airflow_ckpt_provider.upgrade.record"]),
     ("upgrade", "import fsspec", ["fsspec"]),
     ("upgrade", "from airflow.sdk import BaseOperator", ["airflow.sdk"]),
     ("upgrade", "from airflow_ckpt_provider.storage.journal import JournalRecord",
@@ -215,6 +221,34 @@ def test_importing_a_pure_layer_loads_no_io_library_and_no_outer_layer(layer: st
             f"for name in {modules!r}:\n"
             f"    __import__('airflow_ckpt_provider.{layer}.' + name)\n"
             f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(PURE_NEVER[1])!r}"
+            f" or m.split('.')[:2] in [['airflow_ckpt_provider', o] for o in {outer!r}])\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+#: What the driver side (``spark/``) may never load, not even through the core it imports: the
+#: user's Spark driver has no Airflow and no fsspec, and reads a checkpoint through Hadoop.
+DRIVER_NEVER = ({"storage", "hooks", "operators", "triggers", "jobs", "local", "sinks", "cli"},
+                {"fsspec", "airflow", "kafka", "confluent_kafka"})
+
+
+def test_the_table_keeps_the_driver_side_free_of_airflow_fsspec_and_storage() -> None:
+    own, outside = RULES["spark"]
+    assert not own & DRIVER_NEVER[0] and not outside & DRIVER_NEVER[1], RULES["spark"]
+
+
+def test_importing_the_driver_side_loads_no_airflow_fsspec_nor_storage() -> None:
+    """In a fresh interpreter: importing every module of ``spark/`` (the checkpoint reader over
+    Hadoop imports the pure core) loads neither Airflow, fsspec nor a Kafka client, nor any module
+    of the storage layer or the Airflow side."""
+    modules = sorted(p.stem for p in (PACKAGE / "spark").glob("*.py") if p.stem != "__init__")
+    outer = sorted(DRIVER_NEVER[0])
+    code = ("import sys\n"
+            f"for name in {modules!r}:\n"
+            "    __import__('airflow_ckpt_provider.spark.' + name)\n"
+            f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(DRIVER_NEVER[1])!r}"
             f" or m.split('.')[:2] in [['airflow_ckpt_provider', o] for o in {outer!r}])\n"
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
