@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import logging
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.checkpoint.errors import (
@@ -74,6 +74,7 @@ from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 __all__ = ["CheckpointFiles", "EntryKind", "FileEntry", "Link", "Listing", "NotAFolder", "SnapshotReader",
            "display_path"]
@@ -284,23 +285,21 @@ class SnapshotReader:
             entry = self._stat(path)
         self._check_readable(path, entry)
         self.files_opened += 1
-        try:
-            return self.files.read_bytes(path)
-        except FileNotFoundError:
-            raise self._vanished(path) from None
-        except OSError as exc:
-            problem, action = os_error_parts(exc)
-            raise UnreadableCheckpoint(found=problem, expected="a readable file", action=action,
-                                       path=self.files.display(path)) from None
+        return self._look(path, self.files.read_bytes)
 
     def _stat(self, path: str) -> FileEntry:
+        return self._look(path, self.files.stat)
+
+    def _look(self, path: str, action: Callable[[str], _T]) -> _T:
+        """``action(path)`` (a read or a stat), its OS error turned into the typed error: a file gone
+        since it was listed (:class:`CorruptCheckpointFile`) or :class:`UnreadableCheckpoint`."""
         try:
-            return self.files.stat(path)
+            return action(path)
         except FileNotFoundError:
             raise self._vanished(path) from None
         except OSError as exc:
-            problem, action = os_error_parts(exc)
-            raise UnreadableCheckpoint(found=problem, expected="a readable file", action=action,
+            problem, action_text = os_error_parts(exc)
+            raise UnreadableCheckpoint(found=problem, expected="a readable file", action=action_text,
                                        path=self.files.display(path)) from None
 
     def _vanished(self, path: str) -> CorruptCheckpointFile:
