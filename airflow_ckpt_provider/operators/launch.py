@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
@@ -323,7 +323,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                     if journal is not None:
                         journal.note(self.task_id, handle=adopted.to_dict())
                     context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=adopted.to_dict())
-                self._defer_for_commit(adopted, min_batch)
+                return self._defer_for_commit(context, adopted, min_batch, resuming=True)
             self.log.warning("resuming: the job launched by an earlier attempt (run %s) is not running; "
                              "launching it again on %s (it resumes from whatever it wrote there)",
                              previous.run_id, self.checkpoint_uri)
@@ -356,7 +356,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
         fault_point(f"{self.task_id}:launched")
         self.log.info("started %s; waiting up to %.0f s for its %s in %s", name, self.first_commit_timeout,
                       "standby heartbeat" if self.standby else "first committed batch", self.checkpoint_uri)
-        self._defer_for_commit(handle, min_batch)
+        return self._defer_for_commit(context, handle, min_batch)
 
     def _handover_text(self) -> str | None:
         """The Handover JSON for ``spark.ckpt.handoverJson``: ``handover_json``, else ``handover``'s."""
@@ -366,16 +366,27 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             return result.handover.to_json()
         return None
 
-    def _defer_for_commit(self, handle: LaunchHandle | None, min_batch: int) -> NoReturn:
-        """Defer until the job's first commit (>= ``min_batch``), or its standby heartbeat."""
+    def _defer_for_commit(self, context: Context, handle: LaunchHandle | None, min_batch: int, *,
+                          resuming: bool = False) -> dict[str, Any]:
+        """Defer until the job's first commit (>= ``min_batch``), or its standby heartbeat.
+
+        ``resuming``: an earlier attempt started (or released) the job, which may be past that
+        point already: look once first and finish without deferring when the wait is over. (A
+        deferral whose trigger fires at once can race the executor's report of the deferring
+        attempt, and Airflow then fails the task: the retry after such a race must not defer into
+        the same race.)"""
+        trigger = LaunchTrigger(
+            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
+            handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
+            storage_conn_id=self.storage_conn_id,
+            min_batch=min_batch, wait_for=LaunchWait.STANDBY if self.standby else LaunchWait.COMMIT,
+            kafka_conn_id=(self.kafka_conn_id or None) if not self.standby else None,
+        )
+        if resuming and (event := trigger.check_now()) is not None:
+            self.log.info("the wait is already over (%s): finishing without deferring", event.reason.value)
+            return self.first_commit(context, event.to_dict())
         self.defer(
-            trigger=LaunchTrigger(
-                checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
-                handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
-                storage_conn_id=self.storage_conn_id,
-                min_batch=min_batch, wait_for=LaunchWait.STANDBY if self.standby else LaunchWait.COMMIT,
-                kafka_conn_id=(self.kafka_conn_id or None) if not self.standby else None,
-            ),
+            trigger=trigger,
             method_name="execute_complete",
             timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
         )
@@ -513,7 +524,7 @@ class StandbyReleaseOperator(StreamLaunchOperator):
             self.log.warning("resuming: an earlier attempt (run %s) released the standby %s (release %s); waiting "
                              "for its first commit", previous.run_id, handle.app_name, previous.notes["released"])
             context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
-            self._defer_for_commit(handle, 0)
+            return self._defer_for_commit(context, handle, 0, resuming=True)
         standby = self._standby() if previous is None or not previous.notes.get("launching") else None
         fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
         control = ControlFiles(fs, path, uri=self.checkpoint_uri)
@@ -538,7 +549,7 @@ class StandbyReleaseOperator(StreamLaunchOperator):
         fault_point(f"{self.task_id}:released")
         self.log.info("released standby %s (run %s) at %s; waiting up to %.0f s for its first committed batch in %s",
                       standby.app_name, beat.run_id, starting, self.first_commit_timeout, self.checkpoint_uri)
-        self._defer_for_commit(standby, 0)
+        return self._defer_for_commit(context, standby, 0)
 
     def _waiting(self, standby: LaunchHandle | None, control: ControlFiles) -> tuple[bool, str]:
         """Whether ``standby`` waits for its release on the checkpoint, and why not in words.

@@ -678,6 +678,28 @@ def test_a_rerun_after_the_release_never_releases_twice(tmp_path: Path, journal:
     assert deferred.value.trigger.wait_for is LaunchWait.COMMIT
 
 
+def test_a_rerun_after_the_release_finishes_without_deferring_once_the_job_committed(
+        tmp_path: Path, journal: UpgradeJournal) -> None:
+    """The retry after a deferral that raced the executor (the trigger fired at once and Airflow
+    failed the deferring attempt) finds the released job already committed: it finishes in place,
+    and does not defer into the same race again."""
+    cp = tmp_path / "v2"
+    handle, _ = waiting_standby(cp)
+    operator, _ = release_operator(tmp_path, handle, journal=journal.path)
+    with pytest.raises(TaskDeferred):
+        operator.execute(context("run-1", TI()))
+    first = read_release(cp)
+    write_checkpoint(str(cp), batches=range(1))  # the released job committed batch 0 meanwhile
+
+    again, fake_again = release_operator(tmp_path, handle, journal=journal.path)
+    ti = TI()
+    result = again.execute(context("run-1", ti))  # no TaskDeferred
+    assert LaunchHandle.from_json(result).app_name == handle.app_name
+    assert read_release(cp) == first and fake_again.launches == []
+    step = journal.step("release")
+    assert step is not None and step.state == "done"
+
+
 def test_release_operator_does_not_launch_standbys() -> None:
     with pytest.raises(ValueError, match="standby"):
         StandbyReleaseOperator(task_id="r", application="a.py", checkpoint_uri="/c", standby_handle=None,
