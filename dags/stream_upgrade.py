@@ -156,8 +156,8 @@ IN_PLACE = list(PATHS[Path.IN_PLACE].steps)
 #: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
 #: finds the query stopped. ``verify`` meets the same race when the new query shows progress
 #: within seconds of its deferral; its retry returns the recorded verification or checks again.
-#: So does ``relaunch`` when a released standby commits within seconds: its retry waits for the
-#: job it released (or launched), never a second one.
+#: So does ``relaunch`` when a released standby commits within seconds: its retry finds the job it
+#: released (or launched), never a second one, and returns at once when that job has committed.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 
 
