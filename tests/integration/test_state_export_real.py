@@ -379,10 +379,12 @@ def test_submitted_export_is_reused_and_restarts_after_an_unfinished_run(spark, 
     # an earlier run that died half way: Parquet of a store, no manifest
     (target / "state" / "0" / "default").mkdir(parents=True)
     (target / "state" / "0" / "default" / "part-00000-stale.parquet").write_bytes(b"half a file")
+    handover = CheckpointReader(str(checkpoint)).handover().to_dict()  # what the state step passes
     plan, manifest = export_checkpoint_state(checkpoint_uri=str(checkpoint), export_uri=str(target),
                                              launcher=launcher, conf=conf, upgrade_id="u-1",
-                                             handover={"batch_id": 0}, timeout=900)
+                                             handover=handover, timeout=900)
     assert manifest is not None and plan.batch_id == manifest.batch_id
+    assert manifest.handover is not None and manifest.handover["batch_id"] == plan.batch_id
     assert not (target / "state" / "0" / "default" / "part-00000-stale.parquet").exists()
     assert read_manifest(FS, str(target)) == manifest and manifest.upgrade_id == "u-1"
     reference = export_in_process(spark, checkpoint, tmp_path / "reference")
