@@ -151,13 +151,12 @@ PARAMS: dict[str, Param] = {
 
 #: The steps of an in-place upgrade (``mode="auto"`` and in place OK), in the order they run.
 IN_PLACE = list(PATHS[Path.IN_PLACE].steps)
-#: A stop acknowledged within a second or two can race Airflow's LocalExecutor: the event of the
-#: deferring attempt arrives while the resumed one runs, and the scheduler marks the task failed
-#: ("state changed externally"). The journal makes a retry safe: it returns the recorded stop, or
-#: finds the query stopped. ``verify`` meets the same race when the new query shows progress
-#: within seconds of its deferral; its retry returns the recorded verification or checks again.
-#: So does ``relaunch`` when a released standby commits within seconds: its retry finds the job it
-#: released (or launched), never a second one, and returns at once when that job has committed.
+#: A deferral whose trigger fires within a second or two can race Airflow's LocalExecutor: the event
+#: of the deferring attempt arrives while the resumed one runs, and the scheduler marks the task
+#: failed ("state changed externally"). Each deferring step (stop, relaunch, verify) therefore waits
+#: ``wait_in_task_s`` (10 s) in its worker first, and only a longer wait defers. One retry stays for
+#: what is left of the race; the journal makes it safe: it returns the recorded result, finds the
+#: query stopped, or finds the job it released (or launched), never a second one.
 STOP_RETRY: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=5)}
 
 

@@ -20,8 +20,10 @@ without a journal, or a record without a required input, raises :class:`RecordIn
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, TypeVar
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
 
 from airflow.sdk import Context
 
@@ -36,6 +38,10 @@ from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, resolve
 from airflow_ckpt_provider.upgrade.record import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, JournalRecord, StepStart
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
+#: How long a deferring step waits in its worker before it defers (seconds, by default): a wait that
+#: ends within it (a busy stream's next batch or stop acknowledgement, a warm standby's first batch)
+#: ends in the task, without the trigger's round trip through the scheduler.
+WAIT_IN_TASK_S = 10.0
 
 
 def control_flow() -> tuple[type[BaseException], ...]:
@@ -56,6 +62,13 @@ def skip(reason: str) -> BaseException:
 T = TypeVar("T")
 #: The longest value read from the record that the log shows (its middle is cut).
 LOGGED_INPUT_CHARS = 400
+
+
+class LookingTrigger(Protocol):
+    """A trigger that can take its first look synchronously: ``check_now`` returns the event it
+    would fire now (its JSON dict) when the wait is already over, else None."""
+
+    def check_now(self) -> Mapping[str, Any] | None: ...
 
 
 def given(value: T | FromRecord) -> T:
@@ -83,10 +96,16 @@ class JournaledStep:
     task_id: str
     log: Any
 
-    def __init__(self, *args: Any, require_journal: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, require_journal: bool = False, wait_in_task_s: float | None = None,
+                 **kwargs: Any) -> None:
         """``require_journal``: a step of an upgrade, never run without its journal (it skips itself
-        when the journal is missing: the preflight that opens it failed or was refused)."""
+        when the journal is missing: the preflight that opens it failed or was refused).
+        ``wait_in_task_s``: how long a deferring step looks in its worker before it defers
+        (:meth:`defer_unless_over`; None: :data:`WAIT_IN_TASK_S`, 0: one look)."""
+        if wait_in_task_s is not None and wait_in_task_s < 0:
+            raise ValueError(f"wait_in_task_s must be >= 0, not {wait_in_task_s}")
         self.require_journal = require_journal
+        self.wait_in_task_s = wait_in_task_s
         super().__init__(*args, **kwargs)
 
     def init_journal(self, journal: str | None, journal_conn_id: str | None, journal_phase: str) -> None:
@@ -164,6 +183,36 @@ class JournaledStep:
         fault_point(f"{self.task_id}:recorded")  # between "started" recorded and the side effect
         return self.complete_step(lambda: action(start, journal), journal)
 
+    def defer_unless_over(self, trigger: LookingTrigger, *, finish: Callable[[dict[str, Any]], T],
+                          timeout: timedelta, poll_interval: float, kwargs: Mapping[str, Any] | None = None,
+                          method_name: str = "execute_complete") -> T:
+        """Wait for ``trigger``'s event: look now (its first poll, :meth:`LookingTrigger.check_now`)
+        and again every ``poll_interval`` for ``wait_in_task_s``; when the wait is over,
+        ``finish(event)`` in place and return its result; else defer on ``trigger``
+        (``method_name`` gets the event, with ``kwargs``; ``timeout`` bounds the deferral).
+
+        Every deferring step waits through here. A deferral whose trigger fires within seconds can
+        race the executor's report of the deferring attempt, and Airflow then fails the task
+        ("finished with state success, but the task instance's state attribute is queued"); a wait
+        that ends within seconds (a busy stream's next batch or stop acknowledgement, a warm
+        standby's first batch, a released job that committed before a retry) ends in the task
+        instead, which also spares it a round trip through the scheduler."""
+        budget = WAIT_IN_TASK_S if self.wait_in_task_s is None else self.wait_in_task_s
+        looked_from = time.monotonic()
+        while True:
+            event = trigger.check_now()
+            if event is not None:
+                self.log.info("%s: the wait is over after %.1f s in the task (%s): finishing without deferring",
+                              self.task_id, time.monotonic() - looked_from, event.get("reason", "done"))
+                return finish(dict(event))
+            left = budget - (time.monotonic() - looked_from)
+            if left <= 0:
+                break
+            time.sleep(min(max(poll_interval, 0.05), left))
+        self.defer(trigger=trigger, method_name=method_name,  # type: ignore[attr-defined]
+                   kwargs=dict(kwargs) if kwargs is not None else None, timeout=timeout)
+        raise AssertionError("BaseOperator.defer returned")  # pragma: no cover - defer always raises
+
     def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:
         """Run ``action``; record its result as the step's (``done``) or its error (``failed``).
         A deferral (or another of Airflow's :func:`control_flow` exceptions) records nothing: the
@@ -209,4 +258,5 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
                                                         result=summary(result)))
 
 
-__all__ = ["JOURNAL_FIELDS", "JournaledStep", "control_flow", "decided", "given", "journal_at", "recorded"]
+__all__ = ["JOURNAL_FIELDS", "WAIT_IN_TASK_S", "JournaledStep", "LookingTrigger", "control_flow", "decided", "given",
+           "journal_at", "recorded"]

@@ -323,7 +323,7 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
                     if journal is not None:
                         journal.note(self.task_id, handle=adopted.to_dict())
                     context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=adopted.to_dict())
-                return self._defer_for_commit(context, adopted, min_batch, resuming=True)
+                return self._defer_for_commit(context, adopted, min_batch)
             self.log.warning("resuming: the job launched by an earlier attempt (run %s) is not running; "
                              "launching it again on %s (it resumes from whatever it wrote there)",
                              previous.run_id, self.checkpoint_uri)
@@ -366,15 +366,9 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             return result.handover.to_json()
         return None
 
-    def _defer_for_commit(self, context: Context, handle: LaunchHandle | None, min_batch: int, *,
-                          resuming: bool = False) -> dict[str, Any]:
-        """Defer until the job's first commit (>= ``min_batch``), or its standby heartbeat.
-
-        ``resuming``: an earlier attempt started (or released) the job, which may be past that
-        point already: look once first and finish without deferring when the wait is over. (A
-        deferral whose trigger fires at once can race the executor's report of the deferring
-        attempt, and Airflow then fails the task: the retry after such a race must not defer into
-        the same race.)"""
+    def _defer_for_commit(self, context: Context, handle: LaunchHandle | None, min_batch: int) -> dict[str, Any]:
+        """Wait (deferred, :meth:`defer_unless_over`) for the job's first commit (>= ``min_batch``),
+        or its standby heartbeat; an earlier attempt's job may be past that point already."""
         trigger = LaunchTrigger(
             checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
             handle=handle.to_dict() if handle is not None else None, poll_interval=self.poll_interval,
@@ -382,14 +376,9 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             min_batch=min_batch, wait_for=LaunchWait.STANDBY if self.standby else LaunchWait.COMMIT,
             kafka_conn_id=(self.kafka_conn_id or None) if not self.standby else None,
         )
-        if resuming and (event := trigger.check_now()) is not None:
-            self.log.info("the wait is already over (%s): finishing without deferring", event.reason.value)
-            return self.first_commit(context, event.to_dict())
-        self.defer(
-            trigger=trigger,
-            method_name="execute_complete",
-            timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S),
-        )
+        return self.defer_unless_over(trigger, finish=lambda event: self.first_commit(context, event),
+                                      poll_interval=min(self.poll_interval, 1.0),
+                                      timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S))
 
     def _earlier_launch(self, previous: JournalStep) -> tuple[bool, LaunchHandle | None]:
         """(alive, handle) of the job an interrupted attempt launched: by its recorded handle, by
@@ -524,7 +513,7 @@ class StandbyReleaseOperator(StreamLaunchOperator):
             self.log.warning("resuming: an earlier attempt (run %s) released the standby %s (release %s); waiting "
                              "for its first commit", previous.run_id, handle.app_name, previous.notes["released"])
             context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
-            return self._defer_for_commit(context, handle, 0, resuming=True)
+            return self._defer_for_commit(context, handle, 0)
         standby = self._standby() if previous is None or not previous.notes.get("launching") else None
         fs, path = self.storage_hook.filesystem(self.checkpoint_uri)
         control = ControlFiles(fs, path, uri=self.checkpoint_uri)
@@ -727,12 +716,12 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
             return value
         after = result.last_committed_batch if result.last_committed_batch is not None else -1
         context["ti"].xcom_push(key="start_verified", value=value)
-        self.defer(
-            trigger=LaunchTrigger(checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.progress_window_s,
-                                  min_batch=after + 1, poll_interval=self.poll_interval,
-                                  storage_conn_id=self.storage_conn_id, kafka_conn_id=self.kafka_conn_id or None),
-            method_name="execute_complete",
-            kwargs={"result": value, "after": after},
+        return self.defer_unless_over(
+            LaunchTrigger(checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.progress_window_s,
+                          min_batch=after + 1, poll_interval=self.poll_interval,
+                          storage_conn_id=self.storage_conn_id, kafka_conn_id=self.kafka_conn_id or None),
+            finish=lambda event: self.progress(context, event, value, after),
+            poll_interval=min(self.poll_interval, 1.0), kwargs={"result": value, "after": after},
             timeout=timedelta(seconds=self.progress_window_s + DEFER_GRACE_S),
         )
 

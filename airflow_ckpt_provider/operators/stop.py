@@ -160,8 +160,8 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
                                                  "the old job", path=self.checkpoint_uri)
             return result.to_dict()
         fault_point(f"{self.task_id}:requested")
-        self.defer(
-            trigger=GracefulStopTrigger(
+        return self.defer_unless_over(
+            GracefulStopTrigger(
                 checkpoint_uri=self.checkpoint_uri,
                 request_id=start.request.request_id,
                 deadline=start.requested_at + self.stop_timeout,
@@ -171,7 +171,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
                 storage_conn_id=self.storage_conn_id,
                 missed_beats=self.missed_beats,
             ),
-            method_name="execute_complete",
+            finish=self.finish, poll_interval=min(self.poll_interval, 0.5),
             timeout=timedelta(seconds=self.stop_timeout + self.quiet_period + DEFER_GRACE_S),
         )
 

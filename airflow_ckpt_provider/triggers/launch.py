@@ -252,14 +252,15 @@ class LaunchTrigger(BaseTrigger):
             return self._event(LaunchEvent.TIMEOUT, batches[-1] if batches else None, state, evidence=evidence)
         return None
 
-    def check_now(self) -> LaunchTriggerEvent | None:
-        """One look now, as the trigger's first poll: the event when the wait is already over, else
-        None (a storage error too: the deferred trigger retries it)."""
+    def check_now(self) -> dict[str, Any] | None:
+        """One look now, as the trigger's first poll: the event it would fire (its JSON dict) when
+        the wait is already over, else None (a storage error too: the deferred trigger retries it)."""
         try:
-            return self._poll(self._control())
+            event = self._poll(self._control())
         except (OSError, ValueError) as exc:
             self.log.info("checking %s before deferring failed (%s); the trigger retries", self.checkpoint_uri, exc)
             return None
+        return event.to_dict() if event is not None else None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         control: ControlFiles | None = None

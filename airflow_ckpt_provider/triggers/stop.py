@@ -126,6 +126,15 @@ class GracefulStopTrigger(BaseTrigger):
             return None
         return self._event(reason, ack if reason is StopReason.ACKNOWLEDGED else None, heartbeat, now)
 
+    def check_now(self) -> dict[str, Any] | None:
+        """One look now, as the trigger's first poll: the event it would fire when the query already
+        answered (or the deadline passed), else None (a storage error too: the trigger retries it)."""
+        try:
+            return self._poll(self._control())
+        except OSError as exc:
+            self.log.info("checking %s before deferring failed (%s); the trigger retries", self.checkpoint_uri, exc)
+            return None
+
     def _event(self, reason: StopReason, ack: StopAck | None, heartbeat: Heartbeat | None,
                now: float) -> dict[str, Any]:
         return StopTriggerEvent(reason, self.request_id, self.run_id, ack, heartbeat, self.requested_at,

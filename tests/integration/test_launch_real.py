@@ -206,19 +206,22 @@ class _TI:
 
 
 def run_operator(operator, context: dict[str, Any]) -> Any:  # noqa: ANN001
-    """execute -> TaskDeferred -> run the trigger to its event -> execute_complete (like the triggerer)."""
+    """execute -> TaskDeferred -> run the trigger to its event -> execute_complete (like the triggerer);
+    a wait that ended in the task (``wait_in_task_s``) returns or raises from execute itself."""
     from airflow.sdk.exceptions import TaskDeferred
 
-    with pytest.raises(TaskDeferred) as deferred:
-        operator.execute(context)
+    try:
+        return operator.execute(context)
+    except TaskDeferred as raised:
+        deferred = raised
 
     async def first_event() -> Any:
-        async for event in deferred.value.trigger.run():
+        async for event in deferred.trigger.run():
             return event.payload
         return None
 
     payload = asyncio.run(first_event())
-    return getattr(operator, deferred.value.method_name)(context, payload, **(deferred.value.kwargs or {}))
+    return getattr(operator, deferred.method_name)(context, payload, **(deferred.kwargs or {}))
 
 
 @pytest.mark.parametrize("mode", ["local", "standalone-cluster"])

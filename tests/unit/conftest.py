@@ -22,6 +22,14 @@ from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 
+
+@pytest.fixture(autouse=True)
+def _one_look_before_deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deferring step looks once before it defers in the unit tests (their fakes never change
+    while the step waits); the tests of the wait in the task set ``wait_in_task_s`` themselves."""
+    monkeypatch.setattr("airflow_ckpt_provider.operators.journaled.WAIT_IN_TASK_S", 0.0)
+
+
 QUERY_ID = "abab5a79-a66c-41f4-85f8-55b2a371bf7e"
 CONF = {"spark.sql.shuffle.partitions": "2", "spark.sql.streaming.multipleWatermarkPolicy": "min"}
 

@@ -154,14 +154,14 @@ def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Pa
 
 
 def test_an_interrupted_launch_whose_job_died_launches_again_on_its_checkpoint(
-        tmp_path: Path, journal: UpgradeJournal) -> None:
+        tmp_path: Path, journal: UpgradeJournal, live_group: int) -> None:
     built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))  # the dead job had begun it
     dead = local_handle(_dead_pid(), tmp_path / "log", built.uri)
     journal.begin("relaunch", run_id="run-1")
     journal.note("relaunch", launching=True, min_batch=0, handle=dead.to_dict())
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=built.uri,
                               starting_offsets='{"events":{"0":5}}', journal=journal.path, adopt_grace_s=0)
-    fake = FakeLauncher(_dead_pid(), tmp_path / "log")
+    fake = FakeLauncher(live_group, tmp_path / "log")  # the job launched again runs, and has not committed
     op.__dict__["launcher_hook"] = fake
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context("run-2"))

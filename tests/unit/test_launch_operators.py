@@ -7,8 +7,10 @@ directories written like Spark writes them; the trigger really runs (asyncio).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,20 @@ def first_event(trigger: LaunchTrigger) -> dict[str, Any]:
 def dead_pid() -> int:
     proc = subprocess.Popen(["true"], start_new_session=True)
     proc.wait()
+    return proc.pid
+
+
+_RUNNING: list[subprocess.Popen[bytes]] = []
+
+
+def running_pid() -> int:
+    """A live process group (its leader's pid) like a just-launched spark-submit that has not
+    committed yet: a step looks at its job once before deferring, and a dead one ended the wait.
+    Killed when the test process exits."""
+    if not _RUNNING:
+        atexit.register(lambda: [proc.kill() for proc in _RUNNING])
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    _RUNNING.append(proc)
     return proc.pid
 
 
@@ -186,7 +202,7 @@ def launch_operator(tmp_path: Path, **kwargs: Any) -> tuple[StreamLaunchOperator
     operator = StreamLaunchOperator(**{**defaults, **kwargs})
     log = tmp_path / "driver.log"
     log.write_text("INFO SparkUI: Bound SparkUI to 0.0.0.0, and started at http://127.0.0.1:4045\nline two\n")
-    fake = FakeLauncher(dead_pid(), log)
+    fake = FakeLauncher(running_pid(), log)
     operator.__dict__["launcher_hook"] = fake  # the cached_property's slot
     return operator, fake
 
@@ -344,3 +360,29 @@ def test_verify_operator_defers_for_progress(tmp_path: Path) -> None:
     assert payload["reason"] == LaunchEvent.COMMITTED.value
     result = operator.execute_complete({"ti": ti}, payload)  # kwargs lost (as in dag.test): XCom is used
     assert result["progress_batches"] == [1] and result["last_committed_batch"] == 1 and result["ok"]
+
+
+def test_verify_ends_in_the_task_when_the_next_batch_commits_while_it_looks(tmp_path: Path) -> None:
+    """A busy stream commits its next batch within seconds: the step ends in its worker instead of
+    deferring for a trigger that would fire at once (and race the executor's report)."""
+    cp = started_checkpoint(tmp_path, {0: 100, 1: 200, 2: 0})
+    operator = HandoverVerifyOperator(task_id="verify", handover=handover_xcom(tmp_path), checkpoint_uri=cp,
+                                      progress_window_s=60, poll_interval=0.05, wait_in_task_s=30)
+    timer = threading.Timer(0.3, lambda: Path(cp, "commits", "1").write_text('v1\n{"nextBatchWatermarkMs":0}'))
+    timer.start()
+    try:
+        result = operator.execute({"ti": TI()})  # no TaskDeferred
+    finally:
+        timer.cancel()
+    assert result["progress_batches"] == [1] and result["last_committed_batch"] == 1 and result["ok"]
+
+
+def test_verify_defers_when_nothing_commits_while_it_looks(tmp_path: Path) -> None:
+    cp = started_checkpoint(tmp_path, {0: 100, 1: 200, 2: 0})
+    operator = HandoverVerifyOperator(task_id="verify", handover=handover_xcom(tmp_path), checkpoint_uri=cp,
+                                      progress_window_s=60, poll_interval=0.05, wait_in_task_s=0.3)
+    started = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute({"ti": TI()})
+    assert time.monotonic() - started >= 0.3  # it looked for its whole budget first
+    assert deferred.value.trigger.min_batch == 1 and deferred.value.kwargs["after"] == 0

@@ -57,7 +57,15 @@ from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
 from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.unit.conftest import write_checkpoint
-from tests.unit.test_launch_operators import TI, FakeLauncher, dead_pid, first_event, handover_xcom, launch_operator
+from tests.unit.test_launch_operators import (
+    TI,
+    FakeLauncher,
+    dead_pid,
+    first_event,
+    handover_xcom,
+    launch_operator,
+    running_pid,
+)
 
 OFFSETS = '{"events":{"0":5,"1":7}}'
 
@@ -547,7 +555,7 @@ def release_operator(tmp_path: Path, standby_handle: LaunchHandle | None,
                                 "first_commit_timeout": 60,
                                 "standby_handle": standby_handle.to_dict() if standby_handle else None}
     operator = StandbyReleaseOperator(**{**defaults, **kwargs})
-    fake = FakeLauncher(dead_pid(), tmp_path / "cold.log")
+    fake = FakeLauncher(running_pid(), tmp_path / "cold.log")
     operator.__dict__["launcher_hook"] = fake
     return operator, fake
 
