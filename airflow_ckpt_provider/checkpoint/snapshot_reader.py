@@ -23,10 +23,11 @@ Rules it applies (each once, here): a batch file's name is a plain decimal (``00
 last committed batch is the highest in ``commits/`` and its ``offsets/N`` must exist; an offset log
 without any commit whose last entry has no SQL conf is Spark 2.1's (the batch before the last
 planned one counts as committed); a Hadoop ``.N.crc`` beside a file read is verified, and one newer
-than every batch file means the newest batch file was deleted; a symbolic link anywhere it lists
-is refused, never followed, and so is a FIFO, socket, device or folder where a file is read;
-nothing larger than the JSON input limit is read whole; a ``metadata`` checksum without its file,
-and a handover of batches without ``metadata``, are refused.
+than every batch file means the newest batch file was deleted; a symbolic link anywhere it lists,
+or met when it opens a file, is refused, never followed, and so is a FIFO, socket, device or
+folder where a file is read; nothing larger than the JSON input limit is read whole; a
+``metadata`` checksum without its file, and a handover of batches without ``metadata``, are
+refused.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-__all__ = ["CheckpointFiles", "EntryKind", "FileEntry", "Link", "Listing", "NotAFolder", "SnapshotReader",
-           "display_path"]
+__all__ = ["CheckpointFiles", "EntryKind", "FileEntry", "Link", "LinkAtOpen", "Listing", "NotAFolder",
+           "SnapshotReader", "display_path"]
 
 
 class NotAFolder(Exception):
@@ -129,6 +130,16 @@ class FileEntry:
         return self.kind is EntryKind.LINK
 
 
+class LinkAtOpen(Exception):
+    """Raised by :meth:`CheckpointFiles.read_bytes` when the file it opens turns out to be a
+    symbolic link (``link``: where it points), one swapped in after the listing: the open refused
+    it, nothing was read through it. The reader refuses it as it refuses a listed link."""
+
+    def __init__(self, link: Link) -> None:
+        super().__init__(link.target)
+        self.link = link
+
+
 class CheckpointFiles(Protocol):
     """A checkpoint's files as :class:`SnapshotReader` reads them. Paths are relative to the
     checkpoint root, ``/``-separated (``""`` is the root, ``"offsets/7"`` a batch file).
@@ -141,8 +152,9 @@ class CheckpointFiles(Protocol):
     * :meth:`stat`: the one entry at ``path``, a link reported as a link (never followed);
       ``FileNotFoundError`` when it is gone.
     * :meth:`read_bytes`: the whole file; ``FileNotFoundError`` when it vanished, another
-      ``OSError`` on I/O errors. An adapter may refuse what it meets at open time with a
-      :class:`~airflow_ckpt_provider.checkpoint.errors.CheckpointError` of its own (a link or FIFO
+      ``OSError`` on I/O errors, :class:`LinkAtOpen` when the open met a link (swapped in after
+      the listing) and refused to follow it. An adapter may refuse what else it meets at open time
+      with a :class:`~airflow_ckpt_provider.checkpoint.errors.CheckpointError` of its own (a FIFO
       swapped in after the listing).
     * :meth:`display`: the path as errors and logs show it (:func:`display_path`).
     """
@@ -292,9 +304,13 @@ class SnapshotReader:
 
     def _look(self, path: str, action: Callable[[str], _T]) -> _T:
         """``action(path)`` (a read or a stat), its OS error turned into the typed error: a file gone
-        since it was listed (:class:`CorruptCheckpointFile`) or :class:`UnreadableCheckpoint`."""
+        since it was listed (:class:`CorruptCheckpointFile`) or :class:`UnreadableCheckpoint`; a
+        link met at open time is refused as a listed one (:class:`UnsafeEntry`)."""
         try:
             return action(path)
+        except LinkAtOpen as exc:
+            raise self._link_refused(path, FileEntry(name=posixpath.basename(path), kind=EntryKind.LINK,
+                                                     link=exc.link)) from None
         except FileNotFoundError:
             raise self._vanished(path) from None
         except OSError as exc:

@@ -20,13 +20,13 @@ handover and refuse the same damage with the same typed error
 
 :class:`HadoopCheckpointFiles` opens a FileSystem instance of its own
 (``FileSystem.newInstance``), never the cached one the running queries share, and closes it when
-done. On a local disk it reads through Hadoop's raw local filesystem, so Hadoop's own ``.crc``
-checksum files are listed like any other file and checked by the core (a checksummed local
-filesystem would hide them and fail with its own error), and it lists folders through
-``java.nio`` without following links: Hadoop's local listing follows a link and drops a dangling
-one, and a link must be reported, never followed out of the tree. Elsewhere (HDFS, S3A, ABFS, GCS)
-Hadoop's listing says what is a link. It needs a classic session (py4j): a Spark Connect client
-has no JVM to read through.
+done. On a local disk it lists folders and opens files through ``java.nio`` itself, never
+following a link (Hadoop's local listing follows a link and drops a dangling one, and its open
+follows a link swapped in after the listing: a link must be reported, never followed out of the
+tree), and Hadoop's own ``.crc`` checksum files are listed and read like any other file and
+checked by the core (Hadoop's checksummed local filesystem would hide them and fail with its own
+error). Elsewhere (HDFS, S3A, ABFS, GCS) Hadoop's listing says what is a link. It needs a classic
+session (py4j): a Spark Connect client has no JVM to read through.
 
 Not exported by :mod:`airflow_ckpt_provider.spark`: the core imports ``spark.control``, so the
 package's ``__init__`` importing the core would make the two import each other at start-up.
@@ -49,6 +49,7 @@ from airflow_ckpt_provider.checkpoint.snapshot_reader import (
     EntryKind,
     FileEntry,
     Link,
+    LinkAtOpen,
     NotAFolder,
     SnapshotReader,
     display_path,
@@ -139,19 +140,9 @@ class HadoopCheckpointFiles:
         try:
             self._root: Any = self._fs.makeQualified(given)
             self._local = str(self._root.toUri().getScheme() or "").lower() == "file"
-            self._reader: Any = self._raw_local() if self._local else self._fs
         except BaseException:
             self._fs.close()
             raise
-
-    def _raw_local(self) -> Any:
-        """The raw local filesystem under the private checksummed one (Hadoop's ``.crc`` files
-        listed and read like any file), or the private instance itself when it is already raw."""
-        from py4j.java_gateway import is_instance_of
-
-        if is_instance_of(self._gateway, self._fs, "org.apache.hadoop.fs.ChecksumFileSystem"):
-            return self._fs.getRawFileSystem()
-        return self._fs
 
     # -- CheckpointFiles ---------------------------------------------------------------------------
 
@@ -182,7 +173,7 @@ class HadoopCheckpointFiles:
 
     def read_bytes(self, path: str) -> bytes:
         with _java_io(self.display(path)):
-            stream = self._reader.open(self._hadoop_path(path))
+            stream = self._local_open(path) if self._local else self._fs.open(self._hadoop_path(path))
             try:
                 return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
             finally:
@@ -243,6 +234,26 @@ class HadoopCheckpointFiles:
         if names_only:  # batch logs: the core looks at a file before it reads it
             return [FileEntry(name=name, kind=EntryKind.UNKNOWN) for name in listed]
         return [self._local_entry(self._jvm.java.io.File(folder, name)) for name in listed]
+
+    def _local_open(self, path: str) -> Any:
+        """An ``InputStream`` of the local file ``path``, opened by ``java.nio`` with
+        ``NOFOLLOW_LINKS`` (``O_NOFOLLOW`` on Linux): the open itself refuses a link, so one swapped
+        in after the listing is never followed (a look before the open could be raced). A link
+        there raises :class:`LinkAtOpen`, which the core refuses as a listed link."""
+        from py4j.protocol import Py4JJavaError
+
+        nio = self._jvm.java.nio
+        file = self._local_file(path).toPath()
+        options = self._gateway.new_array(nio.file.OpenOption, 2)
+        options[0] = nio.file.StandardOpenOption.READ
+        options[1] = nio.file.LinkOption.NOFOLLOW_LINKS
+        try:
+            channel = nio.file.Files.newByteChannel(file, options)
+        except Py4JJavaError:
+            if nio.file.Files.isSymbolicLink(file):
+                raise LinkAtOpen(self._local_link(file)) from None
+            raise
+        return nio.channels.Channels.newInputStream(channel)
 
     def _local_entry(self, file: Any) -> FileEntry:
         """The entry of a local ``java.io.File``, looked at without following a link."""

@@ -4,9 +4,9 @@ through fsspec: one reader (the core's ``SnapshotReader``), two adapters.
 One stateful query (``dropDuplicates`` on RocksDB, Spark's state file checksums on) of the real local Spark
 reads a real Kafka topic into Parquet and writes ONE checkpoint for the module. Each test copies it
 with ``shutil``, damages the copy the way an operator or a crash would, and reads it twice: in the
-driver (``read_handover(spark, uri)``, Hadoop's raw local filesystem through py4j) and in the
-provider (``CheckpointReader(uri).handover()``, fsspec). Both must give the SAME handover, or
-raise the same typed error with the same message.
+driver (``read_handover(spark, uri)``, java.nio through py4j) and in the provider
+(``CheckpointReader(uri).handover()``, fsspec). Both must give the SAME handover, or raise the
+same typed error with the same message.
 """
 
 from __future__ import annotations
@@ -141,7 +141,8 @@ def test_the_driver_and_the_provider_hand_over_the_same_offsets(written: Written
 
 def test_hadoop_checksum_files_are_checked_by_the_core(written: Written, spark, copy: Path) -> None:  # noqa: ANN001
     """Spark wrote Hadoop's ``.N.crc`` beside every log file on the local disk; the driver lists
-    them through the RAW local filesystem, so the core checks them and refuses in its own words."""
+    and reads them as plain files (not through Hadoop's checksummed local filesystem), so the core
+    checks them and refuses in its own words."""
     batch = copy / "offsets" / str(written.last)
     assert (copy / "offsets" / f".{written.last}.crc").is_file()
     data = bytearray(batch.read_bytes())
@@ -238,6 +239,34 @@ def test_a_link_out_of_the_tree_is_refused_never_followed(written: Written, spar
     rel = PLANTS[plant](copy, written.last, outside)
     error = same_error(spark, str(copy), UnsafeEntry, f"a symbolic link {copy}/{rel} -> {outside}", "outside")
     assert error.path == f"{copy}/{rel}"
+
+
+@pytest.mark.parametrize("swapped", ["metadata", "last offsets"])
+def test_a_link_swapped_in_after_the_listing_is_refused_by_the_open(written: Written, spark, copy: Path,  # noqa: ANN001
+                                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    swapped: str) -> None:
+    """The driver lists a committed file (and looks at it), then opens it: a link swapped in
+    between, to the very same bytes outside the tree, is refused by the open itself, never read
+    through, with the error of a link found by the listing."""
+    rel = "metadata" if swapped == "metadata" else f"offsets/{written.last}"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    moved = outside / Path(rel).name
+    read_bytes = HadoopCheckpointFiles.read_bytes
+
+    def swap_then_read(files: HadoopCheckpointFiles, path: str) -> bytes:
+        if path == rel and not moved.exists():  # listed and looked at: now swap, then open
+            shutil.move(copy / rel, moved)
+            os.symlink(moved, copy / rel)
+        return read_bytes(files, path)
+
+    monkeypatch.setattr(HadoopCheckpointFiles, "read_bytes", swap_then_read)
+    with pytest.raises(UnsafeEntry) as refused:
+        read_handover(spark, str(copy), taken_at=TAKEN_AT)
+    monkeypatch.undo()
+    assert (copy / rel).is_symlink(), "the file was not swapped for a link"
+    listed = same_error(spark, str(copy), UnsafeEntry, f"a symbolic link {copy}/{rel} -> {moved}", "outside")
+    assert str(refused.value) == str(listed) and refused.value.path == f"{copy}/{rel}"
 
 
 def test_a_missing_checkpoint(spark, tmp_path: Path) -> None:  # noqa: ANN001

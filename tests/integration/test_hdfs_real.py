@@ -17,6 +17,7 @@ import json
 import posixpath
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,30 @@ def run_counts(spark: Any, bootstrap: str, topic: str, checkpoint: str, *,
     return counts, [json.loads(p.json) for p in query.recentProgress]
 
 
+@dataclass(frozen=True)
+class HdfsCheckpoint:
+    """A checkpoint the stateful count wrote on HDFS from a new topic, and WebHDFS onto it."""
+
+    topic: str
+    uri: str
+    storage: CheckpointStorageHook
+    fs: fsspec.AbstractFileSystem
+    path: str
+
+
+def counted_on_hdfs(spark: Any, hdfs: Any, kafka: Any, new_topic: Any, *, partitions: int, records: int,
+                    name: str) -> HdfsCheckpoint:
+    """``records`` records on a new topic of ``partitions`` partitions, counted once (availableNow)
+    to a new checkpoint ``/streams/<name>-<random>`` on HDFS, opened through WebHDFS."""
+    topic = new_topic(partitions)
+    produce_records(kafka.bootstrap_servers, topic, records)
+    uri = f"{hdfs.url}/streams/{name}-{uuid.uuid4().hex[:6]}"
+    run_counts(spark, kafka.bootstrap_servers, topic, uri)
+    storage = CheckpointStorageHook(webhdfs_port=hdfs.http_port, user=hdfs.user)
+    fs, path = storage.filesystem(uri)
+    return HdfsCheckpoint(topic=topic, uri=uri, storage=storage, fs=fs, path=path)
+
+
 def offsets_of(progress_offsets: Any) -> KafkaOffsets:
     return KafkaOffsets.from_json(progress_offsets if isinstance(progress_offsets, str)
                                   else json.dumps(progress_offsets))
@@ -163,12 +188,8 @@ def test_hdfs_checkpoint_inspect_archive_restore_resume(hdfs, hdfs_spark, kafka,
 
 def test_new_version_on_hdfs_starts_at_the_handover(hdfs, hdfs_spark, kafka, new_topic) -> None:  # noqa: ANN001
     spark = hdfs_spark
-    topic = new_topic(3)
-    produce_records(kafka.bootstrap_servers, topic, 150)
-    old_uri = f"{hdfs.url}/streams/v1-{uuid.uuid4().hex[:6]}"
-    run_counts(spark, kafka.bootstrap_servers, topic, old_uri)
-    storage = CheckpointStorageHook(webhdfs_port=hdfs.http_port, user=hdfs.user)
-    fs, _ = storage.filesystem(old_uri)
+    old = counted_on_hdfs(spark, hdfs, kafka, new_topic, partitions=3, records=150, name="v1")
+    topic, old_uri, storage, fs = old.topic, old.uri, old.storage, old.fs
     handover = CheckpointReader(old_uri, fs=fs).handover()
     assert handover.kafka_offsets().total() == 150
 
@@ -211,12 +232,8 @@ def test_the_driver_reads_an_hdfs_checkpoint_as_the_provider_reads_it(hdfs, hdfs
     from airflow_ckpt_provider.spark.checkpoint_files import HadoopCheckpointFiles, read_handover
 
     spark, taken_at = hdfs_spark, "2026-01-01T00:00:00+00:00"
-    topic = new_topic(2)
-    produce_records(kafka.bootstrap_servers, topic, 120)
-    uri = f"{hdfs.url}/streams/driver-{uuid.uuid4().hex[:6]}"
-    run_counts(spark, kafka.bootstrap_servers, topic, uri)
-    storage = CheckpointStorageHook(webhdfs_port=hdfs.http_port, user=hdfs.user)
-    fs, path = storage.filesystem(uri)
+    counted = counted_on_hdfs(spark, hdfs, kafka, new_topic, partitions=2, records=120, name="driver")
+    uri, fs, path = counted.uri, counted.fs, counted.path
 
     provider = CheckpointReader(uri, fs=fs)
     assert read_handover(spark, uri, taken_at=taken_at) == provider.handover(taken_at=taken_at)

@@ -28,7 +28,7 @@ from airflow_ckpt_provider.spark.state import (
     initial_state_for,
     state_watermark_ms,
 )
-from airflow_ckpt_provider.spark.state_export import export_state, use_checkpoint_format
+from airflow_ckpt_provider.spark.state_export import export_state
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.state import finish_export, plan_state_export
 from tests.harness.records import purchase
@@ -224,8 +224,7 @@ def test_a_rocksdb_checkpoint_format_v2_state_is_exported_and_seeds_every_total(
     assert plan.batch_id is not None and plan.batch_id >= 2 and plan.checkpoint_format_version == 2
     commit = (v1_cp / "commits" / str(plan.batch_id)).read_text()
     assert commit.startswith("v2") and "stateUniqueIds" in commit, f"Spark wrote no format v2 commit: {commit!r}"
-    with spark_conf(spark, {CHECKPOINT_FORMAT: "1"}):
-        use_checkpoint_format(spark, 2)  # as the export job does for a format-v2 plan
+    with spark_conf(spark, {CHECKPOINT_FORMAT: "2"}):  # as the export job's --checkpoint-format 2 sets it
         result = export_state(spark, str(v1_cp), plan.batch_id, str(export))
     manifest = finish_export(fsspec.filesystem("file"), str(export), plan, result, uri=str(export),
                              upgrade_id="format-v2")

@@ -25,6 +25,7 @@ from airflow_ckpt_provider.checkpoint.snapshot_reader import (
     EntryKind,
     FileEntry,
     Link,
+    LinkAtOpen,
     NotAFolder,
     SnapshotReader,
     display_path,
@@ -184,6 +185,25 @@ def test_a_link_inside_the_tree_is_refused_too() -> None:
     with pytest.raises(UnsafeEntry, match=r"metadata -> offsets/0 \(resolves to /ck/offsets/0\)") as refused:
         SnapshotReader(files).snapshot()
     assert "outside" not in str(refused.value)
+
+
+@pytest.mark.parametrize("path", ["metadata", "offsets/3"])
+def test_a_link_met_at_open_time_is_refused_as_a_listed_link(path: str) -> None:
+    """A link swapped in after the listing, which the adapter's open refused to follow (LinkAtOpen),
+    gets the same refusal as the same link found by the listing."""
+    link = Link(target="/elsewhere/x", resolved="/elsewhere/x", outside=True)
+    at_open = checkpoint()
+    at_open.errors[path] = LinkAtOpen(link)  # type: ignore[assignment]
+    with pytest.raises(UnsafeEntry) as refused_at_open:
+        SnapshotReader(at_open).handover()
+    listed = checkpoint()
+    del listed.files[path]
+    listed.links[path] = link
+    with pytest.raises(UnsafeEntry) as refused_listed:
+        SnapshotReader(listed).handover()
+    assert str(refused_at_open.value) == str(refused_listed.value)
+    assert refused_at_open.value.path == f"{at_open.uri}/{path}"
+    assert "outside mem://ck" in str(refused_at_open.value)
 
 
 def test_a_link_in_a_batch_log_is_seen_when_the_file_is_looked_at() -> None:
