@@ -286,9 +286,8 @@ def build_stream_upgrade_dag(
         approve = UpgradeApprovalOperator(
             task_id="approve",
             subject="Upgrade stream {{ params.stream_name }} to a new checkpoint?",
-            body="{{ ti.xcom_pull(task_ids='preflight')['summary_md'] }}\n\n"
-                 "{{ (ti.xcom_pull(task_ids='compatibility_check') or {}).get('summary_md', '') }}\n\n"
-                 "{{ (ti.xcom_pull(task_ids='choose_path') or {}).get('summary_md', '') }}",
+            # no body: the approver reads what preflight, compatibility_check and choose_path
+            # recorded for the approver in the journal
             response_timeout=timedelta(hours=12), defaults=["Reject"],  # no answer: no upgrade
             require_approval="{{ params.require_approval }}", journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )

@@ -10,7 +10,7 @@ from airflow.sdk import Context
 
 from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
-from airflow_ckpt_provider.upgrade.planner import needs_approval
+from airflow_ckpt_provider.upgrade.planner import approval_text, needs_approval
 from airflow_ckpt_provider.upgrade.record import FAILED, STARTED
 from airflow_ckpt_provider.upgrade.steps import APPROVAL
 
@@ -26,6 +26,12 @@ class UpgradeApprovalOperator(ApprovalOperator):
     before its stop); then it returns at once, records nothing, and the steps after it run (they
     decide for themselves from the journal).
 
+    Without ``body`` the approver reads what the decisions before it recorded in the journal for
+    the approver (:func:`~airflow_ckpt_provider.upgrade.planner.approval_text`: the preflight's
+    summary, the compatibility check's verdict, the path chosen), taken when it asks, never
+    rendered as a template; a given ``body`` is shown instead.
+
+    :param body: the Markdown the approver reads (templated; None: from the journal, see above)
     :param require_approval: ask a person (templated: a bool or "True"/"False")
     :param journal: the upgrade journal's URI (templated; empty: nothing is recorded)
     :param journal_conn_id: Airflow connection of the journal's storage (templated)
@@ -49,6 +55,9 @@ class UpgradeApprovalOperator(ApprovalOperator):
                 "the upgrade is under way (approved before its stop)"
             self.log.info("not asking: %s", why)
             return {"asked": False, "reason": why}
+        if self.body is None and record is not None:
+            self.body = approval_text(record) or (
+                f"The decisions before the approval recorded no summary in the record of upgrade {record.upgrade_id}.")
         if journal is not None:
             journal.record_planning(APPROVAL, run_id=str(context.get("run_id") or ""), state=STARTED)
         return super().execute(context)

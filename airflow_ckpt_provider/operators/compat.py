@@ -154,7 +154,8 @@ class CompatibilityCheckOperator(BaseOperator):
             self.log.info("no trial runs: %s", decision.reason)
             return {"skipped": decision.reason, "summary_md": ""}
         return decided(journal, self.task_id, context, self._check,
-                       lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")})
+                       lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")},
+                       said=lambda value: str(value.get("summary_md") or ""))
 
     def _check(self) -> dict[str, Any]:
         if not flag(self.enabled, "enabled"):
@@ -221,7 +222,8 @@ class UpgradePathOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         journal = journal_at(self.journal, self.journal_conn_id)
         return decided(journal, self.task_id, context, lambda: self._choose(journal),
-                       lambda value: {k: v for k, v in value.items() if k != "summary_md"})
+                       lambda value: {k: v for k, v in value.items() if k != "summary_md"},
+                       said=lambda value: str(value.get("summary_md") or ""))
 
     def _choose(self, journal: UpgradeJournal | None) -> dict[str, Any]:
         recorded = list(journal.read().steps) if journal is not None and journal.exists() else []

@@ -243,10 +243,12 @@ def recorded(action: Callable[[], T], *, failed: Callable[[Exception], None], fi
 
 
 def decided(journal: UpgradeJournal | None, name: str, context: Context, action: Callable[[], T],
-            summary: Callable[[T], Any] = lambda _: None) -> T:
+            summary: Callable[[T], Any] = lambda _: None, said: Callable[[T], str] = lambda _: "") -> T:
     """Run the decision ``action`` (a step before any side effect: the compatibility check, the
     path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
-    of its result, or ``failed`` with its error (then re-raised). Without a journal it only runs."""
+    of its result and what it ``said`` to the approver (Markdown, noted as
+    :data:`~airflow_ckpt_provider.upgrade.planner.SUMMARY_NOTE`), or ``failed`` with its error
+    (then re-raised). Without a journal it only runs."""
     run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
     if journal is None:
         return action()
@@ -255,7 +257,8 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
         failed=lambda exc: journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED,
                                                    error=exc),
         finished=lambda result: journal.record_planning(name, run_id=run_id, started_at=started_at,
-                                                        result=summary(result)))
+                                                        result=summary(result),
+                                                        notes={planner.SUMMARY_NOTE: said(result)}))
 
 
 __all__ = ["JOURNAL_FIELDS", "WAIT_IN_TASK_S", "JournaledStep", "LookingTrigger", "control_flow", "decided", "given",

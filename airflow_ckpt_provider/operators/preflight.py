@@ -274,11 +274,12 @@ class UpgradePreflightOperator(BaseOperator):
         upgrade_id_found, journal_uri = "", ""
         if self.journal:
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
-            journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
-                                    result={"resuming": False, "old_query_running": running, **self._modes(),
-                                            **self._locations(upgrade_id)})
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
+            journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
+                                    result={"resuming": False, "old_query_running": running, **self._modes(),
+                                            **self._locations(upgrade_id)},
+                                    notes={planner.SUMMARY_NOTE: summary})
         return PreflightResult(
             summary_md=summary, handover=handover.to_dict(), starting_offsets=offsets,
             reconciliation=result.to_dict(), old_query_running=running, upgrade_id=upgrade_id_found,
@@ -458,7 +459,8 @@ class UpgradePreflightOperator(BaseOperator):
                                    f"unfinished {', '.join(open_steps) or 'none'}")
         locations = self._locations(upgrade_id, record)
         journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
-                                result={"resuming": True, **self._modes(record), **locations})
+                                result={"resuming": True, **self._modes(record), **locations},
+                                notes={planner.SUMMARY_NOTE: summary})
         return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
                                resuming=True, steps_done=tuple(done), state_export=locations["state_export"],
                                rollback_checkpoint=locations["rollback_checkpoint"]).to_dict()

@@ -254,11 +254,13 @@ class UpgradeJournal:
             step, state=FAILED, error=str(error)[:2000], finished_at=self.clock().isoformat())}))
 
     def record_planning(self, name: str, *, run_id: str, started_at: str = "", state: str = DONE,
-                        result: Any = None, error: BaseException | str = "") -> None:
+                        result: Any = None, error: BaseException | str = "",
+                        notes: Mapping[str, Any] | None = None) -> None:
         """Record a decision before any side effect (``planning``): the preflight, the
         compatibility check, the path, the approval (``state`` started while it waits for a
         person). A later record of the same name replaces the earlier one (a retry decides
-        again); without ``started_at`` it keeps the start of the same run's ``started`` record."""
+        again); without ``started_at`` it keeps the start of the same run's ``started`` record.
+        ``notes``: what the decision says to the approver (``summary_md``), beside its result."""
         if state not in (STARTED, DONE, FAILED):
             raise ValueError(f"a planning state is started, done or failed, not {state!r}")
         record = self.read()
@@ -268,7 +270,7 @@ class UpgradeJournal:
                 and previous.state == STARTED else self.clock().isoformat()
         finished = "" if state == STARTED else self.clock().isoformat()
         step = JournalStep(name=name, state=state, run_id=run_id, started_at=started_at, finished_at=finished,
-                           result=result, error=str(error)[:2000])
+                           result=result, error=str(error)[:2000], notes=dict(notes or {}))
         self._write(replace(record, planning={**record.planning, name: step}))
 
     def record_run(self, run_id: str, what: str, **details: Any) -> JournalRecord:

@@ -42,6 +42,7 @@ from airflow_ckpt_provider.upgrade.steps import (
     IN_PLACE_ROLLBACK,
     PATH_CHOICE,
     PATHS,
+    PLANNING,
     PREFLIGHT,
     REJECT,
     ROLLBACK,
@@ -97,6 +98,25 @@ def needs_approval(record: JournalRecord | None, *, require_approval: bool) -> b
     was approved before its stop, and asking again could not undo it. A journal where nothing
     began is started afresh by the preflight, so an earlier run's answer is never reused."""
     return require_approval and not (record is not None and record.started_side_effects)
+
+
+#: The note in which a decision records what it says to the approver (Markdown).
+SUMMARY_NOTE = "summary_md"
+
+
+def approval_text(record: JournalRecord | None) -> str:
+    """What the approver reads: the Markdown each decision before the approval (the preflight,
+    the compatibility check, the path) noted in the record's ``planning`` when it finished, in
+    that order, blank-line separated; "" when none did."""
+    if record is None:
+        return ""
+    texts = []
+    for name in PLANNING:
+        entry = record.planning.get(name)
+        text = entry.notes.get(SUMMARY_NOTE) if entry is not None and entry.state == DONE else None
+        if isinstance(text, str) and text.strip():
+            texts.append(text.strip())
+    return "\n\n".join(texts)
 
 
 def completed(record: JournalRecord | None, path: PathSteps) -> bool:
@@ -303,6 +323,6 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     return NextAction(Act.RUN, f"the rollback calls for it ({plan.mode.value})")
 
 
-__all__ = ["Act", "NextAction", "StepStatus", "approval_answer", "completed", "errors", "needs_approval",
-           "next_action", "outcome", "path_taken", "recorded_rollback_mode", "rejected", "restart_attempted",
-           "result_of", "rollback_plan", "status_of", "timings"]
+__all__ = ["SUMMARY_NOTE", "Act", "NextAction", "StepStatus", "approval_answer", "approval_text", "completed",
+           "errors", "needs_approval", "next_action", "outcome", "path_taken", "recorded_rollback_mode", "rejected",
+           "restart_attempted", "result_of", "rollback_plan", "status_of", "timings"]

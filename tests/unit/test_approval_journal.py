@@ -106,3 +106,34 @@ def test_a_fresh_upgrade_is_asked_and_the_question_recorded(tmp_path: Path, monk
     UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", require_approval="True",
                             journal=made.path).execute({"run_id": "run-1"})  # type: ignore[arg-type]
     assert asked == ["approve"] and made.read().planning["approve"].state == STARTED
+
+
+def test_the_approver_reads_what_the_decisions_recorded_in_the_journal(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No XCom and no template: the body is the decisions' notes for the approver, in the order
+    they ran; a failed decision and one that noted nothing add nothing, and a recorded ``{{`` is
+    shown as written."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    made = journal(tmp_path)
+    made.record_planning("choose_path", run_id="run-1", result={"path": "cold"},
+                         notes={planner.SUMMARY_NOTE: "**Path**: cold"})
+    made.record_planning("preflight", run_id="run-1", result={"resuming": False},
+                         notes={planner.SUMMARY_NOTE: "Stream `orders`: handover at batch 7 {{ not a template }}"})
+    made.record_planning("compatibility_check", run_id="run-1", state=FAILED, error="boom",
+                         notes={planner.SUMMARY_NOTE: "never shown"})
+    bodies = []
+    monkeypatch.setattr(ApprovalOperator, "execute", lambda self, context: bodies.append(self.body))
+    UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", journal=made.path).execute(
+        {"run_id": "run-1"})  # type: ignore[arg-type]
+    assert bodies == ["Stream `orders`: handover at batch 7 {{ not a template }}\n\n**Path**: cold"]
+
+    given = []
+    monkeypatch.setattr(ApprovalOperator, "execute", lambda self, context: given.append(self.body))
+    UpgradeApprovalOperator(task_id="approve", subject="Upgrade?", body="as given", journal=made.path).execute(
+        {"run_id": "run-1"})  # type: ignore[arg-type]
+    assert given == ["as given"]
+
+
+def test_an_approval_with_nothing_recorded_says_so() -> None:
+    assert planner.approval_text(None) == ""

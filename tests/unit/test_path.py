@@ -19,6 +19,7 @@ from airflow_ckpt_provider.checkpoint.verify import EXACT, OVERLAP, verify_resum
 from airflow_ckpt_provider.operators.compat import UpgradePathOperator
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.planner import approval_text
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePathSteps
 from tests.unit.conftest import kafka_json, write_checkpoint
@@ -75,6 +76,7 @@ def test_the_path_step_reads_the_check_and_a_resumed_upgrade_keeps_its_path(tmp_
         step("{'in_place_ok': True}")
     first = step({**IN_PLACE_OK.to_dict(), "summary_md": "..."})
     assert first["path"] == "in place" and first["in_place"] is True and "plain restart" in first["summary_md"]
+    assert approval_text(journal.read()) == first["summary_md"].strip(), "the approver reads the path chosen"
     assert journal.read().steps == {}, "a choice is not a side effect: a rejection starts afresh"
     journal.begin("in_place_stop", run_id="run-1")
     again = step(json.dumps({"skipped": "resuming"}))

@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_ckpt_provider.checkpoint.errors import RecordInputMissing
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, RecordInput, resolve
 from airflow_ckpt_provider.upgrade.record import (
     DONE,
@@ -373,6 +374,7 @@ def test_the_compatibility_check_of_a_new_upgrade_runs_unless_switched_off(journ
     assert check(journal, monkeypatch, enabled="False").execute({"run_id": "run-1"}) == \
         {"skipped": "switched off", "summary_md": ""}
     assert journal.read().planning["compatibility_check"].result == {"skipped": "switched off"}
+    assert planner.approval_text(journal.read()) == ""  # a check switched off says nothing to the approver
     with pytest.raises(AssertionError, match="trial started"):  # the param on: the trials run
         check(journal, monkeypatch).execute({"run_id": "run-1"})
     assert journal.read().planning["compatibility_check"].state == FAILED
@@ -405,6 +407,7 @@ def test_the_preflight_records_the_locations_and_a_resumed_upgrade_keeps_them(tm
     assert resolve(recorded, RecordInput.STATE_EXPORT_LOCATION) == first["state_export"] == \
         str(tmp_path / "archive" / "orders" / "_state" / "up-9")
     assert resolve(recorded, RecordInput.UPGRADE_ID) == first["upgrade_id"] == "up-9"
+    assert planner.approval_text(recorded) == first["summary_md"].strip()  # what the approver reads
 
     journal.begin("graceful_stop", run_id="run-1")  # under way; the next run's params moved the rollback checkpoint
     again = preflight_op(tmp_path, rollback_mode="forward",
@@ -414,6 +417,7 @@ def test_the_preflight_records_the_locations_and_a_resumed_upgrade_keeps_them(tm
     assert resolve(resumed, RecordInput.ROLLBACK_CHECKPOINT) == str(tmp_path / "rb"), "the first run's, kept"
     assert resolve(resumed, RecordInput.STATE_EXPORT_LOCATION) == first["state_export"]
     assert resumed.planning["preflight"].run_id == "run-2"
+    assert planner.approval_text(resumed) == again["summary_md"].strip()
 
 
 def test_the_report_reads_already_done_from_this_runs_entry() -> None:
