@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
-from airflow_ckpt_provider.checkpoint.fixed_settings import SettingVerdict
+from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting, SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
 
 
 class TrialKind(StrEnum):
@@ -126,6 +126,7 @@ class StatefulOperator:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StatefulOperator:
+        """From the operators record a trial's driver writes (lenient: ids as text accepted)."""
         return cls(int(raw["operator_id"]), str(raw["name"]), str(raw.get("detail") or ""))
 
     def describe(self) -> str:
@@ -165,8 +166,8 @@ class TrialResult:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> TrialResult:
-        """From :meth:`to_json` or its dict; :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond
-        the JSON limits) on anything else."""
+        """From :meth:`to_json` or its dict through its strict codec; :class:`InvalidVerdict`
+        (:class:`JsonTooLarge` beyond the JSON limits) on anything else."""
         return cls(**_TRIAL.decode(data))
 
 
@@ -269,54 +270,119 @@ class CompatibilityVerdict:
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CompatibilityVerdict:
-        """From :meth:`to_json` or its dict (the check's XCom, derived keys and all);
-        :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond the JSON limits) on anything else."""
+        """From :meth:`to_json` or its dict (the check's XCom, derived keys and ``summary_md`` too)
+        through its strict codec; :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond the JSON
+        limits) on anything else. A result that may be :class:`CompatibilitySkipped` is read with
+        :func:`compatibility_result`."""
         return cls(**_VERDICT.decode(data))
 
 
-# -- the codecs of the two values (airflow_ckpt_provider.upgrade.codec) --------------------------------
-# Written by today's release without a format number and read as leniently as before the codec:
-# keys they do not declare are ignored (a verdict's XCom carries derived keys: headline,
-# new_version_starts, summary_md), ``started`` / ``in_place_ok`` / ``migrated_ok`` take any JSON
-# value, texts and counts are coerced (null -> "" or 0).
+# -- the codecs (airflow_ckpt_provider.upgrade.codec) -----------------------------------------------
+# Written by today's release without a format number; strict: only the keys :meth:`to_dict` writes,
+# each of its JSON type. What a value derives from its other fields (a verdict's headline and
+# new_version_starts, a setting's needs_new_checkpoint and recorded, and the check step's
+# summary_md, its Markdown) is type-checked, then left out.
 
+_TEXT = Field((str,), required=False, default="")
+_COUNT_OR_NULL = Field((int,), required=False, nullable=True)
+#: the Markdown the compatibility check step adds to its result (XCom) for the approval
+_SUMMARY_MD = Field((str,), required=False, derived=True)
 
-def _text(value: Any) -> str:  # noqa: ANN401 - any JSON value, as before the codec
-    return str(value or "")
+_OPERATOR = Codec("stateful operator", InvalidVerdict, {
+    "operator_id": Field((int,)),
+    "name": Field((str,)),
+    "detail": _TEXT,
+}, version=None)
 
-
-def _count_or_none(value: Any) -> int | None:  # noqa: ANN401
-    return None if value is None else int(value)
-
+_SETTING = Codec("setting verdict", InvalidVerdict, {
+    "setting": Field((str,), decode=one_of(*FixedSetting, decode=FixedSetting)),
+    "old": Field((str,)),
+    "new": Field((str,)),
+    "effect": Field((str,), decode=one_of(*Effect, decode=Effect)),
+    "spark_error": _TEXT,
+    "migration": _TEXT,
+    "needs_new_checkpoint": Field((bool,), required=False, derived=True),
+    "recorded": Field((str,), required=False, derived=True),
+}, version=None)
 
 _TRIAL = Codec("TrialResult", InvalidVerdict, {
-    "kind": Field(decode=TrialKind, expected=" or ".join(TrialKind)),
-    "started": Field(expected="true, false or null"),
-    "batches_committed": Field(required=False, default=0, decode=lambda v: int(v or 0), expected="an integer"),
-    "contract_honoured": Field(required=False, default=True, decode=bool),
-    "error_class": Field(required=False, default="", decode=_text),
-    "error_message": Field(required=False, default="", decode=_text),
-    "log_tail": Field(required=False, default="", decode=_text),
-    "operators": Field(required=False, nullable=True,
-                       decode=lambda ops: tuple(StatefulOperator.from_dict(o) for o in ops),
-                       expected="null or a list of objects with operator_id, name and detail"),
-    "seconds": Field(required=False, default=0.0, decode=lambda v: float(v or 0.0), expected="a number"),
-}, version=None, unknown_keys="ignore", raise_as_is=(JsonTooLarge,))
+    "kind": Field((str,), decode=one_of(*TrialKind, decode=TrialKind)),
+    "started": Field((bool,), nullable=True),
+    "batches_committed": Field((int,), required=False, default=0),
+    "contract_honoured": Field((bool,), required=False, default=True),
+    "error_class": _TEXT,
+    "error_message": _TEXT,
+    "log_tail": _TEXT,
+    "operators": Field((list,), required=False, nullable=True,
+                       decode=array_of(dict, decode=lambda o: StatefulOperator(**_OPERATOR.decode(o))),
+                       expected="null or an array of objects with operator_id, name and detail"),
+    "seconds": Field((float,), required=False, default=0.0, decode=float),
+}, version=None, raise_as_is=(JsonTooLarge,))
 
 _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
-    "in_place_ok": Field(expected="true, false or null"),
-    "migrated_ok": Field(expected="true, false or null"),
-    "rule": Field(required=False, decode=lambda v: Rule(v) if v else None,
-                  expected=f"empty or one of {', '.join(Rule)}"),
-    **{name: Field(required=False, default="", decode=_text)
-       for name in ("operator", "old", "new", "error_class", "driver_error", "log_tail")},
-    "trials": Field(required=False, default=(), decode=lambda v: tuple(TrialResult.from_json(t) for t in v or ()),
-                    expected="a list of TrialResult objects (or their JSON)"),
-    "state_batch": Field(required=False, decode=_count_or_none, expected="an integer or null"),
-    "state_rows": Field(required=False, decode=_count_or_none, expected="an integer or null"),
-    "settings": Field(required=False, default=(), decode=lambda v: tuple(SettingVerdict.from_dict(s) for s in v or ()),
-                      expected="a list of setting verdicts (setting, old, new, effect)"),
-}, version=None, unknown_keys="ignore", raise_as_is=(JsonTooLarge,))
+    "in_place_ok": Field((bool,), nullable=True),
+    "migrated_ok": Field((bool,), nullable=True),
+    "rule": Field((str,), required=False, nullable=True, decode=one_of(*Rule, decode=Rule)),
+    **{name: _TEXT for name in ("operator", "old", "new", "error_class", "driver_error", "log_tail")},
+    "trials": Field((list,), required=False, default=(), decode=array_of(dict, decode=TrialResult.from_json),
+                    expected="an array of TrialResult objects"),
+    "state_batch": _COUNT_OR_NULL,
+    "state_rows": _COUNT_OR_NULL,
+    "settings": Field((list,), required=False, default=(),
+                      decode=array_of(dict, decode=lambda v: SettingVerdict(**_SETTING.decode(v))),
+                      expected="an array of setting verdicts (setting, old, new, effect, ...)"),
+    "new_version_starts": Field((bool,), required=False, derived=True),
+    "headline": Field((str,), required=False, derived=True),
+    "summary_md": _SUMMARY_MD,
+}, version=None, raise_as_is=(JsonTooLarge,))
+
+#: The key of :class:`CompatibilitySkipped` (the compatibility check's result when it tried nothing).
+SKIPPED_KEY = "skipped"
+
+
+def _reason(value: str) -> str:
+    if not value.strip():
+        raise ValueError("an empty reason")
+    return value
+
+
+_SKIPPED = Codec("CompatibilitySkipped", InvalidVerdict, {
+    SKIPPED_KEY: Field((str,), decode=_reason, expected="the reason, a non-empty string"),
+    "summary_md": _SUMMARY_MD,
+}, version=None, raise_as_is=(JsonTooLarge,))
+
+
+@dataclass(frozen=True)
+class CompatibilitySkipped:
+    """The compatibility check's result when it tried nothing: ``reason`` says why (switched off,
+    or an upgrade under way whose first verdict stands). JSON: ``{"skipped": reason}``."""
+
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {SKIPPED_KEY: self.reason}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CompatibilitySkipped:
+        """Decode (strict: :class:`InvalidVerdict` for anything else)."""
+        return cls(reason=_SKIPPED.decode(data)[SKIPPED_KEY])
+
+
+#: The compatibility check's result: its verdict, or that it tried nothing.
+CompatibilityResult = CompatibilityVerdict | CompatibilitySkipped
+
+
+def compatibility_result(data: str | bytes | Mapping[str, Any]) -> CompatibilityResult:
+    """The compatibility check's result, as its step returns it (XCom, with ``summary_md``) or as the
+    journal records it (without ``trials``, ``log_tail`` and ``summary_md``): a
+    :class:`CompatibilitySkipped` when it carries ``skipped``, else a :class:`CompatibilityVerdict`,
+    each by its strict codec; :class:`InvalidVerdict` (:class:`JsonTooLarge` beyond the JSON
+    limits) on anything else."""
+    raw = _VERDICT.parse(data)
+    return CompatibilitySkipped.from_json(raw) if SKIPPED_KEY in raw else CompatibilityVerdict.from_json(raw)
 
 
 def _first_line(text: str) -> str:
@@ -564,6 +630,7 @@ def local_imports(text: str) -> list[str]:
     return re.findall(r"^(?:from|import)\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M)
 
 
-__all__ = ["CONTRACT_NAMES", "ERROR_CLASS_RULES", "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator",
-           "TrialKind", "TrialResult", "check_trial_location", "classify", "compare_operators", "declares_contract",
+__all__ = ["CONTRACT_NAMES", "ERROR_CLASS_RULES", "SKIPPED_KEY", "CompatibilityResult", "CompatibilitySkipped",
+           "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator", "TrialKind", "TrialResult",
+           "check_trial_location", "classify", "compare_operators", "compatibility_result", "declares_contract",
            "local_imports", "read_failure", "settings_verdict", "spark_error"]

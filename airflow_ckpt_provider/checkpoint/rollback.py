@@ -261,6 +261,45 @@ class RollbackHandover:
     from_dict = from_json
 
 
+@dataclass(frozen=True)
+class RollbackHandoverUnread:
+    """The rollback step's result when the new checkpoint could not be read in ``restore`` mode:
+    the old version restarts on ``checkpoint`` anyway, and what it processes twice is unknown
+    (``error`` says why). JSON round trip with :meth:`to_dict` / :meth:`from_json`."""
+
+    checkpoint: str
+    error: str
+    mode: RollbackMode = RollbackMode.RESTORE
+
+    def describe(self) -> str:
+        """One sentence for the log and the report."""
+        return f"what the old version processes twice is unknown: {self.error}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "checkpoint": self.checkpoint, "error": self.error}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RollbackHandoverUnread:
+        """Decode (strict: :class:`InvalidRollbackHandover` for anything else)."""
+        return cls(**_UNREAD.decode(data))
+
+
+#: What the rollback_handover step returns and the journal records: the handover, or in ``restore``
+#: mode the error that kept it from being computed.
+RollbackResult = RollbackHandover | RollbackHandoverUnread
+
+
+def rollback_result(data: str | bytes | Mapping[str, Any]) -> RollbackResult:
+    """The rollback_handover step's result (its XCom or its journal record): a
+    :class:`RollbackHandoverUnread` when it carries ``error``, else a :class:`RollbackHandover`,
+    each by its strict codec; :class:`InvalidRollbackHandover` on anything else."""
+    raw = _ROLLBACK.parse(data)
+    return RollbackHandoverUnread.from_json(raw) if "error" in raw else RollbackHandover.from_json(raw)
+
+
 def _range(value: Any) -> tuple[int, ...]:  # noqa: ANN401 - a checked JSON array
     if len(value) != 2:
         raise ValueError(f"{len(value)} offsets, not [from, to)")
@@ -298,6 +337,13 @@ _ROLLBACK = Codec("RollbackHandover", InvalidRollbackHandover, {
     "again_committed": _COUNT,
     "again_planned": _COUNT,
     "summary": Field((list,), required=False, derived=True, decode=array_of(str)),
+}, version=None)
+#: :class:`RollbackHandoverUnread`'s codec (no format number, as today's release writes it): only
+#: ``restore`` reaches it (a ``forward`` rollback fails instead).
+_UNREAD = Codec("RollbackHandoverUnread", InvalidRollbackHandover, {
+    "mode": Field((str,), decode=one_of(RollbackMode.RESTORE, decode=RollbackMode)),
+    "checkpoint": Field((str,)),
+    "error": Field((str,)),
 }, version=None)
 
 
@@ -363,5 +409,5 @@ def rollback_handover(
                             new_committed_batch=progress.committed_batch, new_planned_batch=progress.planned_batch)
 
 
-__all__ = ["NewVersionProgress", "PartitionReprocess", "RollbackHandover", "forward_offsets", "kafka_source",
-           "new_version_progress", "rollback_handover"]
+__all__ = ["NewVersionProgress", "PartitionReprocess", "RollbackHandover", "RollbackHandoverUnread", "RollbackResult",
+           "forward_offsets", "kafka_source", "new_version_progress", "rollback_handover", "rollback_result"]

@@ -8,9 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
-from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, NewVersionDoesNotStart
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.compat import CompatibilitySkipped, CompatibilityVerdict, compatibility_result
+from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
 from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -39,14 +38,17 @@ class CompatibilityCheckOperator(BaseOperator):
     is off), each for ``batches`` batches with its output under the trial location, then
     stopped and deleted. The old checkpoint, the live sinks and Kafka's consumer groups are not
     touched. Returns (XCom) :meth:`CompatibilityVerdict.to_dict` plus ``summary_md`` (Markdown
-    for an approval). Raises :class:`TrialRefused` (the job does not follow the trial contract,
-    or the trial location overlaps a live one: nothing started) and, with ``fail_if_does_not_start``,
+    for an approval); later steps read it with
+    :func:`~airflow_ckpt_provider.checkpoint.compat.compatibility_result`. Raises
+    :class:`TrialRefused` (the job does not follow the trial contract, or the trial location
+    overlaps a live one: nothing started) and, with ``fail_if_does_not_start``,
     :class:`NewVersionDoesNotStart` (the driver's error and log tail) — before anything stops.
 
     With ``journal`` it first asks the planner
     (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`): an upgrade under way (a step with a
     side effect began: its new version was tried before its stop) or already ended tries nothing,
-    returns ``{"skipped": <why>, "summary_md": ""}``, logs why and leaves the journal as it is (the
+    returns :class:`~airflow_ckpt_provider.checkpoint.compat.CompatibilitySkipped` (``{"skipped":
+    <why>, "summary_md": ""}``), logs why and leaves the journal as it is (the
     first run's verdict stays the upgrade's). Otherwise ``enabled`` decides, and the verdict, the
     refusal or the switch-off goes in the journal's ``planning``.
 
@@ -152,7 +154,7 @@ class CompatibilityCheckOperator(BaseOperator):
                                        self.task_id)
         if decision.act is planner.Act.SKIP:
             self.log.info("no trial runs: %s", decision.reason)
-            return {"skipped": decision.reason, "summary_md": ""}
+            return _skipped(decision.reason)
         return decided(journal, self.task_id, context, self._check,
                        lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")},
                        said=lambda value: str(value.get("summary_md") or ""))
@@ -160,7 +162,7 @@ class CompatibilityCheckOperator(BaseOperator):
     def _check(self) -> dict[str, Any]:
         if not flag(self.enabled, "enabled"):
             self.log.info("compatibility check switched off: no trial runs")
-            return {"skipped": "switched off", "summary_md": ""}
+            return _skipped("switched off")
         args = self.application_args
         conf = self.conf if isinstance(self.conf, Mapping) else {}
         live = self.live_locations if isinstance(self.live_locations, Mapping) else {}
@@ -234,18 +236,20 @@ class UpgradePathOperator(BaseOperator):
         return {**choice.to_dict(), "summary_md": f"**{choice.describe()}**\n"}
 
     def _verdict(self) -> CompatibilityVerdict | None:
-        """The check's verdict; None when it did not run."""
+        """The check's verdict; None when it did not run or tried nothing (:class:`InvalidVerdict`
+        for anything else than its result)."""
         raw = self.verdict
         if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
             return None
-        try:
-            value = raw if isinstance(raw, Mapping) else load_json(raw)
-        except ValueError:
-            raise InvalidVerdict(found=f"verdict text that is not JSON: {str(raw)[:80]!r}",
-                                 expected="the compatibility check's XCom") from None
-        if not isinstance(value, Mapping):
-            raise InvalidVerdict(found=f"a verdict of type {type(value).__name__}", expected="a JSON object")
-        return None if value.get("skipped") else CompatibilityVerdict.from_json(value)
+        if isinstance(raw, Mapping) and not raw:
+            return None
+        result = compatibility_result(raw)
+        return None if isinstance(result, CompatibilitySkipped) else result
+
+
+def _skipped(reason: str) -> dict[str, Any]:
+    """The check's XCom when it tried nothing (no Markdown for the approval)."""
+    return {**CompatibilitySkipped(reason).to_dict(), "summary_md": ""}
 
 
 def path_of(value: Mapping[str, Any] | str | None) -> PathChoice | None:

@@ -23,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan, choose_start
 from airflow_ckpt_provider.checkpoint.rollback import (
     NewVersionProgress,
+    RollbackHandoverUnread,
     new_version_progress,
     rollback_handover,
 )
@@ -290,7 +291,9 @@ class RollbackHandoverOperator(JournaledStep, BaseOperator):
 
     Fails with a typed :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` when a
     checkpoint cannot be read; in ``restore`` mode, which does not need the answer to restart,
-    it logs the error and returns ``{"mode": "restore", "checkpoint": ..., "error": ...}``.
+    it logs the error and returns :meth:`RollbackHandoverUnread.to_dict` (``{"mode": "restore",
+    "checkpoint": ..., "error": ...}``). Readers decode either with
+    :func:`~airflow_ckpt_provider.checkpoint.rollback.rollback_result`.
     """
 
     template_fields: Sequence[str] = ("checkpoint_uri", "handover", "old_checkpoint_uri", "rollback_mode",
@@ -340,7 +343,7 @@ class RollbackHandoverOperator(JournaledStep, BaseOperator):
                 raise
             self.log.warning("cannot tell what the old version will process twice (%s); it restarts on %s anyway",
                              exc, target)
-            return {"mode": mode.value, "checkpoint": target, "error": str(exc)}
+            return RollbackHandoverUnread(checkpoint=target, error=str(exc), mode=mode).to_dict()
         say = self.log.warning if result.again_committed or result.again_planned else self.log.info
         for line in result.describe():
             say("%s", line)

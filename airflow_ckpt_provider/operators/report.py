@@ -9,10 +9,17 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed
+from airflow_ckpt_provider.checkpoint.compat import CompatibilitySkipped, compatibility_result
+from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
+    InvalidRollbackHandover,
+    InvalidVerdict,
+    UpgradeFailed,
+)
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, ROLLBACK_FAILED, UPGRADED, TaskState
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
+from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread, rollback_result
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
 from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.faults import fault_point
@@ -24,7 +31,7 @@ from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import JournalRecord
-from airflow_ckpt_provider.upgrade.steps import PLANNING, PathSteps
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PLANNING, PathSteps
 
 
 class UpgradeReportOperator(BaseOperator):
@@ -131,11 +138,9 @@ class UpgradeReportOperator(BaseOperator):
         stop = planner.result_of(record, path.stop)
         if isinstance(stop, Mapping) and stop.get("timeline"):
             notes.append(f"{path.stop}: {describe_stop_timeline(stop['timeline'])}")
-        rollback = planner.result_of(record, path.rollback_handover) \
+        rollback = _rollback(planner.result_of(record, path.rollback_handover), path.rollback_handover, notes) \
             if path.rollback_handover and planner.restart_attempted(record, path) else None
-        if isinstance(rollback, Mapping) and rollback.get("error"):
-            notes.append(f"{path.rollback_handover}: what the old version processes twice is unknown: "
-                         f"{rollback['error']}")
+        compatibility = _compatibility(planner.result_of(record, COMPATIBILITY_CHECK), notes)
         if journal is not None and record is not None:
             notes.extend(self._journal_notes(journal, record, str(context.get("run_id", ""))))
 
@@ -164,9 +169,9 @@ class UpgradeReportOperator(BaseOperator):
             stop_requested_at=stop_requested_at, ready_at=ready_at,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
             start_plan=handover.get("start_plan"), sink=handover.get("sink"),
-            rollback=dict(rollback) if isinstance(rollback, Mapping) and "partitions" in rollback else None,
+            rollback=rollback.to_dict() if rollback is not None else None,
             state_export=dict(state_export) if isinstance(state_export, Mapping) else None,
-            compatibility=_compatibility(planner.result_of(record, "compatibility_check")),
+            compatibility=compatibility,
             path=chosen.describe() if chosen is not None else "",
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
@@ -286,11 +291,36 @@ def _mapping(value: Any) -> Mapping[str, Any]:  # noqa: ANN401 - a recorded JSON
     return value if isinstance(value, Mapping) else {}
 
 
-def _compatibility(value: Any) -> dict[str, Any] | None:  # noqa: ANN401 - a recorded JSON value
-    """The compatibility check's recorded verdict, without its trials and log tail (they are in its task log)."""
-    if not isinstance(value, Mapping) or value.get("skipped"):
+def _compatibility(value: Any, notes: list[str]) -> dict[str, Any] | None:  # noqa: ANN401 - a recorded JSON value
+    """The compatibility check's recorded verdict, without its trials and log tail (they are in its
+    task log); None when it did not run or tried nothing, or (with a note) when the record is not
+    its result."""
+    if value is None:
         return None
-    return {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")}
+    try:
+        result = compatibility_result(value)
+    except InvalidVerdict as exc:
+        notes.append(f"{COMPATIBILITY_CHECK}: its recorded result is unreadable: {exc}")
+        return None
+    if isinstance(result, CompatibilitySkipped):
+        return None
+    return {k: v for k, v in result.to_dict().items() if k not in ("trials", "log_tail")}
+
+
+def _rollback(value: Any, step: str, notes: list[str]) -> RollbackHandover | None:  # noqa: ANN401 - recorded JSON
+    """The rollback step's recorded handover; None when it did not run, or (with a note) when it
+    could not compute one (its error) or the record is not its result."""
+    if value is None:
+        return None
+    try:
+        result = rollback_result(value)
+    except InvalidRollbackHandover as exc:
+        notes.append(f"{step}: its recorded result is unreadable: {exc}")
+        return None
+    if isinstance(result, RollbackHandoverUnread):
+        notes.append(f"{step}: {result.describe()}")
+        return None
+    return result
 
 
 def _report_base(folder: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import RecordInputMissing
+from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, rollback_result
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import DONE, JournalRecord
@@ -96,6 +97,22 @@ def _key(step: str, key: str) -> Callable[[JournalRecord], Any]:
     return read
 
 
+def _rollback_offsets(step: str) -> Callable[[JournalRecord], Any]:
+    """The ``startingOffsets`` of the forward rollback ``step`` recorded when done, decoded by
+    :func:`~airflow_ckpt_provider.checkpoint.rollback.rollback_result` (None when not done, or for
+    a restore rollback: it has none); :class:`InvalidRollbackHandover` for a record that is not its
+    result."""
+    def read(record: JournalRecord) -> str | None:
+        value = planner.result_of(record, step)
+        if value is None:
+            return None
+        result = rollback_result(value)
+        offsets = result.starting_offsets if isinstance(result, RollbackHandover) else ""
+        return offsets or None
+
+    return read
+
+
 def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
     """The LaunchHandle dict of the first of ``steps`` that has one: its result when done, else the
     handle it noted right after launching (an attempt that then failed, or was interrupted, while it
@@ -147,7 +164,7 @@ INPUTS: dict[RecordInput, InputSource] = {
     RecordInput.ROLLBACK_STARTING_OFFSETS: InputSource(
         "the forward rollback's starting offsets",
         f"in the result of {_MIGRATION.rollback_handover} (starting_offsets)", (str(_MIGRATION.rollback_handover),),
-        _key(str(_MIGRATION.rollback_handover), "starting_offsets"), REQUIRED),
+        _rollback_offsets(str(_MIGRATION.rollback_handover)), REQUIRED),
 }
 
 

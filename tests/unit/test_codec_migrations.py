@@ -1,6 +1,8 @@
-"""The decoders moved onto :mod:`airflow_ckpt_provider.upgrade.codec` accept and refuse exactly
-what they did before, with the same error types: decision tables written against the hand-written
-decoders and kept as they were, plus round trips of what the provider itself writes."""
+"""The decoders moved onto :mod:`airflow_ckpt_provider.upgrade.codec` keep their error types:
+decision tables written against the hand-written decoders, plus round trips of what the provider
+itself writes. The launch handle accepts and refuses what it did before; the verdict and its trials
+are strict now (only the keys their writers write, each of its JSON type), so the leniencies the
+hand-written decoders had (coerced texts and counts, unknown keys) are refused rows."""
 
 from __future__ import annotations
 
@@ -65,16 +67,21 @@ VERDICT_TABLE: list[tuple[str, Any, Check | type[Exception]]] = [
     ("its dict (XCom), derived keys and all", VERDICT.to_dict(), same(VERDICT)),
     ("bytes", VERDICT.to_json().encode(), same(VERDICT)),
     ("a read-only mapping", MappingProxyType(VERDICT.to_dict()), same(VERDICT)),
-    ("an unknown key (XCom adds summary_md)", verdict_with(summary_md="# x"), same(VERDICT)),
+    ("the check step's summary_md (XCom)", verdict_with(summary_md="# x"), same(VERDICT)),
     ("the minimum", {"in_place_ok": True, "migrated_ok": None},
      same(CompatibilityVerdict(in_place_ok=True, migrated_ok=None))),
-    ("no rule, empty rule", verdict_with(rule=""), lambda v: v.rule is None),
-    ("strings from numbers", verdict_with(operator=7, old=1.5), lambda v: (v.operator, v.old) == ("7", "1.5")),
-    ("null strings", verdict_with(operator=None, log_tail=None), lambda v: (v.operator, v.log_tail) == ("", "")),
-    ("a state batch as text", verdict_with(state_batch="3"), lambda v: v.state_batch == 3),
+    ("no rule", verdict_with(rule=None), lambda v: v.rule is None),
     ("no state", verdict_with(state_batch=None, state_rows=None), lambda v: v.state_batch is v.state_rows is None),
-    ("a trial as JSON text", verdict_with(trials=[TRIAL.to_json()]), lambda v: v.trials == (TRIAL,)),
-    ("trials null", verdict_with(trials=None), lambda v: v.trials == ()),
+    ("an unknown key", verdict_with(extra=1), InvalidVerdict),
+    ("an empty rule", verdict_with(rule=""), InvalidVerdict),
+    ("strings from numbers", verdict_with(operator=7, old=1.5), InvalidVerdict),
+    ("null strings", verdict_with(operator=None, log_tail=None), InvalidVerdict),
+    ("in_place_ok as text", verdict_with(in_place_ok="true"), InvalidVerdict),
+    ("a state batch as text", verdict_with(state_batch="3"), InvalidVerdict),
+    ("a trial as JSON text", verdict_with(trials=[TRIAL.to_json()]), InvalidVerdict),
+    ("trials null", verdict_with(trials=None), InvalidVerdict),
+    ("a derived key of another type", verdict_with(headline=5), InvalidVerdict),
+    ("a format number", verdict_with(format=1), InvalidVerdict),
     ("not JSON", "{nope", InvalidVerdict),
     ("empty text", "", InvalidVerdict),
     ("a JSON array", "[]", InvalidVerdict),
@@ -98,15 +105,17 @@ VERDICT_TABLE: list[tuple[str, Any, Check | type[Exception]]] = [
 TRIAL_TABLE: list[tuple[str, Any, Check | type[Exception]]] = [
     ("its JSON", TRIAL.to_json(), same(TRIAL)),
     ("its dict", TRIAL.to_dict(), same(TRIAL)),
-    ("an unknown key", trial_with(extra=1), same(TRIAL)),
+    ("an unknown key", trial_with(extra=1), InvalidVerdict),
     ("the minimum", {"kind": "migrated", "started": None}, same(TrialResult(TrialKind.MIGRATED, None))),
     ("no operators recorded", trial_with(operators=None), lambda t: t.operators is None),
     ("no operators", trial_with(operators=[]), lambda t: t.operators == ()),
-    ("null counts and texts", trial_with(batches_committed=None, error_class=None, seconds=None),
-     lambda t: (t.batches_committed, t.error_class, t.seconds) == (0, "", 0.0)),
     ("contract_honoured absent", {"kind": "in_place", "started": True}, lambda t: t.contract_honoured is True),
-    ("an operator's id as text", trial_with(operators=[{"operator_id": "3", "name": "X"}]),
+    ("an operator without detail", trial_with(operators=[{"operator_id": 3, "name": "X"}]),
      lambda t: t.operators == (StatefulOperator(3, "X"),)),
+    ("null counts and texts", trial_with(batches_committed=None, error_class=None, seconds=None), InvalidVerdict),
+    ("an operator's id as text", trial_with(operators=[{"operator_id": "3", "name": "X"}]), InvalidVerdict),
+    ("an operator's unknown key", trial_with(operators=[{"operator_id": 3, "name": "X", "rows": 1}]), InvalidVerdict),
+    ("started as text", trial_with(started="yes"), InvalidVerdict),
     ("not JSON", "nope", InvalidVerdict),
     ("a JSON array", "[1]", InvalidVerdict),
     ("nested past the depth limit", DEEP, JsonTooLarge),

@@ -167,10 +167,18 @@ def test_a_journaled_choice_does_not_skip_the_next_runs_approval(tmp_path: Any) 
 def test_a_skipped_check_is_no_verdict() -> None:
     """Wiring fault 3 (a skipped check's JSON read as a verdict): the report's verdict of a check
     recorded as skipped is none."""
+    from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, TrialKind, TrialResult
     from airflow_ckpt_provider.operators.report import _compatibility
 
-    assert _compatibility({"skipped": "switched off", "summary_md": ""}) is None
-    assert _compatibility({"in_place": "ok", "trials": [1], "log_tail": "x"}) == {"in_place": "ok"}
+    notes: list[str] = []
+    assert _compatibility({"skipped": "switched off", "summary_md": ""}, notes) is None
+    assert _compatibility({"skipped": "switched off"}, notes) is None and notes == []
+    verdict = CompatibilityVerdict(in_place_ok=True, migrated_ok=None, log_tail="x",
+                                   trials=(TrialResult(TrialKind.IN_PLACE, True),))
+    shown = _compatibility({**verdict.to_dict(), "summary_md": "# x"}, notes)
+    assert shown == {k: v for k, v in verdict.to_dict().items() if k not in ("trials", "log_tail")} and notes == []
+    assert _compatibility({"in_place": "ok", "trials": [1], "log_tail": "x"}, notes) is None
+    assert notes and "compatibility_check: its recorded result is unreadable" in notes[0]
 
 
 # -- what the report reads ------------------------------------------------------------------------

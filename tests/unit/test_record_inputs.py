@@ -17,7 +17,9 @@ import pytest
 import structlog
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_ckpt_provider.checkpoint.errors import RecordInputMissing
+from airflow_ckpt_provider.checkpoint.errors import InvalidRollbackHandover, RecordInputMissing
+from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.checkpoint.rollback import NewVersionProgress, RollbackHandoverUnread, rollback_handover
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, RecordInput, resolve
@@ -37,7 +39,11 @@ HANDOVER = {"handover": {"batch_id": 7}, "starting_offsets": '{"t":{"0":5}}', "r
 IN_PLACE_HANDOVER = {"handover": {"batch_id": 9}, "starting_offsets": '{"t":{"0":8}}', "reconciliation": {}}
 EXPORT = {"location": "/arch/s/_state/u", "batch_id": 7, "skipped": ""}
 ARCHIVE = {"location": "/arch/s/20260101-u", "file_count": 3}
-ROLLBACK = {"mode": "forward", "checkpoint": "/c/new.rollback", "starting_offsets": '{"t":{"0":11}}'}
+#: a forward rollback after the new version committed up to offset 11 (the handover was 5)
+NEW_PROGRESS = NewVersionProgress(start=KafkaOffsets({"t": {0: 5}}), committed_batch=0,
+                                  committed_end=KafkaOffsets({"t": {0: 11}}))
+ROLLBACK = rollback_handover("forward", KafkaOffsets({"t": {0: 5}}), NEW_PROGRESS,
+                             checkpoint="/c/new.rollback").to_dict()
 PLANNED = {"resuming": False, "relaunch_mode": "standby", "rollback_mode": "forward",
            "state_export": "/arch/s/_state/u", "rollback_checkpoint": "/c/new.rollback"}
 
@@ -149,12 +155,26 @@ def test_no_record_is_missing_for_every_input() -> None:
             resolve(None, what, argument="handover")
 
 
-def test_a_rollback_handover_without_offsets_is_missing() -> None:
+def with_rollback(result: Any) -> JournalRecord:  # noqa: ANN401 - a recorded JSON value
+    done = record_in("done")
+    return replace(done, steps={**done.steps, "rollback_handover": step("rollback_handover", DONE, result=result)})
+
+
+@pytest.mark.parametrize("result", [
+    rollback_handover("restore", KafkaOffsets({"t": {0: 5}}), NEW_PROGRESS, checkpoint="/c/old").to_dict(),
+    RollbackHandoverUnread(checkpoint="/c/old", error="unreadable").to_dict(),
+], ids=["restore", "restore, new checkpoint unread"])
+def test_a_rollback_handover_without_offsets_is_missing(result: dict[str, Any]) -> None:
     """A restore rollback's result (no starting_offsets) never feeds a forward restart."""
-    rec = replace(record_in("done"), steps={**record_in("done").steps, "rollback_handover": step(
-        "rollback_handover", DONE, result={"mode": "restore", "checkpoint": "/c/old", "starting_offsets": ""})})
     with pytest.raises(RecordInputMissing, match="rollback_handover done"):
-        resolve(rec, RecordInput.ROLLBACK_STARTING_OFFSETS)
+        resolve(with_rollback(result), RecordInput.ROLLBACK_STARTING_OFFSETS)
+
+
+def test_a_recorded_rollback_handover_that_is_not_one_is_refused() -> None:
+    """The offsets are read from the decoded result, never picked out of whatever was recorded."""
+    made_up = {"mode": "forward", "checkpoint": "/c/new.rollback", "starting_offsets": '{"t":{"0":11}}'}
+    with pytest.raises(InvalidRollbackHandover, match="without 'resume'"):
+        resolve(with_rollback(made_up), RecordInput.ROLLBACK_STARTING_OFFSETS)
 
 
 def test_from_record_reads_as_its_input() -> None:
@@ -297,7 +317,8 @@ def test_a_forward_restart_needs_the_offsets_its_rollback_handover_recorded(jour
     failed_after_the_stop(journal, mode="forward")
     journal.fail("relaunch", "died")
     done(journal, "rollback_stop_new", {"outcome": "not_running"}, phase=ROLLBACK_PHASE)
-    done(journal, "rollback_handover", {"mode": "forward", "error": "unreadable"}, phase=ROLLBACK_PHASE)
+    done(journal, "rollback_handover", RollbackHandoverUnread(checkpoint="/c/old", error="unreadable").to_dict(),
+         phase=ROLLBACK_PHASE)
     op = StreamLaunchOperator(task_id="rollback_restart_forward", application="v1.py",
                               checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
                               starting_offsets=FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS),

@@ -9,10 +9,19 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from airflow_ckpt_provider.checkpoint.compat import (
+    CompatibilitySkipped,
+    CompatibilityVerdict,
+    Rule,
+    StatefulOperator,
+    TrialKind,
+    compatibility_result,
+)
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     InvalidArchiveManifest,
@@ -22,17 +31,21 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidStopResult,
     InvalidUpgradePath,
     InvalidUpgradeReport,
+    InvalidVerdict,
     InvalidVerifyResult,
     StateExportCorrupt,
 )
+from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.manifest import ArchiveManifest
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.path import PathChoice
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport
-from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover
+from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread, rollback_result
 from airflow_ckpt_provider.checkpoint.state import ExportedStore, StateExport, StateManifest
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult
+from airflow_ckpt_provider.operators.compat import verdict_markdown
 
 # -- what this release writes, as it wrote it ------------------------------------------------------
 
@@ -275,6 +288,55 @@ ROLLBACK = (
     ' "orders-0: again [30, 31) uncommitted (1)"]}'
 )
 
+#: a restore rollback whose new checkpoint could not be read (the old version restarts anyway)
+ROLLBACK_UNREAD = (
+    '{"checkpoint": "s3a://lake/ck/orders-v1", "error": "corrupt checkpoint file: found offsets/4 not JSON; '
+    'expected a Spark offset log entry", "mode": "restore"}'
+)
+
+#: the compatibility check step's result (XCom): the verdict with its trials and the approval's Markdown
+COMPAT_STEP = (
+    '{"driver_error": "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing '
+    'state key schema.", "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "headline": "needs a new '
+    "checkpoint: a stateful operator's state key schema changed (grouping, deduplication or join keys) "
+    '(operator 0); the new version starts on a new checkpoint at the handover with the old query\'s state", '
+    '"in_place_ok": false, "log_tail": "ERROR driver stopped", "migrated_ok": true, "new": "struct<user:string,regi'
+    'on:string>", "new_version_starts": true, "old": "struct<user:string>", "operator": "0", "rule": "state_key_sch'
+    'ema", "settings": [{"effect": "no_state", "migration": "", "needs_new_checkpoint": false, "new": "unsaferow", '
+    '"old": "unsaferow", "recorded": "offsets/N metadata conf (absent: unsaferow)", "setting": "spark.sql.streaming'
+    '.stateStore.encodingFormat", "spark_error": ""}], "state_batch": 41, "state_rows": 3, "summary_md": '
+    '"### Compatibility check (trial runs on copies)\\n\\n- needs a new checkpoint: a stateful operator\'s '
+    'state key schema changed (grouping, deduplication or join keys) (operator 0); the new version starts '
+    "on a new checkpoint at the handover with the old query's state\\n- old: struct<user:string>\\n- new: "
+    'struct<user:string,region:string>\\n- Spark: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key '
+    'schema does not match existing state key schema.\\n- setting spark.sql.streaming.stateStore.encodingFormat: '
+    'unsaferow -> unsaferow: the query keeps no state: a restart on the old checkpoint is not affected\\n- '
+    'migrated trial given the old query\'s state after batch 41 (3 rows), as the upgrade will give it\\n", '
+    '"trials": [{"batches_committed": 0, "contract_honoured": true, "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMP'
+    'ATIBLE", "error_message": "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match '
+    'existing state key schema.", "kind": "in_place", "log_tail": "ERROR driver stopped", "operators": '
+    '[{"detail": "user", "name": "StateStoreSaveExec", "operator_id": 0}], "seconds": 41.2, "started": '
+    'false}, {"batches_committed": 2, "contract_honoured": true, "error_class": "", "error_message": "", '
+    '"kind": "migrated", "log_tail": "", "operators": [{"detail": "user, region", "name": "StateStoreSaveExec", '
+    '"operator_id": 0}], "seconds": 38.0, "started": true}]}'
+)
+
+#: the same verdict as the journal's planning records it (no trials, log tail or Markdown)
+COMPAT_RECORDED = (
+    '{"driver_error": "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing '
+    'state key schema.", "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "headline": "needs a new '
+    "checkpoint: a stateful operator's state key schema changed (grouping, deduplication or join keys) "
+    '(operator 0); the new version starts on a new checkpoint at the handover with the old query\'s state", '
+    '"in_place_ok": false, "migrated_ok": true, "new": "struct<user:string,region:string>", "new_version_starts": '
+    'true, "old": "struct<user:string>", "operator": "0", "rule": "state_key_schema", "settings": [{"effect": '
+    '"no_state", "migration": "", "needs_new_checkpoint": false, "new": "unsaferow", "old": "unsaferow", '
+    '"recorded": "offsets/N metadata conf (absent: unsaferow)", "setting": "spark.sql.streaming.stateStore.encoding'
+    'Format", "spark_error": ""}], "state_batch": 41, "state_rows": 3}'
+)
+
+#: the compatibility check step's result when it tried nothing, as the journal records it
+COMPAT_SKIPPED = '{"skipped": "switched off"}'
+
 REPORT = r'''{
   "archive": "s3a://lake/archive/orders/20261121T194700Z-up-0123456789ab",
   "audit": null,
@@ -405,6 +467,16 @@ def path_step(choice: PathChoice) -> str:
     return json.dumps({**choice.to_dict(), "summary_md": f"**{choice.describe()}**\n"}, sort_keys=True)
 
 
+def compat_step(verdict: CompatibilityVerdict) -> str:
+    """As the compatibility check returns it."""
+    return json.dumps({**verdict.to_dict(), "summary_md": verdict_markdown(verdict)}, sort_keys=True)
+
+
+def compat_recorded(verdict: CompatibilityVerdict) -> str:
+    """As the compatibility check records it in the journal's planning."""
+    return json.dumps({k: v for k, v in verdict.to_dict().items() if k not in ("trials", "log_tail")}, sort_keys=True)
+
+
 #: name -> (decoder, the text this release wrote, how it wrote it)
 WRITTEN: dict[str, tuple[Decode, str, Callable[[Any], str]]] = {
     "archive manifest.json": (ArchiveManifest.from_json, ARCHIVE_MANIFEST, lambda m: m.to_json()),
@@ -423,6 +495,11 @@ WRITTEN: dict[str, tuple[Decode, str, Callable[[Any], str]]] = {
     "state export step": (StateExport.from_json, STATE_EXPORT, xcom),
     "state export step, skipped": (StateExport.from_json, STATE_EXPORT_SKIPPED, xcom),
     "rollback handover step": (RollbackHandover.from_json, ROLLBACK, lambda r: r.to_json()),
+    "rollback handover step, by its one decoder": (rollback_result, ROLLBACK, lambda r: r.to_json()),
+    "rollback handover step, new checkpoint unread": (rollback_result, ROLLBACK_UNREAD, lambda r: r.to_json()),
+    "compatibility step": (compatibility_result, COMPAT_STEP, compat_step),
+    "compatibility step, as recorded": (compatibility_result, COMPAT_RECORDED, compat_recorded),
+    "compatibility step, skipped": (compatibility_result, COMPAT_SKIPPED, lambda r: r.to_json()),
     "report/upgrade-report.json": (UpgradeReport.from_json, REPORT, lambda r: r.to_json()),
 }
 
@@ -452,6 +529,17 @@ def test_the_written_values_hold_what_was_written() -> None:
     assert rewound.start_plan is not None and rewound.start_plan.reprocessed == 5
     report = UpgradeReport.from_json(REPORT)
     assert report.old_batches[1].input_rows == 12 and report.steps[1].started_at is None
+    assert rollback_result(ROLLBACK) == RollbackHandover.from_json(ROLLBACK)
+    assert rollback_result(ROLLBACK_UNREAD) == RollbackHandoverUnread(
+        checkpoint="s3a://lake/ck/orders-v1", error=json.loads(ROLLBACK_UNREAD)["error"], mode=RollbackMode.RESTORE)
+    step = compatibility_result(COMPAT_STEP)
+    assert isinstance(step, CompatibilityVerdict) and step.rule is Rule.STATE_KEY_SCHEMA and step.state_rows == 3
+    assert [t.kind for t in step.trials] == [TrialKind.IN_PLACE, TrialKind.MIGRATED] and step.trials[0].started is False
+    assert step.trials[1].operators == (StatefulOperator(0, "StateStoreSaveExec", "user, region"),)
+    assert step.settings[0].setting is FixedSetting.ENCODING_FORMAT and step.settings[0].effect is Effect.NO_STATE
+    recorded = compatibility_result(COMPAT_RECORDED)
+    assert isinstance(recorded, CompatibilityVerdict) and recorded == replace(step, log_tail="") and not recorded.trials
+    assert compatibility_result(COMPAT_SKIPPED) == CompatibilitySkipped("switched off")
 
 
 # -- round trips -----------------------------------------------------------------------------------
@@ -665,6 +753,64 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      "without 'checkpoint'"),
     ("rollback: a format number", RollbackHandover.from_json, with_(ROLLBACK, format=1), InvalidRollbackHandover,
      "with a format number"),
+    # the rollback step's result by its one decoder: the handover, or the error that kept it from being computed
+    ("rollback result: unknown key", rollback_result, with_(ROLLBACK, extra=1), InvalidRollbackHandover,
+     "RollbackHandover with unknown key(s) 'extra'"),
+    ("rollback result: no mode", rollback_result, without(ROLLBACK, "mode"), InvalidRollbackHandover,
+     "RollbackHandover without 'mode'"),
+    ("rollback unread: a handover's key", rollback_result, with_(ROLLBACK_UNREAD, partitions=[]),
+     InvalidRollbackHandover, "RollbackHandoverUnread with unknown key(s) 'partitions'"),
+    ("rollback unread: forward", rollback_result, with_(ROLLBACK_UNREAD, mode="forward"), InvalidRollbackHandover,
+     "'mode' = 'forward', not valid"),
+    ("rollback unread: an error of a number", rollback_result, with_(ROLLBACK_UNREAD, error=5),
+     InvalidRollbackHandover, "'error' of JSON integer"),
+    ("rollback unread: no checkpoint", rollback_result, without(ROLLBACK_UNREAD, "checkpoint"),
+     InvalidRollbackHandover, "RollbackHandoverUnread without 'checkpoint'"),
+    ("rollback unread: a format number", rollback_result, with_(ROLLBACK_UNREAD, format=1), InvalidRollbackHandover,
+     "with a format number"),
+    ("rollback unread: by the handover's decoder", RollbackHandover.from_json, ROLLBACK_UNREAD,
+     InvalidRollbackHandover, "unknown key(s) 'error'"),
+    # the compatibility step's result by its one decoder: the verdict (each trial, operator and setting
+    # by its codec), or that the check tried nothing
+    ("verdict: unknown key", compatibility_result, with_(COMPAT_STEP, extra=1), InvalidVerdict,
+     "CompatibilityVerdict with unknown key(s) 'extra'"),
+    ("verdict: in_place_ok as text", compatibility_result, with_(COMPAT_RECORDED, in_place_ok="false"),
+     InvalidVerdict, "'in_place_ok' of JSON string"),
+    ("verdict: an unknown rule", compatibility_result, with_(COMPAT_RECORDED, rule="sideways"), InvalidVerdict,
+     "'rule' = 'sideways', not valid"),
+    ("verdict: state rows as text", compatibility_result, with_(COMPAT_RECORDED, state_rows="3"), InvalidVerdict,
+     "'state_rows' of JSON string"),
+    ("verdict: an operator of a number", compatibility_result, with_(COMPAT_RECORDED, operator=0), InvalidVerdict,
+     "'operator' of JSON integer"),
+    ("verdict: a headline of a number", compatibility_result, with_(COMPAT_RECORDED, headline=1), InvalidVerdict,
+     "'headline' of JSON integer"),
+    ("verdict: a summary_md of null", compatibility_result, with_(COMPAT_STEP, summary_md=None), InvalidVerdict,
+     "'summary_md' of JSON null"),
+    ("verdict: a trial as text", compatibility_result, with_(COMPAT_STEP, trials=["{}"]), InvalidVerdict,
+     "item 0 of JSON string"),
+    ("verdict: a trial's unknown key", compatibility_result, edit(COMPAT_STEP, first("trials", rows=3)),
+     InvalidVerdict, "TrialResult with unknown key(s) 'rows'"),
+    ("verdict: a trial's started as text", compatibility_result, edit(COMPAT_STEP, first("trials", started="no")),
+     InvalidVerdict, "TrialResult 'started' of JSON string"),
+    ("verdict: an operator's id as text", compatibility_result,
+     edit(COMPAT_STEP, lambda v: v["trials"][0]["operators"][0].update(operator_id="0")), InvalidVerdict,
+     "stateful operator 'operator_id' of JSON string"),
+    ("verdict: a setting's unknown effect", compatibility_result,
+     edit(COMPAT_RECORDED, first("settings", effect="worse")), InvalidVerdict, "'effect' = 'worse', not valid"),
+    ("verdict: no in_place_ok", compatibility_result, without(COMPAT_RECORDED, "in_place_ok"), InvalidVerdict,
+     "CompatibilityVerdict without 'in_place_ok'"),
+    ("verdict: a format number", compatibility_result, with_(COMPAT_RECORDED, format=1), InvalidVerdict,
+     "with a format number"),
+    ("skipped: a reason of a number", compatibility_result, with_(COMPAT_SKIPPED, skipped=1), InvalidVerdict,
+     "'skipped' of JSON integer"),
+    ("skipped: an empty reason", compatibility_result, with_(COMPAT_SKIPPED, skipped=" "), InvalidVerdict,
+     "'skipped' = ' ', not valid"),
+    ("skipped: with a verdict's key", compatibility_result, with_(COMPAT_SKIPPED, in_place_ok=True), InvalidVerdict,
+     "CompatibilitySkipped with unknown key(s) 'in_place_ok'"),
+    ("skipped: a format number", compatibility_result, with_(COMPAT_SKIPPED, format=1), InvalidVerdict,
+     "with a format number"),
+    ("skipped: by the verdict's decoder", CompatibilityVerdict.from_json, COMPAT_SKIPPED, InvalidVerdict,
+     "unknown key(s) 'skipped'"),
     # UpgradeReport: its steps and batches by their codecs
     ("report: unknown key", UpgradeReport.from_json, with_(REPORT, outcomes="upgraded"), InvalidUpgradeReport,
      "unknown key(s) 'outcomes'"),
@@ -709,6 +855,11 @@ DECODERS: dict[str, tuple[Decode, type[CheckpointError]]] = {
     "PathChoice": (PathChoice.from_json, InvalidUpgradePath),
     "StateExport": (StateExport.from_json, InvalidStateExport),
     "RollbackHandover": (RollbackHandover.from_json, InvalidRollbackHandover),
+    "RollbackHandoverUnread": (RollbackHandoverUnread.from_json, InvalidRollbackHandover),
+    "rollback_result": (rollback_result, InvalidRollbackHandover),
+    "CompatibilityVerdict": (CompatibilityVerdict.from_json, InvalidVerdict),
+    "CompatibilitySkipped": (CompatibilitySkipped.from_json, InvalidVerdict),
+    "compatibility_result": (compatibility_result, InvalidVerdict),
     "UpgradeReport": (UpgradeReport.from_json, InvalidUpgradeReport),
 }
 
@@ -748,6 +899,15 @@ def test_a_handover_result_is_also_a_bare_handover() -> None:
     assert result.starting_offsets is not None and result.reconciliation is not None and result.sink is not None
     by_hand = {"handover": json.loads(HANDOVER), "reconciliation": {"expired": [], "acceptDataLoss": True}}
     assert HandoverResult.from_json(by_hand).offsets() == handover.kafka_offsets()
+
+
+def test_a_skipped_check_is_its_xcom_or_its_record() -> None:
+    """The step returns the reason with an empty summary_md for the approval; the journal keeps the reason."""
+    from airflow_ckpt_provider.operators.compat import _skipped
+
+    assert _skipped("switched off") == {"skipped": "switched off", "summary_md": ""}
+    for given in (_skipped("switched off"), COMPAT_SKIPPED, COMPAT_SKIPPED.encode()):
+        assert compatibility_result(given) == CompatibilitySkipped("switched off")
 
 
 def test_a_python_repr_of_a_handover_result_says_how_to_pass_it() -> None:

@@ -14,8 +14,10 @@ from airflow_ckpt_provider.checkpoint.report import UpgradeReport
 from airflow_ckpt_provider.checkpoint.rollback import (
     NewVersionProgress,
     RollbackHandover,
+    RollbackHandoverUnread,
     forward_offsets,
     rollback_handover,
+    rollback_result,
 )
 from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
 from tests.unit.conftest import write_checkpoint
@@ -137,6 +139,7 @@ def test_a_restore_goes_on_when_the_new_checkpoint_is_unreadable_a_forward_does_
     new.write("offsets/1", b"v1\n{}\nnot json")
     restore = step(new.uri, old.uri).execute(context={})
     assert restore["mode"] == "restore" and "offsets/1" in restore["error"]
+    assert rollback_result(restore) == RollbackHandoverUnread(checkpoint=old.uri, error=restore["error"])
     with pytest.raises(CorruptCheckpointFile):
         step(new.uri, old.uri, "forward").execute(context={})
 
