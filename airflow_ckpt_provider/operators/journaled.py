@@ -130,6 +130,8 @@ class JournaledStep:
         super().render_template_fields(context, jinja_env)  # type: ignore[misc]
         if decision.act is planner.Act.RUN:
             self.read_record_inputs(record, journal)
+        # the same attempt runs next: run_step takes this decision instead of reading the journal again
+        self._decided = (journal.uri if journal is not None else None, record, decision)
 
     def skip_unless_called_for(
             self, journal: UpgradeJournal | None) -> tuple[JournalRecord | None, planner.NextAction]:
@@ -168,9 +170,15 @@ class JournaledStep:
 
     def run_step(self, context: Context, action: Callable[[StepStart | None, UpgradeJournal | None], Any],
                  on_reuse: Callable[[Any], None] | None = None) -> Any:
-        """``action(start, journal)`` journaled under the task id (see the module docstring)."""
+        """``action(start, journal)`` journaled under the task id (see the module docstring). The
+        decision taken when the templates rendered (same attempt, same journal) is not taken
+        again; ``journal.begin`` reads the record once more as it records the start."""
         journal = self.open_journal()
-        record, decision = self.skip_unless_called_for(journal)
+        rendered = self.__dict__.pop("_decided", None)
+        if rendered is not None and rendered[0] == (journal.uri if journal is not None else None):
+            record, decision = rendered[1], rendered[2]
+        else:
+            record, decision = self.skip_unless_called_for(journal)
         if decision.act is planner.Act.RUN:
             self.read_record_inputs(record, journal)  # those not read yet (a step run without rendering)
         if journal is None:

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import fsspec
+import jinja2
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
@@ -434,7 +435,6 @@ def test_a_step_not_called_for_skips_before_its_templates_and_inputs_are_read(tm
     """A rollback restart the rollback does not call for runs (all_done) after steps that never ran:
     its templates name their results, which do not exist. It decides from the journal first and
     skips before anything else is rendered; a step the journal calls for renders as usual."""
-    import jinja2
     from airflow.sdk.exceptions import AirflowSkipException
 
     plan_in(journal)  # cold, restore mode: the forward restart is never called for
@@ -455,3 +455,23 @@ def test_a_step_not_called_for_skips_before_its_templates_and_inputs_are_read(tm
                                   journal="{{ ti.xcom_pull(task_ids='preflight') or '' }}", require_journal=True)
     with pytest.raises(AirflowSkipException, match="no upgrade journal"):
         orphan.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]
+
+
+def test_an_attempt_decides_once_when_its_templates_render(tmp_path: Path, journal: UpgradeJournal,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Render, then run: the planner's decision from the rendering is the run's; the journal is read
+    once for it and once more as the start is recorded (not a third time), and a step run without
+    rendering still decides for itself."""
+    journal.begin("graceful_stop", run_id="run-1")
+    journal.finish("graceful_stop", {"outcome": "graceful", "last_committed_batch": 7})
+    reads: list[str] = []
+    original = UpgradeJournal.read
+    monkeypatch.setattr(UpgradeJournal, "read", lambda self: reads.append(self.path) or original(self))
+    op = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(tmp_path / "v2"), journal=journal.path)
+    op.render_template_fields(context("run-2"), jinja2.Environment())  # type: ignore[arg-type]
+    assert len(reads) == 1
+    assert op.execute(context("run-2")) == {"outcome": "graceful", "last_committed_batch": 7}
+    assert len(reads) == 2, "decided at rendering; read again only to record the start"
+    again = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(tmp_path / "v2"), journal=journal.path)
+    assert again.execute(context("run-3")) == {"outcome": "graceful", "last_committed_batch": 7}
+    assert len(reads) == 4, "without rendering: its own decision, then the start"
