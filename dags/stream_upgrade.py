@@ -195,13 +195,6 @@ def state_spark(planned: XComArg) -> dict[str, Any]:
             "state_spark_binary": output_key(planned, "new_spark_submit")}
 
 
-def result_of(step: BaseOperator) -> dict[str, Any]:
-    """``step``'s result as an argument of a later step: its XComArg, which makes the later step wait
-    for ``step`` and which Airflow renders into the JSON object ``step`` returned before the later
-    step runs (the type is the rendered one, what the later step's ``execute`` sees)."""
-    return cast("dict[str, Any]", step.output)
-
-
 def output_key(result: XComArg, key: str) -> XComArg:
     """One key of a ``multiple_outputs`` task's result (a ``@task`` returns the base XComArg type)."""
     if not isinstance(result, PlainXComArg):
@@ -315,7 +308,7 @@ def build_stream_upgrade_dag(
         # in place or a new checkpoint: decided before the approval (which shows it); a resumed upgrade
         # goes on along the path its journal records
         choose_path = UpgradePathOperator(
-            task_id="choose_path", mode="{{ params.mode }}", verdict=result_of(compatibility_check),
+            task_id="choose_path", mode="{{ params.mode }}", verdict=FromRecord(RecordInput.COMPATIBILITY_VERDICT),
             start=START["start"], in_place_steps=IN_PLACE, journal=JOURNAL, journal_conn_id=STORAGE_CONN,
         )
 

@@ -18,6 +18,7 @@ from airflow_ckpt_provider.operators.handover import flag, start_choice
 from airflow_ckpt_provider.operators.journaled import decided, journal_at
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.inputs import FromRecord, resolve
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -200,7 +201,8 @@ class UpgradePathOperator(BaseOperator):
     plus ``summary_md`` (a line for the approval). Raises ``ValueError`` for an unknown mode.
 
     :param mode: ``new_checkpoint`` or ``auto`` (templated)
-    :param verdict: the compatibility check's XCom (dict or JSON; empty or ``skipped``: it did not run)
+    :param verdict: the compatibility check's XCom (dict or JSON; empty or ``skipped``: it did not run), or
+        ``FromRecord(RecordInput.COMPATIBILITY_VERDICT)``: the verdict it recorded in the journal
     :param start: where the new version starts (a StartChoice, its JSON or dict; empty: resume)
     :param in_place_steps: the task ids of the in-place path's steps, to recognise it in the journal
     :param journal: the upgrade journal's URI (templated; read only)
@@ -210,7 +212,8 @@ class UpgradePathOperator(BaseOperator):
     template_fields: Sequence[str] = ("mode", "verdict", "start", "journal", "journal_conn_id")
     ui_color = "#f4f0e0"
 
-    def __init__(self, *, mode: str = UpgradeMode.NEW_CHECKPOINT.value, verdict: Mapping[str, Any] | str | None = None,
+    def __init__(self, *, mode: str = UpgradeMode.NEW_CHECKPOINT.value,
+                 verdict: Mapping[str, Any] | str | FromRecord | None = None,
                  start: Mapping[str, Any] | str | None = None, in_place_steps: Sequence[str] = (),
                  journal: str | None = None, journal_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -228,23 +231,28 @@ class UpgradePathOperator(BaseOperator):
                        said=lambda value: str(value.get("summary_md") or ""))
 
     def _choose(self, journal: UpgradeJournal | None) -> dict[str, Any]:
-        recorded = list(journal.read().steps) if journal is not None and journal.exists() else []
-        choice = resumed_path(recorded, self.in_place_steps, self.mode)
+        record = journal.read() if journal is not None and journal.exists() else None
+        choice = resumed_path(list(record.steps) if record is not None else [], self.in_place_steps, self.mode)
         if choice is None:
-            choice = choose_path(self.mode, self._verdict(), start_mode=start_choice(self.start).mode)
+            raw = self.verdict
+            if isinstance(raw, FromRecord):
+                raw = resolve(record, raw.input, argument="verdict")
+                self.log.info("verdict: the compatibility check's, read from the upgrade record: %s",
+                              "none (it did not run)" if raw is None else raw.get("skipped") or "a verdict")
+            choice = choose_path(self.mode, _verdict(raw), start_mode=start_choice(self.start).mode)
         self.log.info("%s", choice.describe())
         return {**choice.to_dict(), "summary_md": f"**{choice.describe()}**\n"}
 
-    def _verdict(self) -> CompatibilityVerdict | None:
-        """The check's verdict; None when it did not run or tried nothing (:class:`InvalidVerdict`
-        for anything else than its result)."""
-        raw = self.verdict
-        if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
-            return None
-        if isinstance(raw, Mapping) and not raw:
-            return None
-        result = compatibility_result(raw)
-        return None if isinstance(result, CompatibilitySkipped) else result
+
+def _verdict(raw: Mapping[str, Any] | str | None) -> CompatibilityVerdict | None:
+    """The check's verdict; None when it did not run or tried nothing (:class:`InvalidVerdict`
+    for anything else than its result)."""
+    if raw is None or (isinstance(raw, str) and raw.strip() in ("", "None", "null", "{}")):
+        return None
+    if isinstance(raw, Mapping) and not raw:
+        return None
+    result = compatibility_result(raw)
+    return None if isinstance(result, CompatibilitySkipped) else result
 
 
 def _skipped(reason: str) -> dict[str, Any]:

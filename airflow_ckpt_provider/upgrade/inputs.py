@@ -26,12 +26,13 @@ from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, rollback
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import DONE, JournalRecord
-from airflow_ckpt_provider.upgrade.steps import PATHS, PREFLIGHT, Path
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATHS, PREFLIGHT, Path
 
 
 class RecordInput(StrEnum):
     """What a step can take from the upgrade record (see :data:`INPUTS` for where each is read)."""
 
+    COMPATIBILITY_VERDICT = "compatibility_verdict"  # the compatibility check's verdict (its planning result)
     HANDOVER = "handover"  # the migration's handover step result (a HandoverResult dict)
     IN_PLACE_HANDOVER = "in_place_handover"  # the in-place path's handover step result
     STATE_EXPORT_LOCATION = "state_export_location"  # where the state export goes (the preflight's planning)
@@ -133,6 +134,9 @@ def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
 
 
 INPUTS: dict[RecordInput, InputSource] = {
+    RecordInput.COMPATIBILITY_VERDICT: InputSource(
+        "the compatibility check's verdict", f"in the {COMPATIBILITY_CHECK}'s planning (a verdict, or skipped)",
+        (COMPATIBILITY_CHECK,), _result(COMPATIBILITY_CHECK)),
     RecordInput.HANDOVER: InputSource(
         "the handover", f"as the result of {_MIGRATION.handover}", (_MIGRATION.handover,),
         _result(_MIGRATION.handover)),

@@ -19,6 +19,7 @@ from airflow_ckpt_provider.checkpoint.verify import EXACT, OVERLAP, verify_resum
 from airflow_ckpt_provider.operators.compat import UpgradePathOperator
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.inputs import FromRecord, RecordInput
 from airflow_ckpt_provider.upgrade.planner import approval_text
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePathSteps
@@ -70,6 +71,10 @@ def test_the_path_step_reads_the_check_and_a_resumed_upgrade_keeps_its_path(tmp_
         return op.execute(context("run-1"))  # type: ignore[arg-type]
 
     assert step({"skipped": "switched off", "summary_md": ""})["path"] == "new checkpoint"
+    assert step(FromRecord(RecordInput.COMPATIBILITY_VERDICT))["path"] == "new checkpoint", "no check recorded"
+    journal.record_planning("compatibility_check", run_id="run-1", result=IN_PLACE_OK.to_dict())
+    assert step(FromRecord(RecordInput.COMPATIBILITY_VERDICT))["path"] == "in place", "the recorded verdict"
+    journal.record_planning("compatibility_check", run_id="run-1", result={"skipped": "switched off"})
     assert step(json.dumps({"skipped": "switched off"}))["path"] == "new checkpoint", "the XCom as rendered JSON"
     assert step(json.dumps(IN_PLACE_OK.to_dict()))["path"] == "in place"
     with pytest.raises(InvalidVerdict, match="not JSON"):

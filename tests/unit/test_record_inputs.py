@@ -44,6 +44,8 @@ NEW_PROGRESS = NewVersionProgress(start=KafkaOffsets({"t": {0: 5}}), committed_b
                                   committed_end=KafkaOffsets({"t": {0: 11}}))
 ROLLBACK = rollback_handover("forward", KafkaOffsets({"t": {0: 5}}), NEW_PROGRESS,
                              checkpoint="/c/new.rollback").to_dict()
+#: the compatibility check's verdict as the journal's planning keeps it (without trials, log tail, Markdown)
+VERDICT = {"skipped": "switched off"}
 PLANNED = {"resuming": False, "relaunch_mode": "standby", "rollback_mode": "forward",
            "state_export": "/arch/s/_state/u", "rollback_checkpoint": "/c/new.rollback"}
 
@@ -55,7 +57,7 @@ def handle(step: str, noted: bool) -> dict[str, Any]:
 
 #: Every step and decision an input is read from, with what it records when done.
 RESULTS: dict[str, Any] = {
-    "preflight": PLANNED, "extract_handover": HANDOVER, "in_place_handover": IN_PLACE_HANDOVER,
+    "preflight": PLANNED, "compatibility_check": VERDICT, "extract_handover": HANDOVER, "in_place_handover": IN_PLACE_HANDOVER,
     "export_state": EXPORT, "archive": ARCHIVE, "rollback_handover": ROLLBACK,
     "start_standby": handle("start_standby", False), "relaunch": handle("relaunch", False),
     "in_place_restart": handle("in_place_restart", False),
@@ -79,7 +81,7 @@ def record_in(state: str) -> JournalRecord:
         recorded = DONE if state in ("done", "rolled back") else STARTED if state == "started" else FAILED
         notes = {"handle": handle(name, True)} if name in LAUNCHES else {}
         entry = step(name, recorded, result=result if recorded == DONE else None, notes=notes)
-        (planning if name == "preflight" else steps)[name] = entry
+        (planning if name in ("preflight", "compatibility_check") else steps)[name] = entry
     rec = JournalRecord(upgrade_id="u", intent=INTENT, created_at="2026-01-01T00:00:00+00:00", steps=steps,
                         planning=planning)
     if state == "rolled back":
@@ -90,6 +92,7 @@ def record_in(state: str) -> JournalRecord:
 MISSING = RecordInputMissing
 #: input -> its value in each of STATES; MISSING: resolve raises RecordInputMissing.
 TABLE: dict[RecordInput, list[Any]] = {
+    RecordInput.COMPATIBILITY_VERDICT: [None, None, VERDICT, None, VERDICT],
     RecordInput.HANDOVER: [None, None, HANDOVER, None, HANDOVER],
     RecordInput.IN_PLACE_HANDOVER: [None, None, IN_PLACE_HANDOVER, None, IN_PLACE_HANDOVER],
     RecordInput.STATE_EXPORT_LOCATION: ["", "", "/arch/s/_state/u", "", "/arch/s/_state/u"],

@@ -234,6 +234,8 @@ def test_compatibility_check_before_the_approval(dags: dict, dag_id: str) -> Non
     assert check.enabled == "{{ params.check_compatibility }}"
     assert "params.new_checkpoint" in check.live_locations["new checkpoint"]
     assert dag.get_task("approve").body is None, "the approver reads the check's verdict in the journal"
+    assert dag.get_task("choose_path").verdict == FromRecord(RecordInput.COMPATIBILITY_VERDICT), \
+        "the path reads the verdict the check recorded, not its XCom"
     assert "compatibility_check" in dag.get_task("report").step_names
     assert "preflight" in check.journal, "the verdict goes in the journal's planning, where the report reads it"
 
@@ -359,7 +361,8 @@ def test_after_the_approval_a_step_takes_other_steps_results_from_the_record(dag
 @pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_on_artifact"])
 def test_record_inputs_are_template_fields_of_journaled_steps(dags: dict, dag_id: str) -> None:
     """A FromRecord is read by the journaled step when it runs, and only in a template field: anywhere
-    else it would reach the step as the marker itself."""
+    else it would reach the step as the marker itself. The path (a decision) reads its verdict itself."""
+    from airflow_ckpt_provider.operators.compat import UpgradePathOperator
     from airflow_ckpt_provider.operators.journaled import JournaledStep
 
     used = {}
@@ -367,9 +370,11 @@ def test_record_inputs_are_template_fields_of_journaled_steps(dags: dict, dag_id
         for name, value in vars(task).items():
             if isinstance(value, FromRecord):
                 used[(task.task_id, name)] = value.input
-                assert isinstance(task, JournaledStep) and name in task.template_fields, (task.task_id, name)
-                assert task.journal and task.require_journal, (task.task_id, name)
+                assert name in task.template_fields and task.journal, (task.task_id, name)
+                assert isinstance(task, UpgradePathOperator) and name == "verdict" or \
+                    isinstance(task, JournaledStep) and task.require_journal, (task.task_id, name)
     expected = {
+        ("choose_path", "verdict"): RecordInput.COMPATIBILITY_VERDICT,
         ("export_state", "export_uri"): RecordInput.STATE_EXPORT_LOCATION,
         ("export_state", "handover"): RecordInput.HANDOVER, ("export_state", "upgrade_id"): RecordInput.UPGRADE_ID,
         ("archive", "handover"): RecordInput.HANDOVER, ("archive", "upgrade_id"): RecordInput.UPGRADE_ID,
