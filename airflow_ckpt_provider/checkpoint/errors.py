@@ -301,6 +301,17 @@ class InvalidStartChoice(CheckpointError, ValueError):
     )
 
 
+class InvalidSwitchoverRelease(CheckpointError, ValueError):
+    """A switchover release (``_ckpt/switchover-release.json``) the standby cannot carry out."""
+
+    summary = "invalid switchover release"
+    default_action = (
+        "Write the release with resume, offsets (every partition, offsets >= 0) or rewind_to_batch: "
+        "the standby reads its start from the old checkpoint's files alone (at_time needs the broker; "
+        "take that handover in the provider and release the standby with a StandbyRelease). Nothing was started."
+    )
+
+
 class BatchNotRewindable(CheckpointError):
     summary = "cannot rewind to that batch"
     default_action = (

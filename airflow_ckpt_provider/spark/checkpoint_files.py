@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HadoopCheckpointFiles", "read_handover"]
+__all__ = ["HadoopCheckpointFiles", "read_batch_start", "read_handover"]
 
 #: Java exceptions -> the OSError the core maps to its typed errors (access: by the class name's end)
 _NOT_FOUND = frozenset({"java.io.FileNotFoundException", "java.nio.file.NoSuchFileException"})
@@ -310,3 +310,17 @@ def read_handover(spark: SparkSession, checkpoint_uri: str, *, taken_at: str | N
     log.info("read the handover of checkpoint %s in the driver: %s%s (%d files read, %d folders listed)",
              checkpoint_uri, where, in_flight, reader.files_opened, reader.listings)
     return handover
+
+
+def read_batch_start(spark: SparkSession, checkpoint_uri: str, batch_id: int, *,
+                     taken_at: str | None = None) -> Handover:
+    """Where committed batch ``batch_id`` of the checkpoint at ``checkpoint_uri`` started, read in
+    this driver through Hadoop's FileSystem (a rewind's start): the provider's
+    ``CheckpointReader(uri).batch_start(batch_id)`` with the same rules and typed errors
+    (:class:`~airflow_ckpt_provider.checkpoint.errors.BatchNotRewindable` when the batch is not
+    committed or its start was purged)."""
+    with HadoopCheckpointFiles(spark, checkpoint_uri) as files:
+        start = SnapshotReader(files).batch_start(batch_id, taken_at=taken_at)
+    log.info("read the start of batch %d of checkpoint %s in the driver: %s", batch_id, checkpoint_uri,
+             "its initial offsets" if start.batch_id is None else f"the end of batch {start.batch_id}")
+    return start

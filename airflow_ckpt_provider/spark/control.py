@@ -14,6 +14,13 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
     _ckpt/standby-release.json  written by the provider for a standby driver (launched before
                              the old version stopped, waiting in ``await_handover``): start now,
                              at these offsets
+    _ckpt/switchover-release.json  written by the provider for a standby before the old version
+                             stops: watch the old checkpoint, start once its query stopped clean
+                             (:mod:`airflow_ckpt_provider.spark.switchover`)
+    _ckpt/switchover-handover.json  written by that standby as it starts: the old checkpoint's
+                             handover it read, the offsets it starts at, and when
+    _ckpt/switchover-refusal.json  written by that standby when it does not start: why, found
+                             and expected (it keeps waiting for the provider)
     _ckpt/delivered.json     written by the job's ``foreach_batch`` wrapper after the job's function
                              returned for a batch: the sink has that batch whole (the sink ledger)
 
@@ -45,6 +52,9 @@ STOP_ACK = f"{CONTROL_DIR}/stop-ack.json"
 DRIVER = f"{CONTROL_DIR}/driver.json"
 STANDBY_RELEASE = f"{CONTROL_DIR}/standby-release.json"
 DELIVERED = f"{CONTROL_DIR}/delivered.json"
+SWITCHOVER_RELEASE = f"{CONTROL_DIR}/switchover-release.json"
+SWITCHOVER_HANDOVER = f"{CONTROL_DIR}/switchover-handover.json"
+SWITCHOVER_REFUSAL = f"{CONTROL_DIR}/switchover-refusal.json"
 
 #: Spark conf keys the launcher passes to the job (``--conf``); a standby release sets the same
 #: keys in the waiting driver's session (see :mod:`airflow_ckpt_provider.spark.kafka`).

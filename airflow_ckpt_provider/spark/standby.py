@@ -26,6 +26,18 @@ and exit with code 0: it never writes a checkpoint file (only ``_ckpt/``). No re
 :data:`EXIT_STANDBY_TIMEOUT`. A release is taken only when it names this driver's standby run,
 so a release left over from an earlier upgrade never starts a later standby.
 
+Driver-to-driver handover (the driver half of a switchover): the provider may instead release the
+standby BEFORE the old version stops, with ``_ckpt/switchover-release.json``
+(:class:`~airflow_ckpt_provider.spark.switchover.SwitchoverRelease`) naming the old checkpoint.
+The standby then watches the old checkpoint's ``_ckpt/``: once the old query acknowledges its
+stop clean (or held at the sink gate), the standby reads the old checkpoint's last committed
+batch itself (:func:`~airflow_ckpt_provider.spark.checkpoint_files.read_handover`, the provider's
+own reader), applies the chosen start, compares it with the approved plan, writes
+``_ckpt/switchover-handover.json`` and returns like after a normal release. On an interrupted
+stop, an expired stop request or a plan that differs it does not start: it writes
+``_ckpt/switchover-refusal.json`` and keeps waiting for the provider (a normal release, a stop
+request, or its timeout). See :mod:`airflow_ckpt_provider.spark.switchover`.
+
 Imports only pyspark (lazily), the standard library and this package's standard-library-only
 modules: the driver has no Airflow. All files go through the checkpoint's Hadoop FileSystem.
 """
@@ -96,8 +108,15 @@ class _StandbyWait:
     def __init__(self, spark: Any, checkpoint: str, *, heartbeat_interval: float, poll_interval: float,
                  timeout_s: float) -> None:
         # graceful_stop imports this module (standby_run_id): its helpers are bound here, once
-        from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles, HeartbeatWriter, new_heartbeat, read_record
+        from airflow_ckpt_provider.spark.graceful_stop import (
+            HadoopFiles,
+            HeartbeatWriter,
+            driver_logging,
+            new_heartbeat,
+            read_record,
+        )
 
+        driver_logging()  # the wait, the release and a switchover in the driver log
         self._read_record = read_record
         self.spark = spark
         self.files = HadoopFiles(spark, checkpoint)
@@ -106,6 +125,11 @@ class _StandbyWait:
         self.beats = HeartbeatWriter(self.files, new_heartbeat(spark, run_id=uuid.uuid4().hex, state=STANDBY,
                                                                interval_s=heartbeat_interval),
                                      thread_name="ckpt-standby-heartbeat")
+        # the switchover imports the core, which imports spark.control: bound here, not at import
+        from airflow_ckpt_provider.spark.switchover import SwitchoverWatch
+
+        self.switchover = SwitchoverWatch(spark, self.files, self.run_id, read_record)
+        self._switchover_error = ""
 
     @property
     def run_id(self) -> str:
@@ -119,6 +143,17 @@ class _StandbyWait:
         if request is None or request.request_id == ignored:
             return None
         return request if pending_request(request, self._read(STOP_ACK, StopAck)) else None
+
+    def _switchover(self) -> StandbyRelease | None:
+        """One look at a switchover release and the old checkpoint; an I/O error is logged (once
+        per message) and the standby keeps waiting."""
+        try:
+            return self.switchover.poll()
+        except Exception as exc:  # noqa: BLE001 - the old checkpoint may be briefly unreadable: wait on
+            if str(exc) != self._switchover_error:
+                self._switchover_error = str(exc)
+                log.warning("could not look at the switchover (still waiting as a standby): %s", exc)
+            return None
 
     def _end(self, code: int, request: StopRequest | None = None) -> None:
         """Acknowledge ``request`` (if any), beat stopped, stop the session, exit with ``code``."""
@@ -149,6 +184,11 @@ class _StandbyWait:
                     log.info("released after %.1f s (release %s): starting at %s", time.monotonic() - waited_from,
                              release.release_id, release.starting_offsets)
                     return release
+                switched = self._switchover()
+                if switched is not None:
+                    log.info("switched over after %.1f s as a standby: starting at %s", time.monotonic() - waited_from,
+                             switched.starting_offsets)
+                    return switched
                 request = self._pending_stop(ignored)
                 if request is not None:
                     log.info("stop request %s while waiting as a standby (by %s): exiting without writing a "
