@@ -670,6 +670,39 @@ class StandbyNotHonoured(CheckpointError):
     )
 
 
+class StandbyNotWaiting(CheckpointError):
+    """A switchover asked of a standby that does not wait on the new checkpoint."""
+
+    summary = "no standby waits for the switchover"
+    default_action = (
+        "Nothing was stopped and no release was written. Start the standby again (the start_standby "
+        "step), or upgrade with relaunch_mode='cold'."
+    )
+
+
+class SwitchoverNotTaken(CheckpointError):
+    """The standby released for a switchover did not start: it refused the release, with its reason."""
+
+    summary = "the standby did not take over"
+    default_action = (
+        "The new version did not start and wrote no checkpoint file; the old query may have stopped "
+        "(the refusal says how). Roll back (the reference DAG does: it restarts the old version where "
+        "it stopped), then upgrade again; a stop that cut a batch needs the provider's handover "
+        "(relaunch_mode='cold' or a standby release)."
+    )
+
+
+class SwitchoverMismatch(CheckpointError):
+    """The standby started somewhere else than the handover the provider reads in the old checkpoint."""
+
+    summary = "the standby's start differs from the provider's handover"
+    default_action = (
+        "The upgrade fails and rolls back. Compare the new checkpoint's _ckpt/switchover-handover.json "
+        "with 'ckpt inspect' of the old checkpoint: a process that wrote to the old checkpoint after the "
+        "stop, or storage that showed the two readers different files, is to be found before the next try."
+    )
+
+
 class FirstCommitTimeout(CheckpointError):
     summary = "no first commit in time"
     default_action = (

@@ -54,6 +54,7 @@ from airflow_ckpt_provider.spark.control import (
     Delivery,
     DriverRecord,
     Heartbeat,
+    R,
     StopAck,
     StopRequest,
     parse_record,
@@ -100,6 +101,11 @@ class ControlFiles:
 
     def request(self) -> StopRequest | None:
         return self._record(STOP_REQUEST, StopRequest)
+
+    def record(self, rel: str, cls: type[R]) -> R | None:
+        """The control record ``rel`` (a path under the checkpoint, e.g. ``_ckpt/...``) as ``cls``
+        (a control record class with ``from_json``); None when missing or not readable yet."""
+        return self._record(rel, cls)
 
     def ack(self) -> StopAck | None:
         return self._record(STOP_ACK, StopAck)

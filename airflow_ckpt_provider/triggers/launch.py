@@ -25,7 +25,8 @@ from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
 from airflow_ckpt_provider.jobs.liveness import started_after as _after
-from airflow_ckpt_provider.spark.control import HeartbeatState
+from airflow_ckpt_provider.spark.control import SWITCHOVER_REFUSAL, HeartbeatState
+from airflow_ckpt_provider.spark.switchover import SwitchoverRefusal
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
@@ -40,6 +41,7 @@ class LaunchEvent(StrEnum):
     CAUGHT_UP = "caught_up"  # no such commit, but the query runs and has read everything the broker has (idle topic)
     STANDBY = "standby"  # waiting for a standby: its standby heartbeat is there (the launch's own)
     NOT_STANDBY = "not_standby"  # waiting for a standby: the job started a query instead of waiting
+    REFUSED = "refused"  # a standby released for a switchover refused it (it did not start; evidence says why)
     DIED = "died"  # the job ended before that
     TIMEOUT = "timeout"  # neither happened before the deadline
 
@@ -136,8 +138,10 @@ class LaunchTrigger(BaseTrigger):
         started_at: float | None = None,
         wait_for: str = LaunchWait.COMMIT,
         kafka_conn_id: str | None = None,
+        switchover_release: str = "",
     ) -> None:
         super().__init__()
+        self.switchover_release = switchover_release
         self.kafka_conn_id = kafka_conn_id or None
         self.wait_for = LaunchWait(wait_for)
         self.checkpoint_uri = checkpoint_uri
@@ -164,6 +168,7 @@ class LaunchTrigger(BaseTrigger):
                 # only when not the default: a commit wait serializes as it did before standbys
                 **({"wait_for": self.wait_for.value} if self.wait_for is not LaunchWait.COMMIT else {}),
                 **({"kafka_conn_id": self.kafka_conn_id} if self.kafka_conn_id else {}),
+                **({"switchover_release": self.switchover_release} if self.switchover_release else {}),
             },
         )
 
@@ -229,8 +234,18 @@ class LaunchTrigger(BaseTrigger):
                            evidence=f"query {beat.query_id} runs (run {beat.run_id}) and has read everything the "
                                     f"broker has: its position ({where}) {position.to_json()} is the log end")
 
+    def _refused(self, control: ControlFiles) -> LaunchTriggerEvent | None:
+        """The standby's refusal of this trigger's switchover release, or None."""
+        refusal = control.record(SWITCHOVER_REFUSAL, SwitchoverRefusal)
+        if refusal is None or refusal.release_id != self.switchover_release:
+            return None
+        return self._event(LaunchEvent.REFUSED, None, DriverState.RUNNING,
+                           evidence=f"{refusal.reason}: found {refusal.found}; expected {refusal.expected}")
+
     def _poll(self, control: ControlFiles) -> LaunchTriggerEvent | None:
         batches = committed_batches(control.fs, control.root)
+        if self.switchover_release and not batches and (event := self._refused(control)) is not None:
+            return event
         if self.wait_for is LaunchWait.STANDBY:
             if (event := self._standby(control, batches)) is not None:
                 return event

@@ -4,27 +4,30 @@ committed batch end offsets, and the two versions' sinks hold every Kafka record
 
 The old version is ``jobs/stop_job.py`` (Kafka -> Parquet under GracefulStop, a producer
 running); the new one is the standby of tests/integration/test_standby.py
-(``jobs/kafka_to_parquet.py``). The test writes what the provider will write: the switchover
-release in the new checkpoint, then the stop request in the old one (the provider's own writer),
-and nothing else: no handover is read or written by the test before the standby started.
+(``jobs/kafka_to_parquet.py``). The provider's side is the switchover step itself
+(:class:`StandbySwitchoverOperator`): it writes the switchover release in the new checkpoint, then
+the stop request in the old one, and nothing else before the standby started; its result (the
+handover it re-derived, the stop, the downtime split) is checked against the test's own reading.
 """
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
-from airflow_ckpt_provider.checkpoint.handover import Handover
-from airflow_ckpt_provider.checkpoint.stop import new_request
-from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
+from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
+from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 from airflow_ckpt_provider.spark.control import STOP_ACK, SWITCHOVER_HANDOVER, SWITCHOVER_RELEASE, StopAck
 from airflow_ckpt_provider.spark.switchover import SwitchoverHandover, SwitchoverRelease
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
+from tests.integration.test_launch_real import _TI as TI
+from tests.integration.test_launch_real import run_operator
 from tests.integration.test_standby import (  # noqa: F401 - hook is a fixture
     START_TIMEOUT_S,
     control,
@@ -50,22 +53,27 @@ def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exact
     standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
     run_id = wait_standby(new_cp, standby, launcher)
 
-    # the provider's switchover: the release (naming the stop request it sends next), then the stop request
-    request = new_request("test.switchover", "switchover to v2", 180)
-    release = SwitchoverRelease(release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
-                                standby_run_id=run_id, old_checkpoint=str(old.checkpoint),
-                                stop_request_id=request.request_id, requested_by="test.switchover")
-    control(new_cp).write_record(SWITCHOVER_RELEASE, release.to_json().encode())
-    control(old.checkpoint).write_request(request)
+    # the provider's switchover step: the release (naming the stop request it sends next), then the stop request;
+    # it waits for the new query's first commit, re-derives the handover and checks the old checkpoint's quiet
+    step = StandbySwitchoverOperator(
+        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
+        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2)
+    step.__dict__["launcher_hook"] = launcher
+    ti = TI()
 
     def logs() -> str:
         return f"{old.log.read_text()[-3000:]}\n--- standby ---\n{launcher.log_tail(standby, 60)}"
 
+    try:
+        result = SwitchoverResult.from_json(run_operator(step, {"ti": ti}))
+    except Exception as exc:
+        raise AssertionError(logs()) from exc
+    release = SwitchoverRelease.from_json((new_cp / SWITCHOVER_RELEASE).read_bytes())
     assert old.proc.wait(timeout=180) == 0, logs()
     ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
-    assert (ack.request_id, ack.outcome) == (request.request_id, "clean"), ack
-    wait_for(lambda: (new_cp / "commits" / "0").exists(), START_TIMEOUT_S, "the standby's first commit", standby,
-             launcher)
+    assert (ack.request_id, ack.outcome) == (release.stop_request_id, "clean"), ack
+    assert (new_cp / "commits" / "0").exists() and ti.xcom["launch_handle"] == standby.to_dict()
 
     # re-derived independently: the provider's reader on the old checkpoint, after the stop
     expected = CheckpointReader(str(old.checkpoint)).handover()
@@ -77,11 +85,21 @@ def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exact
 
     used = SwitchoverHandover.from_json((new_cp / SWITCHOVER_HANDOVER).read_bytes())
     assert (used.release_id, used.standby_run_id, used.stop_request_id) == (release.release_id, run_id,
-                                                                            request.request_id)
+                                                                            release.stop_request_id)
     assert used.starting_offsets == start.to_json() and (used.start_mode, used.ack_outcome) == ("resume", "clean")
     assert _without_time(used.handover()) == _without_time(expected)
-    assert used.stop_requested_at == request.requested_at and used.stop_acknowledged_at == ack.stopped_at
+    assert used.stop_acknowledged_at == ack.stopped_at
     assert used.stop_acknowledged_at <= used.ack_seen_at <= used.handover_read_at <= used.released_at, used
+
+    # the step's result: the provider's own handover (what later steps take), the stop, the downtime split
+    taken = HandoverResult.from_json(result.handover)
+    assert _without_time(taken.handover) == _without_time(expected) and taken.offsets() == start
+    stop = StopResult.from_json(result.stop)
+    assert (stop.outcome.value, stop.last_committed_batch, stop.interrupted_batch) == (
+        "graceful", expected.batch_id, None)
+    split = DowntimeSplit.from_json(result.downtime)
+    assert split.downtime_s is not None and split.downtime_s > 0 and split.first_batch_s is not None, split
+    assert split.notice_s is not None and split.handover_read_s is not None and split.query_start_s is not None
 
     # every record once across both versions: the producer stops, the new version catches up
     old.producer.stop()  # type: ignore[union-attr]

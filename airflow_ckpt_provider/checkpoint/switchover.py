@@ -1,0 +1,131 @@
+"""A switchover's result and where its downtime went. Pure: values and arithmetic on recorded times,
+no I/O.
+
+A switchover (:class:`~airflow_ckpt_provider.operators.switchover.StandbySwitchoverOperator`)
+ends with one :class:`SwitchoverResult`: the new version's launch handle, the old query's stop
+result, the handover the provider re-derived (the contract of the later steps), what the standby
+recorded when it started (``_ckpt/switchover-handover.json``) and the :class:`DowntimeSplit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
+from airflow_ckpt_provider.checkpoint.handover import HandoverResult
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.upgrade.codec import Codec, Field
+
+__all__ = ["DowntimeSplit", "SwitchoverResult", "downtime_split"]
+
+
+def _at(moment: str) -> float | None:
+    """An ISO 8601 time (with its zone) as epoch seconds; None when empty or unreadable."""
+    try:
+        parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        return None
+    return parsed.timestamp() if parsed.tzinfo is not None else None
+
+
+def _between(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(max(0.0, end - start), 3)
+
+
+@dataclass(frozen=True)
+class DowntimeSplit:
+    """Where a switchover's time went, in seconds (None: a time was not recorded).
+
+    ``stop_s``: the stop request to the old query's acknowledgement (the old driver finishing its
+    batch and stopping; the old query processes until its last commit, so only its end is
+    downtime); ``notice_s``: the acknowledgement to the standby seeing it; ``handover_read_s``: the
+    standby reading the old checkpoint's last commit; ``state_wait_s``: waiting for state (None: the
+    switchover carried none); ``query_start_s``: the start planned and released to the new query;
+    ``first_batch_s``: the new query's start to its first commit; ``downtime_s``: the acknowledgement
+    to the first commit (what readers of the stream wait for)."""
+
+    stop_s: float | None
+    notice_s: float | None
+    handover_read_s: float | None
+    state_wait_s: float | None
+    query_start_s: float | None
+    first_batch_s: float | None
+    downtime_s: float | None
+
+    def describe(self) -> str:
+        """``downtime 2.4 s: notice 0.2 s, handover read 0.3 s, ...`` for a log line or report."""
+        parts = [(name, value) for name, value in (
+            ("notice", self.notice_s), ("handover read", self.handover_read_s), ("state wait", self.state_wait_s),
+            ("query start", self.query_start_s), ("first batch", self.first_batch_s)) if value is not None]
+        head = f"downtime {self.downtime_s:.1f} s" if self.downtime_s is not None else "downtime unknown"
+        stop = f" (the old query took {self.stop_s:.1f} s to stop)" if self.stop_s is not None else ""
+        return head + (": " + ", ".join(f"{name} {value:.1f} s" for name, value in parts) if parts else "") + stop
+
+    def to_dict(self) -> dict[str, Any]:
+        return _DOWNTIME.encode(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> DowntimeSplit:
+        return cls(**_DOWNTIME.decode(data))
+
+
+def downtime_split(*, stop_requested_at: str, stop_acknowledged_at: str, ack_seen_at: str, handover_read_at: str,
+                   released_at: str, first_commit_at: float | None, state_wait_s: float | None = None
+                   ) -> DowntimeSplit:
+    """The split of one switchover from the times the standby recorded (ISO 8601 with zone) and the
+    new query's first commit (epoch seconds, None when unknown)."""
+    requested, acknowledged, seen = _at(stop_requested_at), _at(stop_acknowledged_at), _at(ack_seen_at)
+    read, released = _at(handover_read_at), _at(released_at)
+    return DowntimeSplit(stop_s=_between(requested, acknowledged), notice_s=_between(acknowledged, seen),
+                         handover_read_s=_between(seen, read), state_wait_s=state_wait_s,
+                         query_start_s=_between(read, released), first_batch_s=_between(released, first_commit_at),
+                         downtime_s=_between(acknowledged, first_commit_at))
+
+
+_SECONDS = Field((float,), nullable=True)
+_DOWNTIME = Codec("DowntimeSplit", InvalidStepResult, {
+    name: _SECONDS for name in ("stop_s", "notice_s", "handover_read_s", "state_wait_s", "query_start_s",
+                                "first_batch_s", "downtime_s")})
+
+
+@dataclass(frozen=True)
+class SwitchoverResult:
+    """The switchover step's result: ``handle`` (the new version's LaunchHandle dict), ``stop`` (the
+    old query's StopResult dict), ``handover`` (the HandoverResult dict the provider re-derived: what
+    the later steps take), ``used`` (what the standby recorded when it started) and ``downtime``
+    (a :class:`DowntimeSplit` dict)."""
+
+    handle: Mapping[str, Any]
+    stop: Mapping[str, Any]
+    handover: Mapping[str, Any]
+    used: Mapping[str, Any]
+    downtime: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _RESULT.encode({name: dict(value) for name, value in asdict(self).items()})
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> SwitchoverResult:
+        """Decode (strict: :class:`InvalidStepResult` for anything else)."""
+        return cls(**_RESULT.decode(data))
+
+
+def _checked(decode: Callable[[Mapping[str, Any]], object]) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    """A decoder that checks a nested value by its own codec and keeps its dict."""
+    def check(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        decode(value)
+        return dict(value)
+
+    return check
+
+
+_RESULT = Codec("SwitchoverResult", InvalidStepResult, {
+    "handle": Field((dict,), decode=_checked(LaunchHandle.from_json)),
+    "stop": Field((dict,), decode=_checked(StopResult.from_json)),
+    "handover": Field((dict,), decode=_checked(HandoverResult.from_json)),
+    "used": Field((dict,)),
+    "downtime": Field((dict,), decode=_checked(DowntimeSplit.from_json))})

@@ -1,0 +1,276 @@
+"""The switchover step: a waiting standby takes over from the old query inside the drivers.
+
+One step instead of graceful stop -> handover -> release: with no Airflow task between the old
+query's last commit and the new query's start, downtime does not depend on the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_ckpt_provider.checkpoint.errors import (
+    QueryNotRunning,
+    StandbyNotWaiting,
+    SwitchoverMismatch,
+    SwitchoverNotTaken,
+)
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
+from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode
+from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopReason, heartbeat_alive, new_request
+from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, downtime_split
+from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.faults import fault_point
+from airflow_ckpt_provider.operators.handover import start_choice
+from airflow_ckpt_provider.operators.launch import DEFER_GRACE_S, HANDLE_XCOM_KEY, StandbyReleaseOperator
+from airflow_ckpt_provider.spark.control import SWITCHOVER_HANDOVER, SWITCHOVER_RELEASE, parse_time, pending_request
+from airflow_ckpt_provider.spark.switchover import (
+    SwitchoverHandover,
+    SwitchoverRefused,
+    SwitchoverRelease,
+    plan_switchover,
+)
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop
+from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
+from airflow_ckpt_provider.upgrade.record import StepStart
+
+__all__ = ["StandbySwitchoverOperator"]
+
+
+class StandbySwitchoverOperator(StandbyReleaseOperator):
+    """Switch from the old query to a waiting standby inside the drivers, and wait (deferred) for
+    the new query's first commit.
+
+    Checks that the standby (``standby_handle``: the standby launch's result) waits on
+    ``checkpoint_uri`` and that the old query on ``old_checkpoint_uri`` runs under GracefulStop
+    (its heartbeat alive), else fails before changing anything (:class:`StandbyNotWaiting`,
+    :class:`QueryNotRunning`). Then writes ``_ckpt/switchover-release.json`` for that standby (the
+    start to apply, the stop request it waits for) and, right after, the stop request on the old
+    checkpoint (a pending one is joined). The standby starts its query by itself the moment the old
+    query acknowledges a clean stop, at the old checkpoint's last committed batch
+    (:mod:`airflow_ckpt_provider.spark.switchover`). The step waits for the new query's first commit
+    (or, with ``kafka_conn_id``, for it to be caught up on an idle topic) for at most
+    ``stop_timeout + first_commit_timeout`` seconds.
+
+    Then it re-derives the handover from the old checkpoint with its own reader and the same rules
+    and compares it with what the standby recorded (``_ckpt/switchover-handover.json``): a
+    difference fails with :class:`SwitchoverMismatch`. It checks the old checkpoint's quiet as the
+    graceful stop does (``quiet_period``, ``acknowledged_quiet_period``) and returns
+    :meth:`~airflow_ckpt_provider.checkpoint.switchover.SwitchoverResult.to_dict`: the new version's
+    handle, the stop result, the handover result (what later steps take), what the standby recorded
+    and the downtime split into stop, handover read, query start and first batch.
+
+    A refusal by the standby (the old query's stop cut a batch, the stop request expired, the plan
+    changed) fails with :class:`SwitchoverNotTaken` naming the standby's reason: the standby did not
+    start and wrote no checkpoint file. The driver dying or no commit in time fail as a launch does
+    (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). With ``journal``, a retry after the
+    release waits for that release again and never writes a second one.
+
+    Stateless queries only, for now: a job that carries state is refused (its export must run before
+    the standby starts; use the standby release). Takes the arguments of
+    :class:`StandbyReleaseOperator` (``handover`` and ``initial_state`` are not used), and:
+
+    :param start: where the new version starts (a StartChoice, its dict or JSON; empty: resume at the
+        old checkpoint's last committed batch); ``resume``, ``offsets`` or ``rewind_to_batch``
+    :param source: the Kafka source of a checkpoint with several (index or name)
+    :param accept_reprocessing: consent to a start that processes records again (rewind, offsets)
+    :param accept_data_loss: consent to a start that skips records (offsets)
+    :param stop_timeout: seconds the old query has to acknowledge the stop
+    :param quiet_period: seconds the old checkpoint must stay quiet after the stop
+    :param acknowledged_quiet_period: the shorter quiet check after a clean acknowledgement (None: ``quiet_period``)
+    :param missed_beats: heartbeat intervals after which the old query's heartbeat is stale
+    """
+
+    template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source")
+    ui_color = "#e8f0fd"
+
+    def __init__(self, *, start: StartChoice | Mapping[str, Any] | str | None = None, source: int | str | None = None,
+                 accept_reprocessing: bool = False, accept_data_loss: bool = False, stop_timeout: float = 300.0,
+                 quiet_period: float = 10.0, acknowledged_quiet_period: float | None = None,
+                 missed_beats: float = DEFAULT_MISSED_BEATS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if stop_timeout <= 0 or quiet_period < 0 or missed_beats <= 0:
+            raise ValueError("stop_timeout and missed_beats must be > 0, quiet_period >= 0")
+        self.start = start
+        self.source = source
+        self.accept_reprocessing = bool(accept_reprocessing)
+        self.accept_data_loss = bool(accept_data_loss)
+        self.stop_timeout = float(stop_timeout)
+        self.quiet_period = float(quiet_period)
+        self.acknowledged_quiet_period = acknowledged_quiet_period
+        self.missed_beats = float(missed_beats)
+
+    def _controls(self) -> tuple[ControlFiles, ControlFiles]:
+        """The new checkpoint's control files and the old one's."""
+        new_fs, new_path = self.storage_hook.filesystem(self.checkpoint_uri)
+        old_fs, old_path = self.storage_hook.filesystem(str(self.old_checkpoint_uri))
+        return (ControlFiles(new_fs, new_path, uri=self.checkpoint_uri),
+                ControlFiles(old_fs, old_path, uri=str(self.old_checkpoint_uri)))
+
+    def launch(self, context: Context, start: StepStart | None = None,
+               journal: UpgradeJournal | None = None) -> dict[str, Any]:
+        """Release the standby for the switchover, ask the old query to stop, and wait."""
+        previous = start.previous if start is not None else None
+        recorded = previous.notes.get("handle") if previous is not None else None
+        if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping):
+            handle = self._standby_from(recorded)
+            self.log.warning("resuming: an earlier attempt (run %s) released the standby %s for a switchover "
+                             "(release %s); waiting for it", previous.run_id, handle.app_name,
+                             previous.notes["released"])
+            context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
+            return self._wait_for_switch(context, handle, str(previous.notes["released"]))
+        if not self.old_checkpoint_uri:
+            raise ValueError("a switchover needs old_checkpoint_uri (the old query's checkpoint)")
+        if self._initial_state_conf():
+            raise ValueError("a switchover carries no state yet: release the standby after the state export "
+                             "(StandbyReleaseOperator) for a stateful query")
+        choice = start_choice(self.start)
+        standby = self._standby()
+        new, old = self._controls()
+        waiting, why = self._waiting(standby, new)
+        if standby is None or not waiting:
+            raise StandbyNotWaiting(found=why, expected=f"a standby waiting on {self.checkpoint_uri}",
+                                    path=self.checkpoint_uri)
+        self._check_target(allow_existing_checkpoint=False)
+        beat = old.heartbeat()
+        if not heartbeat_alive(beat, missed_beats=self.missed_beats):
+            state = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
+            raise QueryNotRunning(found=f"{state} on the old checkpoint",
+                                  expected="the old query running under GracefulStop, to switch from",
+                                  path=str(self.old_checkpoint_uri))
+        standby_beat = new.heartbeat()
+        assert standby_beat is not None  # _waiting saw it
+        pending = old.request()
+        request = pending if pending is not None and pending_request(pending, old.ack()) else \
+            new_request(f"airflow:{self.dag_id}.{self.task_id}", "switchover", self.stop_timeout)
+        release = SwitchoverRelease(
+            release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
+            standby_run_id=standby_beat.run_id, old_checkpoint=str(self.old_checkpoint_uri),
+            start_mode=choice.mode.value, start_value=choice.value() if choice.mode is not StartMode.RESUME else "",
+            stop_request_id=request.request_id, source="" if self.source is None else str(self.source),
+            expected_starting_offsets=choice.offsets.to_json() if choice.offsets is not None else "",
+            accept_reprocessing=self.accept_reprocessing, accept_data_loss=self.accept_data_loss,
+            requested_by=f"{self.dag_id}.{self.task_id}")
+        if journal is not None:  # before the writes: a re-run never releases twice
+            journal.note(self.task_id, released=release.release_id, stop_request=request.request_id,
+                         handle=standby.to_dict())
+        new.write_record(SWITCHOVER_RELEASE, release.to_json().encode())
+        fault_point(f"{self.task_id}:released")
+        if request is not pending:
+            old.write_request(request)
+        self.log.info("switchover: released standby %s (run %s, release %s) to start %s once the old query on %s "
+                      "acknowledges stop request %s; waiting up to %.0f s for its first committed batch",
+                      standby.app_name, standby_beat.run_id, release.release_id, choice.describe(),
+                      self.old_checkpoint_uri, request.request_id, self.stop_timeout + self.first_commit_timeout)
+        context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=standby.to_dict())
+        fault_point(f"{self.task_id}:requested")
+        return self._wait_for_switch(context, standby, release.release_id)
+
+    def _standby_from(self, recorded: Mapping[str, Any]) -> Any:  # noqa: ANN401 - a LaunchHandle
+        from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+
+        return LaunchHandle.from_json(recorded)
+
+    def _wait_for_switch(self, context: Context, handle: Any, release_id: str) -> dict[str, Any]:  # noqa: ANN401
+        trigger = LaunchTrigger(
+            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.stop_timeout + self.first_commit_timeout,
+            handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
+            min_batch=0, kafka_conn_id=self.kafka_conn_id or None, switchover_release=release_id)
+        return self.defer_unless_over(
+            trigger, finish=lambda event: self.switched(context, event), poll_interval=min(self.poll_interval, 1.0),
+            timeout=timedelta(seconds=self.stop_timeout + self.first_commit_timeout + DEFER_GRACE_S))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.complete_step(lambda: self.switched(context, event))
+
+    def switched(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
+        """The switchover's result once the new query committed (see the class docstring)."""
+        fired = LaunchTriggerEvent.from_json(event)
+        if fired.reason is LaunchEvent.REFUSED:
+            raise SwitchoverNotTaken(found=f"the standby refused its switchover release: {fired.evidence}",
+                                     expected="the standby to start once the old query stopped clean",
+                                     path=self.checkpoint_uri)
+        handle = self.first_commit(context, event)  # raises for a death or a timeout, as a launch does
+        new, old = self._controls()
+        release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
+        used = new.record(SWITCHOVER_HANDOVER, SwitchoverHandover)
+        if release is None or used is None or used.release_id != release.release_id:
+            raise SwitchoverMismatch(found=f"the new query committed without {SWITCHOVER_HANDOVER} of release "
+                                           f"{release.release_id if release is not None else '(none)'}",
+                                     expected="the handover the standby started from, for the release it was given",
+                                     path=self.checkpoint_uri)
+        result = self._check(release, used, old)
+        stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=used.stop_request_id,
+                           requested_at=parse_time(used.stop_requested_at).timestamp(), ack=old.ack(), kill=None,
+                           timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
+                           poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
+                           acknowledged_quiet_period=self.acknowledged_quiet_period)
+        split = downtime_split(stop_requested_at=used.stop_requested_at, stop_acknowledged_at=used.stop_acknowledged_at,
+                               ack_seen_at=used.ack_seen_at, handover_read_at=used.handover_read_at,
+                               released_at=used.released_at, first_commit_at=self._first_commit_time(new, fired.batch))
+        self.log.info("switchover done: %s", split.describe())
+        return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
+                                used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+
+    def _check(self, release: SwitchoverRelease, used: SwitchoverHandover, old: ControlFiles) -> HandoverResult:
+        """The provider's own handover and start, from the old checkpoint, compared with the standby's."""
+        ack = old.ack()
+        if ack is None or ack.request_id != used.stop_request_id:
+            raise SwitchoverMismatch(found=f"no acknowledgement of stop request {used.stop_request_id} on the old "
+                                           "checkpoint", expected="the acknowledgement the standby started after",
+                                     path=str(self.old_checkpoint_uri))
+        reader = CheckpointReader(str(self.old_checkpoint_uri), fs=old.fs)
+        handover = reader.handover()
+        try:
+            plan = plan_switchover(release, handover, ack, reader.batch_start)
+        except SwitchoverRefused as refused:
+            raise SwitchoverMismatch(found=f"the provider refuses what the standby took: {refused.found}",
+                                     expected=refused.expected, path=str(self.old_checkpoint_uri)) from None
+        theirs = used.handover()
+        differences = _differences(handover, theirs, plan.starting_offsets.to_json(), used.starting_offsets,
+                                   self.source)
+        if differences:
+            raise SwitchoverMismatch(found="the standby took " + "; ".join(f for f, _ in differences),
+                                     expected="the provider's reading of the old checkpoint: "
+                                              + "; ".join(e for _, e in differences),
+                                     path=self.checkpoint_uri)
+        self.log.info("the standby started where the provider reads the old checkpoint: %s, starting offsets %s",
+                      f"batch {handover.batch_id} committed", plan.starting_offsets.to_json())
+        return HandoverResult(handover, starting_offsets=plan.starting_offsets,
+                              start_plan=plan if plan.choice.mode is not StartMode.RESUME else None)
+
+    def _first_commit_time(self, new: ControlFiles, batch: int | None) -> float | None:
+        """When the new query committed its first batch (the commit file's time), None if unknown."""
+        if batch is None:
+            return None
+        try:
+            info = new.fs.info(f"{new.root.rstrip('/')}/commits/0")
+        except (OSError, ValueError):
+            return None
+        mtime = info.get("mtime") or info.get("LastModified") or info.get("modification_time")
+        if hasattr(mtime, "timestamp"):
+            return float(mtime.timestamp())
+        return float(mtime) if isinstance(mtime, (int, float)) else None
+
+
+def _differences(ours: Handover, theirs: Handover, our_start: str, their_start: str,
+                 source: int | str | None) -> list[tuple[str, str]]:
+    """(what the standby took, what the provider reads) for each difference."""
+    found: list[tuple[str, str]] = []
+    if ours.batch_id != theirs.batch_id:
+        found.append((f"the handover of batch {theirs.batch_id}", f"batch {ours.batch_id}"))
+    if ours.kafka_offsets(source) != theirs.kafka_offsets(source):
+        found.append((f"handover offsets {theirs.kafka_offsets(source).to_json()}",
+                      f"{ours.kafka_offsets(source).to_json()}"))
+    if our_start != their_start:
+        found.append((f"starting offsets {their_start}", f"starting offsets {our_start}"))
+    return found
+
