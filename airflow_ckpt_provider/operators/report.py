@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
 
@@ -291,18 +291,28 @@ def _mapping(value: Any) -> Mapping[str, Any]:  # noqa: ANN401 - a recorded JSON
     return value if isinstance(value, Mapping) else {}
 
 
+T = TypeVar("T")
+
+
+def _decoded(value: Any, decode: Callable[[Any], T], error: type[Exception], step: str,  # noqa: ANN401
+             notes: list[str]) -> T | None:
+    """``step``'s recorded result through its codec; None when it did not run, or (with a note)
+    when the record is not its result."""
+    if value is None:
+        return None
+    try:
+        return decode(value)
+    except error as exc:
+        notes.append(f"{step}: its recorded result is unreadable: {exc}")
+        return None
+
+
 def _compatibility(value: Any, notes: list[str]) -> dict[str, Any] | None:  # noqa: ANN401 - a recorded JSON value
     """The compatibility check's recorded verdict, without its trials and log tail (they are in its
     task log); None when it did not run or tried nothing, or (with a note) when the record is not
     its result."""
-    if value is None:
-        return None
-    try:
-        result = compatibility_result(value)
-    except InvalidVerdict as exc:
-        notes.append(f"{COMPATIBILITY_CHECK}: its recorded result is unreadable: {exc}")
-        return None
-    if isinstance(result, CompatibilitySkipped):
+    result = _decoded(value, compatibility_result, InvalidVerdict, COMPATIBILITY_CHECK, notes)
+    if result is None or isinstance(result, CompatibilitySkipped):
         return None
     return {k: v for k, v in result.to_dict().items() if k not in ("trials", "log_tail")}
 
@@ -310,13 +320,7 @@ def _compatibility(value: Any, notes: list[str]) -> dict[str, Any] | None:  # no
 def _rollback(value: Any, step: str, notes: list[str]) -> RollbackHandover | None:  # noqa: ANN401 - recorded JSON
     """The rollback step's recorded handover; None when it did not run, or (with a note) when it
     could not compute one (its error) or the record is not its result."""
-    if value is None:
-        return None
-    try:
-        result = rollback_result(value)
-    except InvalidRollbackHandover as exc:
-        notes.append(f"{step}: its recorded result is unreadable: {exc}")
-        return None
+    result = _decoded(value, rollback_result, InvalidRollbackHandover, step, notes)
     if isinstance(result, RollbackHandoverUnread):
         notes.append(f"{step}: {result.describe()}")
         return None
