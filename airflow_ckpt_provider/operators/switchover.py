@@ -208,8 +208,11 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                      expected="the handover the standby started from, for the release it was given",
                                      path=self.checkpoint_uri)
         result = self._check(release, used, old)
+        # "" when the standby did not see the request file (gone or replaced after the ack): the release
+        # was written just before the request
+        requested_at = parse_time(used.stop_requested_at or release.released_at).timestamp()
         stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=used.stop_request_id,
-                           requested_at=parse_time(used.stop_requested_at).timestamp(), ack=old.ack(), kill=None,
+                           requested_at=requested_at, ack=old.ack(), kill=None,
                            timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
                            poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
                            acknowledged_quiet_period=self.acknowledged_quiet_period)

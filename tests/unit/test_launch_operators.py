@@ -89,7 +89,7 @@ def local_handle(pid: int, log: Path, cp: str = "/cp") -> LaunchHandle:
 def test_trigger_serialize_lists_every_argument() -> None:
     trigger = LaunchTrigger(checkpoint_uri="s3://b/cp", deadline=123.5, handle={"mode": "local"}, min_batch=3,
                             poll_interval=0.5, storage_conn_id="aws", log_lines=10, started_at=100.0,
-                            wait_for="standby", kafka_conn_id="kafka")
+                            wait_for="standby", kafka_conn_id="kafka", switchover_release="sw-1")
     path, kwargs = trigger.serialize()
     assert path == "airflow_ckpt_provider.triggers.launch.LaunchTrigger"
     import inspect
