@@ -120,7 +120,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         """Release the standby for the switchover, ask the old query to stop, and wait."""
         previous = start.previous if start is not None else None
         recorded = previous.notes.get("handle") if previous is not None else None
-        if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping):
+        if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping) \
+                and self._written(str(previous.notes["released"])):
             handle = self._standby_from(recorded)
             self.log.warning("resuming: an earlier attempt (run %s) released the standby %s for a switchover "
                              "(release %s); waiting for it", previous.run_id, handle.app_name,
@@ -173,6 +174,16 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=standby.to_dict())
         fault_point(f"{self.task_id}:requested")
         return self._wait_for_switch(context, standby, release.release_id)
+
+    def _written(self, release_id: str) -> bool:
+        """Whether the release an earlier attempt noted is the one in the new checkpoint: an attempt
+        that died between noting it and writing it released nothing (nor asked the old query to
+        stop, which comes after), and the step releases afresh."""
+        release = self._controls()[0].record(SWITCHOVER_RELEASE, SwitchoverRelease)
+        if release is not None and release.release_id == release_id:
+            return True
+        self.log.warning("the release %s an earlier attempt noted was never written: releasing afresh", release_id)
+        return False
 
     def _standby_from(self, recorded: Mapping[str, Any]) -> Any:  # noqa: ANN401 - a LaunchHandle
         from airflow_ckpt_provider.checkpoint.launch import LaunchHandle

@@ -494,3 +494,21 @@ def test_a_standby_that_did_not_see_the_stop_request_still_gives_a_result(tmp_pa
     assert StopResult.from_json(result.stop).outcome.value == "graceful"
     split = DowntimeSplit.from_json(result.downtime)
     assert split.stop_s is None and split.notice_s == 0.2 and split.downtime_s is not None
+
+
+def test_a_release_noted_but_never_written_is_released_afresh(tmp_path: Path,
+                                                               journal: UpgradeJournal) -> None:  # noqa: F811
+    """An attempt that died between noting its release and writing it released nothing and asked
+    nothing: the next one does both, once, instead of waiting for a release no standby can see."""
+    new, old = tmp_path / "v2", tmp_path / "v1"
+    running_old(tmp_path)
+    handle, beat = waiting_standby(new)
+    journal.begin("switchover", run_id="run-1")
+    journal.note("switchover", released="never-written", stop_request="never-asked", handle=handle.to_dict())
+    operator, _ = switchover_operator(tmp_path, handle, journal=journal.path)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context("run-2", TI()))
+    release = SwitchoverRelease.from_json((new / SWITCHOVER_RELEASE).read_bytes())
+    assert release.release_id != "never-written" and release.standby_run_id == beat.run_id
+    assert deferred.value.trigger.switchover_release == release.release_id
+    assert StopRequest.from_json((old / STOP_REQUEST).read_bytes()).request_id == release.stop_request_id
