@@ -6,6 +6,7 @@ query's last commit and the new query's start, downtime does not depend on the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -121,7 +122,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         previous = start.previous if start is not None else None
         recorded = previous.notes.get("handle") if previous is not None else None
         if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping) \
-                and self._written(str(previous.notes["released"])):
+                and (written := self._written(str(previous.notes["released"]))) is not None:
+            self._ask_if_unasked(written)
             handle = self._standby_from(recorded)
             self.log.warning("resuming: an earlier attempt (run %s) released the standby %s for a switchover "
                              "(release %s); waiting for it", previous.run_id, handle.app_name,
@@ -175,15 +177,28 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         fault_point(f"{self.task_id}:requested")
         return self._wait_for_switch(context, standby, release.release_id)
 
-    def _written(self, release_id: str) -> bool:
-        """Whether the release an earlier attempt noted is the one in the new checkpoint: an attempt
-        that died between noting it and writing it released nothing (nor asked the old query to
-        stop, which comes after), and the step releases afresh."""
+    def _written(self, release_id: str) -> SwitchoverRelease | None:
+        """The release an earlier attempt noted, when it is the one in the new checkpoint; None when
+        that attempt died between noting it and writing it: it released nothing (nor asked the old
+        query to stop, which comes after), and the step releases afresh."""
         release = self._controls()[0].record(SWITCHOVER_RELEASE, SwitchoverRelease)
         if release is not None and release.release_id == release_id:
-            return True
+            return release
         self.log.warning("the release %s an earlier attempt noted was never written: releasing afresh", release_id)
-        return False
+        return None
+
+    def _ask_if_unasked(self, release: SwitchoverRelease) -> None:
+        """Write the stop request ``release`` names when the old checkpoint has neither it nor its
+        acknowledgement: the earlier attempt died between the release and the request, and the
+        standby waits for exactly that request."""
+        old = self._controls()[1]
+        request, ack = old.request(), old.ack()
+        if any(record is not None and record.request_id == release.stop_request_id for record in (request, ack)):
+            return
+        self.log.warning("the stop request %s the release names was never written: asking the old query on %s to "
+                         "stop now", release.stop_request_id, self.old_checkpoint_uri)
+        asked = new_request(f"airflow:{self.dag_id}.{self.task_id}", "switchover", self.stop_timeout)
+        old.write_request(dataclasses.replace(asked, request_id=release.stop_request_id))
 
     def _standby_from(self, recorded: Mapping[str, Any]) -> Any:  # noqa: ANN401 - a LaunchHandle
         from airflow_ckpt_provider.checkpoint.launch import LaunchHandle

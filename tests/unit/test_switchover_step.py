@@ -512,3 +512,29 @@ def test_a_release_noted_but_never_written_is_released_afresh(tmp_path: Path,
     assert release.release_id != "never-written" and release.standby_run_id == beat.run_id
     assert deferred.value.trigger.switchover_release == release.release_id
     assert StopRequest.from_json((old / STOP_REQUEST).read_bytes()).request_id == release.stop_request_id
+
+
+def test_a_release_written_without_its_stop_request_asks_the_old_query_on_the_rerun(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    """An attempt that died between the release and the stop request: the standby waits for exactly
+    the request its release names, so the next attempt writes that one (and no second release)."""
+    new, old = tmp_path / "v2", tmp_path / "v1"
+    running_old(tmp_path)
+    handle, _ = waiting_standby(new)
+    operator, _ = switchover_operator(tmp_path, handle, journal=journal.path)
+    with pytest.raises(TaskDeferred):
+        operator.execute(context("run-1", TI()))
+    release_bytes = (new / SWITCHOVER_RELEASE).read_bytes()
+    release = SwitchoverRelease.from_json(release_bytes)
+    (old / STOP_REQUEST).unlink()  # as if the worker died before writing it
+
+    again, _ = switchover_operator(tmp_path, handle, journal=journal.path)
+    with pytest.raises(TaskDeferred) as deferred:
+        again.execute(context("run-2", TI()))
+    assert (new / SWITCHOVER_RELEASE).read_bytes() == release_bytes, "no second release"
+    assert StopRequest.from_json((old / STOP_REQUEST).read_bytes()).request_id == release.stop_request_id
+    assert deferred.value.trigger.switchover_release == release.release_id
+    request_bytes = (old / STOP_REQUEST).read_bytes()
+    with pytest.raises(TaskDeferred):
+        switchover_operator(tmp_path, handle, journal=journal.path)[0].execute(context("run-3", TI()))
+    assert (old / STOP_REQUEST).read_bytes() == request_bytes, "a request that is there is not written again"
