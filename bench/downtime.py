@@ -44,7 +44,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -193,21 +192,12 @@ def run_without_scheduler(operator: Any) -> Any:  # noqa: ANN401 - an operator a
     return getattr(operator, deferred.method_name)(context, payload, **(deferred.kwargs or {}))
 
 
-def _epoch(moment: str) -> float | None:
-    """An ISO 8601 time with its zone (as the drivers record them) in epoch seconds; None if unreadable."""
-    try:
-        parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    except (AttributeError, ValueError):
-        return None
-    return parsed.timestamp() if parsed.tzinfo is not None else None
-
-
 def switchover(demo: Any, v1: Any) -> tuple[float, dict[str, float | None], str]:
     """Version 2 as a standby, then the switchover step run directly (no scheduler); (downtime, parts,
     the step's DowntimeSplit in words): parts are the step's own DowntimeSplit and what lies around it."""
     from airflow_ckpt_provider.checkpoint import LaunchHandle
     from airflow_ckpt_provider.checkpoint.report import downtime_seconds
-    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
+    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, epoch_seconds
     from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
     from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 
@@ -234,7 +224,7 @@ def switchover(demo: Any, v1: Any) -> tuple[float, dict[str, float | None], str]
     if downtime is None:
         raise RuntimeError("no commits to measure the downtime from")
     split = DowntimeSplit.from_json(result.downtime)
-    acknowledged = _epoch(str(result.used.get("stop_acknowledged_at", "")))
+    acknowledged = epoch_seconds(str(result.used.get("stop_acknowledged_at", "")))
     last_old = max(b.committed_at for b in old)
     parts: dict[str, float | None] = {
         "standby launch to its heartbeat (before the stop, not downtime)": round(waiting - launched, 3),

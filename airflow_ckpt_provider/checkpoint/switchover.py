@@ -20,10 +20,10 @@ from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.upgrade.codec import Codec, Field
 
-__all__ = ["DowntimeSplit", "SwitchoverResult", "downtime_split"]
+__all__ = ["DowntimeSplit", "SwitchoverResult", "downtime_split", "epoch_seconds"]
 
 
-def _at(moment: str) -> float | None:
+def epoch_seconds(moment: str) -> float | None:
     """An ISO 8601 time (with its zone) as epoch seconds; None when empty or unreadable."""
     try:
         parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
@@ -78,8 +78,9 @@ def downtime_split(*, stop_requested_at: str, stop_acknowledged_at: str, ack_see
                    ) -> DowntimeSplit:
     """The split of one switchover from the times the standby recorded (ISO 8601 with zone) and the
     new query's first commit (epoch seconds, None when unknown)."""
-    requested, acknowledged, seen = _at(stop_requested_at), _at(stop_acknowledged_at), _at(ack_seen_at)
-    read, released = _at(handover_read_at), _at(released_at)
+    requested, acknowledged, seen, read, released = (
+        epoch_seconds(moment) for moment in (stop_requested_at, stop_acknowledged_at, ack_seen_at, handover_read_at,
+                                             released_at))
     return DowntimeSplit(stop_s=_between(requested, acknowledged), notice_s=_between(acknowledged, seen),
                          handover_read_s=_between(seen, read), state_wait_s=state_wait_s,
                          query_start_s=_between(read, released), first_batch_s=_between(released, first_commit_at),
