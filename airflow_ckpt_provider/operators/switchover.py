@@ -84,7 +84,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     start and wrote no checkpoint file. The driver dying or no commit in time fail as a launch does
     (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). On any failure after the release, a stop
     request the old query has not acknowledged is withdrawn (it goes on running), and the journal
-    notes whether it stopped: the reference DAG's rollback restarts the old version only then. With
+    notes whether it stopped (acknowledged, or its driver gone: no live heartbeat): the reference
+    DAG's rollback restarts the old version only then. With
     ``journal``, a retry after the release waits for that release again and never writes a second one.
 
     Stateless queries only, for now: an old checkpoint with state is refused
@@ -268,8 +269,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         return super().complete_step(noting, journal)
 
     def _settle_old_query(self, journal: UpgradeJournal | None) -> None:
-        """After a failed switchover: whether the old query stopped, withdrawn request first (see
-        :meth:`complete_step`); logs and notes nothing when it cannot be read."""
+        """After a failed switchover: whether the old query stopped (it acknowledged the stop request,
+        or its driver is gone: no live heartbeat), withdrawn request first (see :meth:`complete_step`);
+        logs and notes nothing when it cannot be read."""
         try:
             new, old = self._controls()
             release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
@@ -282,14 +284,21 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                      "request withdrawn, the old query goes on", self.old_checkpoint_uri,
                                      release.stop_request_id)
                 ack = old.ack()  # it may have acknowledged just before the withdrawal
-            stopped = ack is not None and ack.request_id == release.stop_request_id
+            acknowledged = ack is not None and ack.request_id == release.stop_request_id
+            beat = old.heartbeat()
+            # a driver that died (or stopped) without acknowledging is not running either: restart it
+            stopped = acknowledged or not heartbeat_alive(beat, missed_beats=self.missed_beats)
         except (CheckpointError, OSError) as exc:
             self.log.error("switchover failed and whether the old query on %s stopped cannot be read (%s): the "
                            "rollback will not restart it; check its heartbeat", self.old_checkpoint_uri, exc)
             return
-        if stopped:
+        if acknowledged:
             self.log.warning("switchover failed after the old query stopped at batch %s: the rollback restarts it",
                              ack.last_committed_batch if ack is not None else "?")
+        elif stopped:
+            state = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
+            self.log.warning("switchover failed and the old query on %s is not running (%s): the rollback restarts it",
+                             self.old_checkpoint_uri, state)
         if journal is not None:
             journal.note(self.task_id, **{OLD_STOPPED_NOTE: stopped})
 

@@ -591,6 +591,9 @@ def test_a_failure_before_the_old_query_stopped_withdraws_the_request(
     operator, _, handle, _ = released(tmp_path, journal=journal.path)
     journal.begin("switchover", run_id="run-1")
     assert (tmp_path / "v1" / STOP_REQUEST).exists()
+    # the old driver runs on (a heartbeat that stays live however slow this machine is)
+    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                                query_id="q-old", interval=600).to_json())
     event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "plan_changed"}
     with pytest.raises(SwitchoverNotTaken):
         operator.execute_complete(context("run-1", TI()), event)
@@ -610,3 +613,19 @@ def test_a_refusal_before_the_release_notes_nothing(tmp_path: Path, journal: Upg
         operator.complete_step(lambda: operator.launch(context("run-1", TI()), None, journal), journal)
     step = journal.step("switchover")
     assert step is not None and OLD_STOPPED_NOTE not in step.notes
+
+
+def test_an_old_driver_that_died_without_acknowledging_counts_as_stopped(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    """The old driver was killed mid-switch: no acknowledgement ever comes, its heartbeat goes stale.
+    The request is withdrawn and the journal says the old query stopped: the rollback restarts it."""
+    operator, _, handle, _ = released(tmp_path, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                                query_id="q-old", updated=now() - timedelta(minutes=2)).to_json())
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "request_expired"}
+    with pytest.raises(SwitchoverNotTaken):
+        operator.execute_complete(context("run-1", TI()), event)
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
+    assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
