@@ -379,6 +379,7 @@ def build_stream_upgrade_dag(
             **{k: v for k, v in launch_args.items() if k not in ("task_id", "handover", "initial_state")},
             stop_timeout=stop_timeout, quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period,
             accept_empty_state="{{ not params.carry_state }}",  # the preflight refused carrying state
+            sink=SINK,  # the sink ledger, should the old query's stop cut a batch (the standby refuses then)
             **START,
         ) if switchover else None
         verify = HandoverVerifyOperator(

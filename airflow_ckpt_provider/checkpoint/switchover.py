@@ -18,9 +18,10 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.upgrade.codec import Codec, Field
+from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
 
-__all__ = ["DowntimeSplit", "SwitchoverResult", "downtime_split", "epoch_seconds"]
+__all__ = ["DowntimeSplit", "SwitchoverResult", "TakenBy", "downtime_split", "epoch_seconds"]
 
 
 def epoch_seconds(moment: str) -> float | None:
@@ -100,21 +101,40 @@ _DOWNTIME = Codec("DowntimeSplit", InvalidStepResult, {
                                 "first_batch_s", "downtime_s")})
 
 
+class TakenBy(StrEnum):
+    """Who started the new query at the handover: the standby by itself, or the provider after the
+    standby refused (the old query's stop cut a batch: the sink ledger decided the handover)."""
+
+    STANDBY = "standby"
+    PROVIDER = "provider"
+
+
 @dataclass(frozen=True)
 class SwitchoverResult:
     """The switchover step's result: ``handle`` (the new version's LaunchHandle dict), ``stop`` (the
     old query's StopResult dict), ``handover`` (the HandoverResult dict the provider re-derived: what
     the later steps take), ``used`` (what the standby recorded when it started) and ``downtime``
-    (a :class:`DowntimeSplit` dict)."""
+    (a :class:`DowntimeSplit` dict); ``taken_by`` the provider when the standby refused and the
+    provider released it at its own handover (``used`` is then the standby's refusal, and the
+    split's handover read is the provider's handover and release)."""
 
     handle: Mapping[str, Any]
     stop: Mapping[str, Any]
     handover: Mapping[str, Any]
     used: Mapping[str, Any]
     downtime: Mapping[str, Any]
+    taken_by: TakenBy = TakenBy.STANDBY
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "taken_by", TakenBy(self.taken_by))
 
     def to_dict(self) -> dict[str, Any]:
-        return _RESULT.encode({name: dict(value) for name, value in asdict(self).items()})
+        """Its JSON object; ``taken_by`` only when the provider took over (as the release before it wrote)."""
+        values: dict[str, Any] = {name: dict(getattr(self, name)) for name in ("handle", "stop", "handover", "used",
+                                                                              "downtime")}
+        if self.taken_by is TakenBy.PROVIDER:
+            values["taken_by"] = self.taken_by.value
+        return _RESULT.encode(values)
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> SwitchoverResult:
@@ -136,4 +156,5 @@ _RESULT = Codec("SwitchoverResult", InvalidStepResult, {
     "stop": Field((dict,), decode=_checked(StopResult.from_json)),
     "handover": Field((dict,), decode=_checked(HandoverResult.from_json)),
     "used": Field((dict,)),
-    "downtime": Field((dict,), decode=_checked(DowntimeSplit.from_json))})
+    "downtime": Field((dict,), decode=_checked(DowntimeSplit.from_json)),
+    "taken_by": Field((str,), required=False, default=TakenBy.STANDBY, decode=one_of(*TakenBy, decode=TakenBy))})

@@ -132,22 +132,30 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     def extract(self) -> dict[str, Any]:
         """The handover XCom (see the class docstring); reads only."""
         fs, _ = self.storage_hook.filesystem(self.checkpoint_uri)
-        reader = CheckpointReader(self.checkpoint_uri, fs=fs)
-        accept_loss = flag(self.accept_data_loss, "accept_data_loss")
-        choice = start_choice(self.start)
-        handover, account = ledger_handover(reader, SinkSpec.from_value(self.sink), self.storage_hook,
-                                            source=self.source, log=self.log, kafka=self.kafka_hook)
-        handover, result, broker = reconciled_handover_view(
-            reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
-            handover=handover,
-        )
-        if choice.mode is StartMode.RESUME:
-            return HandoverResult(handover, result.starting_offsets, result, sink=account.to_dict()).to_dict()
-        plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
-                             kafka_hook=self.kafka_hook, source=self.source, log=self.log)
-        plan.require_consent(accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
-                             accept_data_loss=accept_loss)
-        return HandoverResult(handover, plan.starting_offsets, result, plan, sink=account.to_dict()).to_dict()
+        return take_handover(CheckpointReader(self.checkpoint_uri, fs=fs), SinkSpec.from_value(self.sink),
+                             self.storage_hook, self.kafka_hook, start_choice(self.start), source=self.source,
+                             accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
+                             accept_data_loss=flag(self.accept_data_loss, "accept_data_loss"), log=self.log).to_dict()
+
+
+def take_handover(reader: CheckpointReader, spec: SinkSpec, storage: CheckpointStorageHook,
+                  kafka_hook: KafkaBrokerHook, choice: StartChoice, *, source: int | str | None,
+                  accept_reprocessing: bool, accept_data_loss: bool, log: StepLog) -> HandoverResult:
+    """The handover of the stopped query on ``reader``'s checkpoint (see
+    :class:`CheckpointHandoverOperator`): its last committed batch, moved past a batch the stop cut
+    when the sink's own record holds it whole (:func:`ledger_handover`), reconciled with the broker,
+    at the ``choice`` of start with its consent checked. Reads only; raises a typed
+    :class:`~airflow_ckpt_provider.checkpoint.CheckpointError` on any refusal."""
+    handover, account = ledger_handover(reader, spec, storage, source=source, log=log, kafka=kafka_hook)
+    handover, result, broker = reconciled_handover_view(
+        reader, kafka_hook, source=source, accept_data_loss=accept_data_loss, log=log, handover=handover,
+    )
+    if choice.mode is StartMode.RESUME:
+        return HandoverResult(handover, result.starting_offsets, result, sink=account.to_dict())
+    plan = planned_start(choice, handover.kafka_offsets(source), reader=reader, broker=broker,
+                         kafka_hook=kafka_hook, source=source, log=log)
+    plan.require_consent(accept_reprocessing=accept_reprocessing, accept_data_loss=accept_data_loss)
+    return HandoverResult(handover, plan.starting_offsets, result, plan, sink=account.to_dict())
 
 
 #: How far before the previous batch's planned time the output topic is read (clocks of the driver

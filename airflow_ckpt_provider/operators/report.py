@@ -160,6 +160,11 @@ class UpgradeReportOperator(BaseOperator):
             and launched.state == TaskState.SUCCESS else None
         state_export = planner.result_of(record, path.state_export) if path.state_export else None
         switched = _mapping(planner.result_of(record, path.switchover)) if path.switchover else {}
+        if switched.get("taken_by") == "provider":
+            refusal = _mapping(switched.get("used"))
+            notes.append(f"{path.switchover}: the standby refused ({refusal.get('reason', '?')}: "
+                         f"{refusal.get('found', '?')}); the provider took the handover with the sink ledger and "
+                         "released the standby at it")
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=new_checkpoint,

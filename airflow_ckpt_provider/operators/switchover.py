@@ -11,7 +11,8 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import Context
@@ -33,15 +34,28 @@ from airflow_ckpt_provider.checkpoint.stop import (
     heartbeat_alive,
     new_request,
 )
-from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, downtime_split
+from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, TakenBy, downtime_split
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
-from airflow_ckpt_provider.operators.handover import flag, start_choice
+from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
+from airflow_ckpt_provider.operators.handover import flag, start_choice, take_handover
 from airflow_ckpt_provider.operators.journaled import control_flow
 from airflow_ckpt_provider.operators.launch import DEFER_GRACE_S, HANDLE_XCOM_KEY, StandbyReleaseOperator
-from airflow_ckpt_provider.spark.control import SWITCHOVER_HANDOVER, SWITCHOVER_RELEASE, parse_time, pending_request
+from airflow_ckpt_provider.sinks import SinkSpec
+from airflow_ckpt_provider.spark.control import (
+    INTERRUPTED,
+    STANDBY_RELEASE,
+    SWITCHOVER_HANDOVER,
+    SWITCHOVER_REFUSAL,
+    SWITCHOVER_RELEASE,
+    StandbyRelease,
+    parse_time,
+    pending_request,
+)
 from airflow_ckpt_provider.spark.switchover import (
+    RefusalReason,
     SwitchoverHandover,
+    SwitchoverRefusal,
     SwitchoverRefused,
     SwitchoverRelease,
     plan_switchover,
@@ -53,7 +67,11 @@ from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, La
 from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
 from airflow_ckpt_provider.upgrade.record import StepStart
 
-__all__ = ["StandbySwitchoverOperator"]
+__all__ = ["FALLBACK_NOTE", "StandbySwitchoverOperator"]
+
+#: The journal note of the provider's own release after a standby refused a switchover whose stop
+#: cut a batch (the standby release, the stop and handover results, the refusal, the times).
+FALLBACK_NOTE = "fallback"
 
 
 class StandbySwitchoverOperator(StandbyReleaseOperator):
@@ -79,9 +97,15 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     handle, the stop result, the handover result (what later steps take), what the standby recorded
     and the downtime split into stop, handover read, query start and first batch.
 
-    A refusal by the standby (the old query's stop cut a batch, the stop request expired, the plan
-    changed) fails with :class:`SwitchoverNotTaken` naming the standby's reason: the standby did not
-    start and wrote no checkpoint file. The driver dying or no commit in time fail as a launch does
+    A refusal by the standby fails with :class:`SwitchoverNotTaken` naming the standby's reason (the
+    stop request expired, the plan changed, the start is not in the checkpoint): the standby did not
+    start and wrote no checkpoint file. One refusal the provider takes over instead, with
+    ``kafka_conn_id``: the old query's stop cut a batch (a built-in sink without the gate, under load;
+    acknowledgement ``interrupted``). The step then takes the handover as the handover step does (the
+    sink ledger reads what the ``sink`` holds of the cut batch; reconciled with the broker), releases
+    the still-waiting standby at it with a standby release, and waits for its first commit; the
+    result says ``taken_by`` provider, and its split's handover read is the provider's. The driver
+    dying or no commit in time fail as a launch does
     (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). On any failure after the release, a stop
     request the old query has not acknowledged is withdrawn (it goes on running), and the journal
     notes whether it stopped (acknowledged, or its driver gone: no live heartbeat): the reference
@@ -104,10 +128,12 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     :param acknowledged_quiet_period: the shorter quiet check after a clean acknowledgement (None: ``quiet_period``)
     :param missed_beats: heartbeat intervals after which the old query's heartbeat is stale
     :param accept_empty_state: consent to switch a stateful old query, whose new version starts with EMPTY state
+    :param sink: the job's sink declaration, for the sink ledger when the old query's stop cut a batch
+        (SinkSpec, mapping or JSON; default: not declared, at-least-once)
     """
 
     template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source",
-                                      "accept_reprocessing", "accept_data_loss", "accept_empty_state")
+                                      "accept_reprocessing", "accept_data_loss", "accept_empty_state", "sink")
     ui_color = "#e8f0fd"
 
     def __init__(self, *, start: StartChoice | Mapping[str, Any] | str | None = None, source: int | str | None = None,
@@ -115,7 +141,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                  stop_timeout: float = 300.0,
                  quiet_period: float = 10.0, acknowledged_quiet_period: float | None = None,
                  missed_beats: float = DEFAULT_MISSED_BEATS, accept_empty_state: bool | str = False,
-                 **kwargs: Any) -> None:
+                 sink: SinkSpec | Mapping[str, Any] | str | None = None, **kwargs: Any) -> None:
         for taken in ("handover", "initial_state", "starting_offsets", "handover_json"):
             if kwargs.get(taken) not in (None, ""):
                 raise ValueError(f"a switchover takes no {taken}: the standby reads the handover from the old "
@@ -133,6 +159,12 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         self.acknowledged_quiet_period = acknowledged_quiet_period
         self.missed_beats = float(missed_beats)
         self.accept_empty_state = accept_empty_state
+        self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
+
+    @cached_property
+    def kafka_hook(self) -> KafkaBrokerHook:
+        """The broker of ``kafka_conn_id``: the handover the provider takes after a refusal is reconciled with it."""
+        return KafkaBrokerHook(kafka_conn_id=self.kafka_conn_id or KafkaBrokerHook.default_conn_name)
 
     def _controls(self) -> tuple[ControlFiles, ControlFiles]:
         """The new checkpoint's control files and the old one's."""
@@ -147,6 +179,15 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         previous = start.previous if start is not None else None
         recorded = previous.notes.get("handle") if previous is not None else None
         new, old = self._controls()
+        fallback = previous.notes.get(FALLBACK_NOTE) if previous is not None else None
+        if isinstance(fallback, Mapping) and isinstance(recorded, Mapping):
+            handle = self._standby_from(recorded)
+            self.log.warning("resuming: an earlier attempt (run %s) released the standby %s itself after its refusal "
+                             "(release %s); waiting for it", previous.run_id if previous else "?", handle.app_name,
+                             fallback["release"]["release_id"])
+            self._release_unless_written(new, fallback)
+            context["ti"].xcom_push(key=HANDLE_XCOM_KEY, value=handle.to_dict())
+            return self._wait_for_fallback(context, handle, dict(fallback))
         if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping) \
                 and (written := self._written(new, str(previous.notes["released"]))) is not None:
             self._ask_if_unasked(old, written)
@@ -247,7 +288,10 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             trigger, finish=lambda event: self.switched(context, event), poll_interval=min(self.poll_interval, 1.0),
             timeout=timedelta(seconds=self.stop_timeout + self.first_commit_timeout + DEFER_GRACE_S))
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
+                         fallback: dict[str, Any] | None = None) -> dict[str, Any]:
+        if fallback is not None:
+            return self.complete_step(lambda: self.taken_over(context, event, fallback))
         return self.complete_step(lambda: self.switched(context, event))
 
     def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:  # noqa: ANN401
@@ -305,13 +349,21 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     def switched(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         """The switchover's result once the new query committed (see the class docstring)."""
         fired = LaunchTriggerEvent.from_json(event)
+        noted = self._noted_fallback()
+        if noted is not None:  # a retry that finds the release the provider wrote after the refusal
+            return self.taken_over(context, event, noted)
+        new, old = self._controls()
+        release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
         if fired.reason is LaunchEvent.REFUSED:
+            refusal = new.record(SWITCHOVER_REFUSAL, SwitchoverRefusal)
+            ack = old.ack()
+            if release is not None and refusal is not None and ack is not None \
+                    and self._can_take_over(release, refusal, ack):
+                return self._take_over(context, release, refusal, ack, new, old)
             raise SwitchoverNotTaken(found=f"the standby refused its switchover release: {fired.evidence}",
                                      expected="the standby to start once the old query stopped clean",
                                      path=self.checkpoint_uri)
         handle = self.first_commit(context, event)  # raises for a death or a timeout, as a launch does
-        new, old = self._controls()
-        release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
         used = new.record(SWITCHOVER_HANDOVER, SwitchoverHandover)
         if release is None or used is None or used.release_id != release.release_id:
             raise SwitchoverMismatch(found=f"the new query committed without {SWITCHOVER_HANDOVER} of release "
@@ -333,6 +385,106 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         self.log.info("switchover done: %s", split.describe())
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
                                 used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+
+    def _can_take_over(self, release: SwitchoverRelease, refusal: SwitchoverRefusal, ack: StopAck) -> bool:
+        """Whether the provider takes over after ``refusal``: the standby refused because the old
+        query's stop (of this release's request) cut a batch, which the provider's sink ledger
+        decides; any other refusal fails the step."""
+        return (refusal.release_id == release.release_id and refusal.reason == RefusalReason.STOP_NOT_CLEAN
+                and ack.request_id == release.stop_request_id and ack.outcome == INTERRUPTED
+                and bool(self.kafka_conn_id))
+
+    def _take_over(self, context: Context, release: SwitchoverRelease, refusal: SwitchoverRefusal, ack: StopAck,
+                   new: ControlFiles, old: ControlFiles) -> dict[str, Any]:
+        """The old query stopped with a batch cut: take the handover as the handover step does (the
+        sink ledger decides what the sink holds of the cut batch), release the standby at it with a
+        standby release, and wait for its first commit."""
+        self.log.warning("the standby refused its switchover (%s: %s): the old query stopped %s at batch %s with "
+                         "batch %s cut; taking the handover with the sink ledger and releasing the standby",
+                         refusal.reason, refusal.found, ack.outcome, ack.last_committed_batch, ack.last_planned_batch)
+        request = old.request()
+        requested_at = parse_time(request.requested_at).timestamp() if request is not None \
+            and request.request_id == ack.request_id else parse_time(release.released_at).timestamp()
+        stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=ack.request_id, requested_at=requested_at,
+                           ack=ack, kill=None, timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
+                           poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
+                           acknowledged_quiet_period=self.acknowledged_quiet_period)
+        result = take_handover(
+            CheckpointReader(str(self.old_checkpoint_uri), fs=old.fs), SinkSpec.from_value(self.sink),
+            self.storage_hook, self.kafka_hook, start_choice(self.start),
+            source=self.source, accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
+            accept_data_loss=flag(self.accept_data_loss, "accept_data_loss"), log=self.log)
+        handed_over_at = utc_iso(timespec="milliseconds")
+        standby = self._standby()
+        waiting, why = self._waiting(standby, new)
+        beat = new.heartbeat()
+        if standby is None or not waiting or beat is None:
+            raise SwitchoverNotTaken(found=f"the standby refused its switchover ({refusal.reason}) and is not waiting "
+                                           f"for the provider's release: {why}",
+                                     expected="the standby waiting after its refusal", path=self.checkpoint_uri)
+        self._check_target(allow_existing_checkpoint=False)
+        standby_release = StandbyRelease(
+            release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
+            starting_offsets=result.offsets(self.source).to_json(), handover_json=result.handover.to_json(), conf={},
+            requested_by=f"{self.dag_id}.{self.task_id}", standby_run_id=beat.run_id)
+        fallback = {"release": json.loads(standby_release.to_json()), "stop": stop.to_dict(),
+                    "handover": result.to_dict(), "refusal": json.loads(refusal.to_json()),
+                    "stop_requested_at": utc_iso(datetime.fromtimestamp(requested_at, timezone.utc), "milliseconds"),
+                    "stop_acknowledged_at": ack.stopped_at, "handed_over_at": handed_over_at}
+        journal = self.open_journal()
+        if journal is not None:  # before the write: a retry never releases twice
+            journal.note(self.task_id, **{FALLBACK_NOTE: fallback})
+        new.write_record(STANDBY_RELEASE, standby_release.to_json().encode())
+        fault_point(f"{self.task_id}:taken_over")
+        self.log.info("released standby %s (run %s) at the provider's handover %s (batch %s); waiting up to %.0f s "
+                      "for its first committed batch", standby.app_name, beat.run_id, standby_release.starting_offsets,
+                      result.handover.batch_id, self.first_commit_timeout)
+        return self._wait_for_fallback(context, standby, fallback)
+
+    def _release_unless_written(self, new: ControlFiles, fallback: Mapping[str, Any]) -> None:
+        """Write the standby release ``fallback`` noted when the new checkpoint lacks it: the earlier
+        attempt died between its note and its write (the same release, never a second one)."""
+        release = StandbyRelease.from_json(json.dumps(fallback["release"]))
+        written = new.record(STANDBY_RELEASE, StandbyRelease)
+        if written is None or written.release_id != release.release_id:
+            self.log.warning("the standby release %s an earlier attempt noted was never written: writing it",
+                             release.release_id)
+            new.write_record(STANDBY_RELEASE, release.to_json().encode())
+
+    def _noted_fallback(self) -> dict[str, Any] | None:
+        """The provider's release after a refusal, as this step's journal entry noted it (None without)."""
+        journal = self.open_journal()
+        entry = journal.step(self.task_id) if journal is not None else None
+        noted = entry.notes.get(FALLBACK_NOTE) if entry is not None else None
+        return dict(noted) if isinstance(noted, Mapping) else None
+
+    def _wait_for_fallback(self, context: Context, handle: Any, fallback: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN401
+        trigger = LaunchTrigger(
+            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
+            handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
+            min_batch=0, kafka_conn_id=self.kafka_conn_id or None)
+        return self.defer_unless_over(
+            trigger, finish=lambda event: self.taken_over(context, event, fallback),
+            poll_interval=min(self.poll_interval, 1.0), kwargs={"fallback": fallback},
+            timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S))
+
+    def taken_over(self, context: Context, event: dict[str, Any] | None,
+                   fallback: Mapping[str, Any]) -> dict[str, Any]:
+        """The result once the standby the provider released after its refusal committed."""
+        fired = LaunchTriggerEvent.from_json(event)
+        handle = self.first_commit(context, event)  # raises for a death or a timeout, as a launch does
+        new, _ = self._controls()
+        release = fallback["release"]
+        split = downtime_split(stop_requested_at=str(fallback["stop_requested_at"]),
+                               stop_acknowledged_at=str(fallback["stop_acknowledged_at"]),
+                               ack_seen_at=str(fallback["refusal"].get("refused_at", "")),
+                               handover_read_at=str(fallback["handed_over_at"]),
+                               released_at=str(release["released_at"]),
+                               first_commit_at=self._first_commit_time(new, fired.batch))
+        self.log.info("switchover done by the provider after the standby's refusal: %s", split.describe())
+        return SwitchoverResult(handle=handle, stop=fallback["stop"], handover=fallback["handover"],
+                                used=fallback["refusal"], downtime=split.to_dict(),
+                                taken_by=TakenBy.PROVIDER).to_dict()
 
     def _check(self, release: SwitchoverRelease, used: SwitchoverHandover,
                old: ControlFiles) -> tuple[HandoverResult, StopAck]:

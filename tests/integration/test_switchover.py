@@ -25,13 +25,14 @@ import pytest
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, TakenBy
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 from airflow_ckpt_provider.spark.control import (
     STOP_ACK,
     STOP_REQUEST,
     SWITCHOVER_HANDOVER,
+    SWITCHOVER_REFUSAL,
     SWITCHOVER_RELEASE,
     StopAck,
 )
@@ -40,6 +41,7 @@ from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.harness.audit import audit, broker_ranges, read_sink_records
+from tests.harness.records import produce_records
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
 from tests.integration.test_launch_real import _TI as TI
 from tests.integration.test_launch_real import run_operator
@@ -148,18 +150,34 @@ step.execute({"run_id": "run-1", "ti": _TI(), "dag": SimpleNamespace(dag_id="upg
 """
 
 
-def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_the_retry(
-        kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
-    """The worker dies (SIGKILL) right after it wrote the standby's release and before the old query's
-    stop request: nothing stopped, the standby waits for exactly that request. The retry (same journal)
-    writes no second release, asks the old query to stop with the request the release names, and the
-    standby takes over: the provider's handover matches, and both sinks hold every record once."""
+def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_the_retry_on_an_idle_topic(
+        kafka, start_job, hook, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001, F811
+    """An IDLE topic (the producer stopped, the old query read everything). The worker dies (SIGKILL)
+    right after it wrote the standby's release and before the old query's stop request: nothing
+    stopped, the standby waits for exactly that request. The retry (same journal) writes no second
+    release, asks the old query to stop with the request the release names, and the standby takes
+    over with nothing to read (an empty first batch, or caught up: either ends the step). The
+    provider's handover matches; records produced afterwards reach the new version, and both sinks
+    hold every record once."""
     launcher, handles = hook
     old = start_job("graceful", rate=100, partitions=2)
     old.wait_for_batches(2, heartbeat=True)
     new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
     standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
     wait_standby(new_cp, standby, launcher)
+    old.producer.stop()  # type: ignore[union-attr]
+    idle = broker_ranges(kafka.bootstrap_servers, [old.topic])
+
+    def old_caught_up() -> bool:
+        try:
+            last = CheckpointReader(str(old.checkpoint)).handover()
+        except CheckpointError:
+            return False
+        return {(t, p): o for t, p, o in last.kafka_offsets().items()} == {k: end for k, (_, end) in idle.items()}
+
+    wait_for(old_caught_up, START_TIMEOUT_S, "the old query to read the whole (now idle) topic")
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_SWITCH_KAFKA", json.dumps(
+        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
     journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
     journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
                                new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
@@ -167,7 +185,7 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
         "task_id": "switchover", "application": "unused: the standby runs", "checkpoint_uri": str(new_cp),
         "old_checkpoint_uri": str(old.checkpoint), "standby_handle": standby.to_dict(), "stop_timeout": 180,
         "first_commit_timeout": START_TIMEOUT_S, "poll_interval": 0.5, "quiet_period": 2, "journal": journal.path,
-        "master": "local[2]"}
+        "master": "local[2]", "kafka_conn_id": "ckpt_switch_kafka"}
     fired = tmp_path / "faults.log"
     env = {**os.environ, ENV: "switchover:released", LOG_ENV: str(fired),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -197,6 +215,77 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
     assert _without_time(taken.handover) == _without_time(expected)
     done = journal.step("switchover")
     assert done is not None and done.state == "done"
+    # an idle topic: the new query ran (Spark commits an empty first batch, else the step ends on the
+    # caught-up query) and read nothing, for nothing came
+    assert sum(read_sink_records(new_sink).values()) == 0
+
+    produce_records(kafka.bootstrap_servers, old.topic, 200, start=10_000_000)  # what comes after the switch
+    ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
+    assert sum(end for _, end in ranges.values()) > sum(end for _, end in idle.values())
+    ends = {(old.topic, p): end for (_, p), (_, end) in ranges.items()}
+
+    def caught_up() -> bool:
+        try:
+            last = CheckpointReader(str(new_cp)).handover()
+        except CheckpointError:
+            return False
+        return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
+
+    wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
+    audited = audit(read_sink_records(old.sink, new_sink), ranges)
+    assert audited.ok and audited.produced > 0, audited.to_dict()
+
+
+def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_with_the_sink_ledger(
+        kafka, start_job, hook, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001, F811
+    """The old query writes Spark's file sink (no gate) on the default trigger, batches back to back,
+    and its stop cuts the batch that runs (acknowledged ``interrupted``): the standby refuses its
+    switchover. The provider takes over in the same step: its sink ledger reads the file sink's own
+    log for the cut batch, it releases the still-waiting standby at that handover, and the two sinks
+    (the old one as its log lists it) hold every record once."""
+    from tests.integration.test_graceful_stop import file_sink_rows
+
+    launcher, handles = hook
+    old = start_job("busy-file-cut", rate=100, partitions=2)
+    old.wait_for_batches(3, heartbeat=True)
+    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    wait_standby(new_cp, standby, launcher)
+    monkeypatch.setenv("AIRFLOW_CONN_CKPT_SWITCH_KAFKA", json.dumps(
+        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+    step = StandbySwitchoverOperator(
+        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
+        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id="ckpt_switch_kafka",
+        sink={"kind": "file", "location": str(old.sink)})
+    step.__dict__["launcher_hook"] = launcher
+
+    def in_flight() -> bool:  # a batch planned and not committed: the stop cuts it
+        planned, committed = control(old.checkpoint).batch_state().last_planned_batch, max(old.committed(), default=-1)
+        return planned is not None and planned > committed
+
+    wait_for(in_flight, START_TIMEOUT_S, "a batch in flight on the old query")
+    try:
+        result = SwitchoverResult.from_json(run_operator(step, {"ti": TI()}))
+    except Exception as exc:
+        raise AssertionError(f"{old.log.read_text()[-3000:]}\n--- standby ---\n"
+                             f"{launcher.log_tail(standby, 60)}") from exc
+    assert old.proc.wait(timeout=180) == 0
+    ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
+    stop = StopResult.from_json(result.stop)
+    assert stop.ack is not None and stop.ack["request_id"] == ack.request_id
+    if ack.outcome == "interrupted":  # the case this test is for (a batch runs almost all the time)
+        assert result.taken_by is TakenBy.PROVIDER, result
+        assert result.used["reason"] == "stop_not_clean" and (new_cp / SWITCHOVER_REFUSAL).exists()
+        assert not (new_cp / SWITCHOVER_HANDOVER).exists(), "the standby did not start by itself"
+        taken = HandoverResult.from_json(result.handover)
+        assert taken.sink is not None and taken.sink["exact"], taken.sink
+    else:  # the stop found the gap between two batches after all: the standby took over by itself
+        print(f"the stop found a batch boundary ({ack.outcome}): the standby took over, no fallback this run")
+        assert result.taken_by is TakenBy.STANDBY, result
+    taken = HandoverResult.from_json(result.handover)
+    (initial,) = CheckpointReader(str(new_cp)).snapshot(include_initial=True).initial_sources
+    assert initial.kafka == taken.offsets(), "the standby started at the provider's handover"
 
     old.producer.stop()  # type: ignore[union-attr]
     ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
@@ -210,5 +299,7 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
         return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
 
     wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
-    audited = audit(read_sink_records(old.sink, new_sink), ranges)
+    seen = read_sink_records(new_sink)
+    seen.update((old.topic, p, o) for p, o in file_sink_rows(old.sink))  # what the old sink's log lists
+    audited = audit(seen, ranges)
     assert audited.ok and audited.produced > 0, audited.to_dict()

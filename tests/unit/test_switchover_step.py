@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_ckpt_provider.checkpoint import BrokerView
 from airflow_ckpt_provider.checkpoint.errors import (
     InvalidStepResult,
     QueryNotRunning,
@@ -31,17 +32,19 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, downtime_split
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, TakenBy, downtime_split
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 from airflow_ckpt_provider.spark.control import (
     HEARTBEAT,
+    STANDBY_RELEASE,
     STOP_ACK,
     STOP_REQUEST,
     SWITCHOVER_HANDOVER,
     SWITCHOVER_REFUSAL,
     SWITCHOVER_RELEASE,
     ProcessScope,
+    StandbyRelease,
     StopAck,
     StopRequest,
 )
@@ -52,6 +55,7 @@ from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, La
 from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
 from tests.unit.conftest import Built, write_checkpoint
 from tests.unit.test_launch_operators import FakeLauncher, dead_pid, first_event, running_pid
+from tests.unit.test_rollback import FakeKafkaHook
 from tests.unit.test_standby import (  # noqa: F401 - journal is a fixture
     TI,
     context,
@@ -61,6 +65,7 @@ from tests.unit.test_standby import (  # noqa: F401 - journal is a fixture
     now,
     poll,
     put,
+    read_release,
     waiting_standby,
 )
 
@@ -629,3 +634,102 @@ def test_an_old_driver_that_died_without_acknowledging_counts_as_stopped(
     step = journal.step("switchover")
     assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
     assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
+
+
+# -- a stop that cut a batch: the standby refuses, the provider takes over ----------------------------
+
+
+def cut_world(tmp_path: Path, journal: UpgradeJournal, **kwargs: Any) -> tuple[  # noqa: F811
+        StandbySwitchoverOperator, LaunchHandle, Built, dict[str, Any]]:
+    """The old query planned batch 3 and its stop cut it (a built-in sink: no gate), acknowledged
+    ``interrupted``; the standby refused its switchover and waits on."""
+    new, old = tmp_path / "v2", tmp_path / "v1"
+    built = write_checkpoint(str(old), batches=range(4), committed=range(3))
+    put(old, HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                  query_id="q-old").to_json())
+    handle, _ = waiting_standby(new)
+    operator, _ = switchover_operator(tmp_path, handle, journal=journal.path, kafka_conn_id="kafka_default",
+                                      **kwargs)
+    operator.__dict__["kafka_hook"] = FakeKafkaHook(BrokerView({"events": {p: (0, 10_000) for p in range(4)}}))
+    with pytest.raises(TaskDeferred):
+        operator.execute(context("run-1", TI()))
+    release = read_switchover_release(new)
+    request = read_request(old)
+    assert release is not None and request is not None
+    stopped = now() - timedelta(seconds=2)
+    put(old, STOP_ACK, StopAck(request_id=request.request_id, query_id="q-old", run_id="old-run",
+                               outcome="interrupted", last_committed_batch=2, last_planned_batch=3,
+                               stopped_at=iso(stopped)).to_json())
+    put(old, HEARTBEAT, heartbeat("stopped", started=now() - timedelta(minutes=5), run_id="old-run",
+                                  query_id="q-old").to_json())
+    put(new, SWITCHOVER_REFUSAL, SwitchoverRefusal(
+        release_id=release.release_id, standby_run_id=release.standby_run_id, reason="stop_not_clean",
+        found="the old query stopped interrupted", expected="a stop acknowledged clean or held",
+        refused_at=iso(stopped + timedelta(seconds=0.2)), old_checkpoint=str(old),
+        stop_request_id=request.request_id, ack_outcome="interrupted").to_json())
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None,
+             "evidence": "stop_not_clean: the old query stopped interrupted"}
+    return operator, handle, built, event
+
+
+def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_at_its_own_handover(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    new = tmp_path / "v2"
+    operator, handle, built, event = cut_world(tmp_path, journal)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute_complete(context("run-1", TI()), event)
+    release = read_release(new)  # the standby's ordinary release, for the run that refused
+    assert release is not None and release.standby_run_id == "standby-run-1"
+    assert release.starting_offsets == built.kafka(2).to_json(), "the last committed batch's end: 3 was cut"
+    assert Handover.from_json(release.handover_json).batch_id == 2
+    fallback = deferred.value.kwargs["fallback"]
+    assert not deferred.value.trigger.switchover_release and fallback["release"]["release_id"] == release.release_id
+    step = journal.step("switchover")
+    assert step is not None and step.notes["fallback"] == fallback, "noted before the release was written"
+    account = HandoverResult.from_json(fallback["handover"]).sink
+    assert account is not None and account["disposition"] != "none", "the sink ledger accounted for batch 3"
+
+    put(new, "commits/0", "v1\n{}")  # the released standby committed its first batch
+    result = SwitchoverResult.from_json(operator.execute_complete(context("run-1", TI()), committed(handle),
+                                                                  fallback=fallback))
+    assert result.taken_by is TakenBy.PROVIDER and result.used["reason"] == "stop_not_clean"
+    assert HandoverResult.from_json(result.handover).offsets() == built.kafka(2)
+    stop = StopResult.from_json(result.stop)
+    assert stop.ack is not None and stop.ack["outcome"] == "interrupted" and stop.last_committed_batch == 2
+    split = DowntimeSplit.from_json(result.downtime)
+    assert split.notice_s == pytest.approx(0.2, abs=0.01) and split.downtime_s is not None
+
+
+def test_a_retry_after_the_provider_took_over_writes_no_second_release(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    new = tmp_path / "v2"
+    operator, handle, _, event = cut_world(tmp_path, journal)
+    with pytest.raises(TaskDeferred):
+        operator.execute_complete(context("run-1", TI()), event)
+    written = (new / STANDBY_RELEASE).read_bytes()
+    again, _ = switchover_operator(tmp_path, handle, journal=journal.path, kafka_conn_id="kafka_default")
+    with pytest.raises(TaskDeferred) as deferred:
+        again.execute(context("run-2", TI()))
+    assert (new / STANDBY_RELEASE).read_bytes() == written, "the same release"
+    assert deferred.value.kwargs["fallback"]["release"]["release_id"] == StandbyRelease.from_json(written).release_id
+    (new / STANDBY_RELEASE).unlink()  # as if the worker died between its note and its write
+    with pytest.raises(TaskDeferred):
+        switchover_operator(tmp_path, handle, journal=journal.path,
+                            kafka_conn_id="kafka_default")[0].execute(context("run-3", TI()))
+    assert (new / STANDBY_RELEASE).read_bytes() == written, "written from the note, never a new one"
+
+
+@pytest.mark.parametrize("case", ["another reason", "no kafka connection"])
+def test_other_refusals_fail_the_step(tmp_path: Path, journal: UpgradeJournal, case: str) -> None:  # noqa: F811
+    new = tmp_path / "v2"
+    operator, _, _, event = cut_world(tmp_path, journal)
+    if case == "another reason":
+        refusal = json.loads((new / SWITCHOVER_REFUSAL).read_text())
+        put(new, SWITCHOVER_REFUSAL, json.dumps({**refusal, "reason": "plan_changed"}))
+    else:
+        operator.kafka_conn_id = ""
+    with pytest.raises(SwitchoverNotTaken):
+        operator.execute_complete(context("run-1", TI()), event)
+    assert not (new / STANDBY_RELEASE).exists()
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True, "it acknowledged: the rollback restarts it"

@@ -9,12 +9,15 @@ trigger (the next batch as soon as one commits; ``maxOffsetsPerTrigger`` below t
 rate, so there is always a next batch) with a foreachBatch sink behind ``foreach_batch``, under
 GracefulStop: the stop holds the next batch at the sink instead of waiting for a gap. MODE
 ``busy-file`` is the same busy stream into the built-in file sink (no gate): the stop waits about
-two batches for a gap, then stops and may cut one, which the sink's own log decides.
+two batches for a gap, then stops and may cut one, which the sink's own log decides; MODE
+``busy-file-cut`` makes each batch slow (3 ms a record) and stops at once, cutting the batch that
+runs (acknowledged ``interrupted``).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from airflow_ckpt_provider.local.spark import local_spark_session
 from airflow_ckpt_provider.spark import GracefulStop, foreach_batch
@@ -31,9 +34,18 @@ def main() -> None:
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
     )
-    if mode in ("busy", "busy-file"):
+    if mode in ("busy", "busy-file", "busy-file-cut"):
         reader = reader.option("maxOffsetsPerTrigger", 300)
     frame = reader.load().selectExpr("topic", "partition", "offset")
+    if mode == "busy-file-cut":  # batches that take a while: a stop request almost always finds one running
+        from pyspark.sql import functions as F  # noqa: N812
+
+        @F.udf("long")
+        def slowly(offset: int) -> int:
+            time.sleep(0.003)
+            return offset
+
+        frame = frame.withColumn("offset", slowly("offset"))
     if mode == "busy":
 
         def append(batch, batch_id: int) -> None:  # noqa: ANN001
@@ -41,7 +53,7 @@ def main() -> None:
 
         query = frame.writeStream.foreachBatch(foreach_batch(append, checkpoint)) \
             .option("checkpointLocation", checkpoint).start()
-    elif mode == "busy-file":
+    elif mode in ("busy-file", "busy-file-cut"):
         query = frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint).start()
     else:
         query = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
@@ -49,7 +61,9 @@ def main() -> None:
     if mode == "ignore":
         query.awaitTermination()
         return
-    GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2).run()
+    # busy-file-cut: stop at once, cutting the batch that runs (a built-in sink has no gate to hold it)
+    GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2,
+                 boundary_timeout=0.0 if mode == "busy-file-cut" else None).run()
     spark.stop()
 
 
