@@ -9,7 +9,9 @@ starts and runs:
   pattern): the naive upgrade loses records — the negative control; the provider's preflight
   refuses it before anything stops, and verify on the sink fails it;
 * the same writes with :func:`~airflow_ckpt_provider.spark.delta_txn_options` (txnAppId = the
-  checkpoint's query id): 0 lost, 0 duplicated, preflight and verify pass;
+  checkpoint's query id): 0 lost, 0 duplicated, preflight and verify pass. These two foreachBatch
+  writers run in one upgrade: its two versions write every batch to a table of each, so both
+  tables see the same batches, the same stop and the same handover;
 * the Delta streaming sink: the preflight reads the old query's last batch from the table's own
   log, verify finds every batch of the new query there; 0 lost, 0 duplicated;
 * the Delta streaming sink with a batch cut after Delta's commit and before Spark's (a fault in
@@ -27,7 +29,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ OLD_BATCHES = 6
 #: Generous bounds for a loaded machine: they only end a broken run.
 DEADLINE_S = 600.0
 
-Writer = Callable[[Any, str, str], Any]  # (frame, checkpoint, table) -> a started query
+Writer = Callable[[Any, str, Sequence[str]], Any]  # (frame, checkpoint, tables) -> a started query
+BatchWrite = Callable[[Any, Any, int, str, str], None]  # (session, batch, batch id, checkpoint, table)
 
 
 @pytest.fixture(autouse=True)
@@ -68,27 +71,43 @@ def delta_checkpoints_every_few_commits(spark) -> Iterator[None]:
     spark.conf.unset(key)
 
 
-def constant_txn(app_id: str) -> Writer:
-    def start(frame: Any, checkpoint: str, table: str) -> Any:
+def constant_txn(app_id: str) -> BatchWrite:
+    """Delta's documented idempotent writes, with a CONSTANT ``txnAppId``."""
+
+    def write(spark: Any, batch: Any, batch_id: int, checkpoint: str, table: str) -> None:
+        (batch.write.format("delta").option("txnAppId", app_id).option("txnVersion", batch_id)
+         .mode("append").save(table))
+
+    return write
+
+
+def checkpoint_txn(spark: Any, batch: Any, batch_id: int, checkpoint: str, table: str) -> None:
+    """The same writes with the provider's options: ``txnAppId`` = the checkpoint's query id."""
+    batch.write.format("delta").options(**delta_txn_options(spark, checkpoint, batch_id)).mode("append").save(table)
+
+
+def foreach_batch_to(*writes: BatchWrite) -> Writer:
+    """A foreachBatch query writing each batch to every table, the i-th with ``writes[i]`` (the
+    batch persisted once, as Spark's guide has it for writing a batch to several locations)."""
+
+    def start(frame: Any, checkpoint: str, tables: Sequence[str]) -> Any:
+        spark = frame.sparkSession
+
         def write(batch: Any, batch_id: int) -> None:
-            (batch.write.format("delta").option("txnAppId", app_id).option("txnVersion", batch_id)
-             .mode("append").save(table))
+            batch.persist()
+            try:
+                for one, table in zip(writes, tables, strict=True):
+                    one(spark, batch, batch_id, checkpoint, table)
+            finally:
+                batch.unpersist()
 
         return frame.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint).start()
 
     return start
 
 
-def checkpoint_txn(frame: Any, checkpoint: str, table: str) -> Any:
-    spark = frame.sparkSession
-
-    def write(batch: Any, batch_id: int) -> None:
-        batch.write.format("delta").options(**delta_txn_options(spark, checkpoint, batch_id)).mode("append").save(table)
-
-    return frame.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint).start()
-
-
-def streaming_sink(frame: Any, checkpoint: str, table: str) -> Any:
+def streaming_sink(frame: Any, checkpoint: str, tables: Sequence[str]) -> Any:
+    (table,) = tables
     return frame.writeStream.format("delta").option("checkpointLocation", checkpoint).start(table)
 
 
@@ -149,28 +168,31 @@ def preflight(spec: SinkSpec, old_cp: Path, tmp: Path, kafka_conn_id: str) -> di
 
 
 def upgrade(spark: Any, kafka: Any, topic: str, tmp: Path, old: Writer, new: Writer,
-            spec: SinkSpec, kafka_conn_id: str) -> dict[str, Any]:
-    """Version 1 with ``old`` to the table; the preflight (its sink finding, or its refusal) while
-    version 1 runs; a clean stop; version 2 with ``new`` from the handover while a producer runs;
-    then verify's sink finding (or its error) and the audit."""
+            specs: Sequence[SinkSpec], kafka_conn_id: str) -> list[dict[str, Any]]:
+    """Version 1 with ``old`` to the tables of ``specs``; the preflight of each (its sink finding,
+    or its refusal) while version 1 runs; a clean stop; version 2 with ``new`` from the handover
+    while a producer runs; then verify's sink finding (or its error) and the audit of each table.
+    One outcome per spec, in order."""
     bootstrap = kafka.bootstrap_servers
-    old_cp, new_cp, table = tmp / "old-cp", tmp / "new-cp", spec.location
+    old_cp, new_cp, tables = tmp / "old-cp", tmp / "new-cp", [spec.location for spec in specs]
     producer = ContinuousProducer(bootstrap, topic, rate=300).start()
-    v1 = old(records(spark, bootstrap, topic), str(old_cp), table)
+    v1 = old(records(spark, bootstrap, topic), str(old_cp), tables)
     wait_for(lambda: last_committed(old_cp) >= OLD_BATCHES - 1, f"{OLD_BATCHES} batches of version 1")
-    outcome: dict[str, Any] = {}
-    try:
-        outcome["preflight"] = preflight(spec, old_cp, tmp, kafka_conn_id)
-    except DeltaWritesSkipped as exc:
-        outcome["refused"] = exc
-    assert not (tmp / "new-cp").exists() and not (tmp / "archive").exists(), "the preflight changes nothing"
+    outcomes: list[dict[str, Any]] = [{} for _ in specs]
+    for spec, outcome in zip(specs, outcomes, strict=True):
+        try:
+            outcome["preflight"] = preflight(spec, old_cp, tmp, kafka_conn_id)
+        except DeltaWritesSkipped as exc:
+            outcome["refused"] = exc
+        assert not (tmp / "new-cp").exists() and not (tmp / "archive").exists(), "the preflight changes nothing"
     stop_between_batches(v1, producer)
     reader = CheckpointReader(str(old_cp))
     handover = reader.handover()
     assert handover.in_flight_batch is None and handover.batch_id == committed(old_cp)[-1]
-    outcome["handover"] = handover
-    if "refused" not in outcome:
-        outcome["finding"] = inspect_sink(LOCAL, table, spec, old_query_id=handover.query_id)
+    for spec, outcome in zip(specs, outcomes, strict=True):
+        outcome["handover"] = handover
+        if "refused" not in outcome:
+            outcome["finding"] = inspect_sink(LOCAL, spec.location, spec, old_query_id=handover.query_id)
 
     producer = ContinuousProducer(bootstrap, topic, rate=300).start()  # records arrive during the switch
     handed = handover.kafka_offsets()
@@ -181,44 +203,50 @@ def upgrade(spark: Any, kafka: Any, topic: str, tmp: Path, old: Writer, new: Wri
 
     wait_for(arrived, "records after the handover")
     start = reconcile(handover.kafka_offsets(), KafkaBroker(bootstrap).view([topic])).starting_offsets
-    v2 = new(records(spark, bootstrap, topic, start.to_json()), str(new_cp), table)
+    v2 = new(records(spark, bootstrap, topic, start.to_json()), str(new_cp), tables)
     wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
     stop_between_batches(v2, producer)
     new_query_id = CheckpointReader(str(new_cp)).snapshot().query_id
-    try:
-        outcome["delivery"] = verify_sink(LOCAL, table, spec, new_query_id=new_query_id, committed=committed(new_cp),
-                                          old_query_id=handover.query_id, handover_batch=handover.batch_id)
-    except SinkNotDelivered as exc:
-        outcome["not_delivered"] = exc
-    outcome["kafka"], outcome["lost"], outcome["duplicated"] = audit(spark, table, bootstrap, topic)
-    return outcome
+    for spec, outcome in zip(specs, outcomes, strict=True):
+        try:
+            outcome["delivery"] = verify_sink(LOCAL, spec.location, spec, new_query_id=new_query_id,
+                                              committed=committed(new_cp), old_query_id=handover.query_id,
+                                              handover_batch=handover.batch_id)
+        except SinkNotDelivered as exc:
+            outcome["not_delivered"] = exc
+        outcome["kafka"], outcome["lost"], outcome["duplicated"] = audit(spark, spec.location, bootstrap, topic)
+    return outcomes
 
 
-def test_constant_txn_app_id_loses_records_and_the_provider_refuses_it(kafka, kafka_connection, spark, new_topic,
-                                                                       tmp_path) -> None:
+def test_constant_txn_app_id_loses_records_and_the_checkpoints_query_id_is_exact(
+        kafka, kafka_connection, spark, new_topic, tmp_path) -> None:
+    """One upgrade, two tables written by the same foreachBatch: a CONSTANT ``txnAppId`` (the
+    negative control: records lost, the preflight refuses it, verify fails it) and the
+    checkpoint's query id (0 lost, 0 duplicated, preflight and verify pass)."""
     topic = new_topic(3)
-    table = str(tmp_path / "orders")
-    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=table, txn_app_id="orders-writer")
-    outcome = upgrade(spark, kafka, topic, tmp_path, constant_txn("orders-writer"), constant_txn("orders-writer"),
-                      spec, kafka_connection)
+    constant_spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=str(tmp_path / "orders-constant"),
+                             txn_app_id="orders-writer")
+    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=str(tmp_path / "orders"))
+    writer = foreach_batch_to(constant_txn("orders-writer"), checkpoint_txn)
+    constant, outcome = upgrade(spark, kafka, topic, tmp_path, writer, writer, [constant_spec, spec],
+                                kafka_connection)
 
-    listing = DeltaLog(LOCAL, table).listing()
-    assert listing.checkpoints, "version 1 ran past a Delta checkpoint (its txn is read from Parquet)"
-    refused = outcome["refused"]
+    for table in (constant_spec.location, spec.location):
+        assert DeltaLog(LOCAL, table).listing().checkpoints, \
+            f"version 1 ran past a Delta checkpoint of {table} (its txn is read from Parquet)"
+
+    # the constant txnAppId
+    refused = constant["refused"]
     assert "'orders-writer' at txnVersion" in refused.found and "Delta would skip its batches 0-" in refused.found
     # what the table recorded when the preflight ran, while version 1 still ran
     skipped_up_to = int(refused.found.split("batches 0-")[1])
-    assert 0 < skipped_up_to <= outcome["handover"].batch_id
+    assert 0 < skipped_up_to <= constant["handover"].batch_id
     # the negative control: the same upgrade, run anyway, loses records and nothing else says so
-    assert outcome["kafka"] > 0 and outcome["lost"] > 0, outcome
-    assert "batch(es) 0" in outcome["not_delivered"].found, outcome["not_delivered"]
+    assert constant["kafka"] > 0 and constant["lost"] > 0, constant
+    assert "batch(es) 0" in constant["not_delivered"].found, constant["not_delivered"]
 
-
-def test_txn_app_id_from_the_checkpoint_is_exact(kafka, kafka_connection, spark, new_topic, tmp_path) -> None:
-    topic = new_topic(3)
-    table = str(tmp_path / "orders")
-    spec = SinkSpec(kind=SinkKind.DELTA_FOREACH_BATCH, location=table)
-    outcome = upgrade(spark, kafka, topic, tmp_path, checkpoint_txn, checkpoint_txn, spec, kafka_connection)
+    # the checkpoint's query id, on the same batches
+    assert "refused" not in outcome and "not_delivered" not in outcome, outcome
     assert outcome["preflight"]["sink"]["exact"] and "exact" in outcome["preflight"]["summary_md"]
     load = next(line for line in outcome["preflight"]["summary_md"].splitlines() if line.startswith("**Load"))
     assert "behind the broker's log end" in load or "idle" in load, load  # from the real batch history
@@ -235,7 +263,7 @@ def test_delta_streaming_sink_is_read_from_its_log(kafka, kafka_connection, spar
     topic = new_topic(3)
     table = str(tmp_path / "events")
     spec = SinkSpec(kind=SinkKind.DELTA, location=table)
-    outcome = upgrade(spark, kafka, topic, tmp_path, streaming_sink, streaming_sink, spec, kafka_connection)
+    (outcome,) = upgrade(spark, kafka, topic, tmp_path, streaming_sink, streaming_sink, [spec], kafka_connection)
     assert outcome["preflight"]["sink"]["old_app_id"] == outcome["handover"].query_id
 
     finding = outcome["finding"]
@@ -258,7 +286,7 @@ def test_a_batch_cut_after_the_delta_commit_is_handed_over_after_it(kafka, kafka
     old_cp, new_cp, table = tmp_path / "old-cp", tmp_path / "new-cp", str(tmp_path / "events")
     spec = SinkSpec(kind=SinkKind.DELTA, location=table)
     producer = ContinuousProducer(bootstrap, topic, rate=300).start()
-    v1 = streaming_sink(records(spark, bootstrap, topic), str(old_cp), table)
+    v1 = streaming_sink(records(spark, bootstrap, topic), str(old_cp), [table])
     wait_for(lambda: last_committed(old_cp) >= 2, "3 batches of version 1")
     cut = fail_commit_of_a_coming_batch(old_cp)
     wait_for(lambda: not v1.isActive, f"version 1 failing to commit batch {cut}")
@@ -282,7 +310,7 @@ def test_a_batch_cut_after_the_delta_commit_is_handed_over_after_it(kafka, kafka
     assert cut_input and cut_input <= in_table, "the table holds the cut batch, so a naive start duplicates it"
 
     producer = ContinuousProducer(bootstrap, topic, rate=300).start()  # records arrive during the switch
-    v2 = streaming_sink(records(spark, bootstrap, topic, result.offsets().to_json()), str(new_cp), table)
+    v2 = streaming_sink(records(spark, bootstrap, topic, result.offsets().to_json()), str(new_cp), [table])
     wait_for(lambda: last_committed(new_cp) >= 2, "3 batches of version 2")
     stop_between_batches(v2, producer)
     delivery = verify_sink(LOCAL, table, spec, new_query_id=CheckpointReader(str(new_cp)).snapshot().query_id,

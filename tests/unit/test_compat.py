@@ -47,6 +47,30 @@ MISSING_STATE = (WRAP + "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXI
                  "state. Error reading delta file file:/tmp/ck/state/1/0/1.delta of HDFSStateStoreProvider[id = "
                  "(op=1,part=0),dir = file:/tmp/ck/state/1/0]: file:/tmp/ck/state/1/0/1.delta does not exist. "
                  "SQLSTATE: 58030")
+#: Spark 4.2's text, verbatim from a real restart of ``tests/integration/jobs/compat_job.py``'s
+#: ``dedup`` checkpoint as ``dedup_cols`` (``dropDuplicates(["key"])`` ->
+#: ``dropDuplicates(["topic", "partition", "offset"])``): the deduplication case of the guide's table,
+#: which fails with the same error class as the aggregation key case the integration test restarts
+DEDUP_KEY_42 = (
+    "[STREAM_FAILED] Query [id = ebd1cd76-651f-4d04-a386-d69e406a854c, runId = 9d1daf46-42f3-4392-9134-509cd9e93e4b] "
+    "terminated with exception: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing "
+    "state key schema.\nPlease check number and type of fields.\nExisting key_schema=StructType(StructField(key,"
+    "StringType,true)) and new key_schema=StructType(StructField(topic,StringType,true),StructField(partition,"
+    "IntegerType,true),StructField(offset,LongType,true)).\nIf you want to force running the query without schema "
+    "validation, please set spark.sql.streaming.stateStore.stateSchemaCheck to false.\nHowever, please note that "
+    "running the query with incompatible schema could cause non-deterministic behavior. SQLSTATE: XXKST SQLSTATE: "
+    "XXKST\n=== Streaming Query ===\nIdentifier: [id = ebd1cd76-651f-4d04-a386-d69e406a854c, runId = "
+    "9d1daf46-42f3-4392-9134-509cd9e93e4b]\nCurrent Committed Offsets: {KafkaV2[Subscribe[compat-dedup-b89d5d]]: "
+    "{\"compat-dedup-b89d5d\":{\"0\":26,\"1\":34}}}")
+#: the same failure as the driver's log shows it first (the JVM's exception line, then the stack)
+DEDUP_KEY_42_LOG = (
+    "26/11/28 05:58:55 ERROR MicroBatchExecution: Query [id = ebd1cd76-651f-4d04-a386-d69e406a854c, runId = "
+    "9d1daf46-42f3-4392-9134-509cd9e93e4b] terminated with error\norg.apache.spark.sql.execution.streaming.state."
+    "StateStoreKeySchemaNotCompatible: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match "
+    "existing state key schema.\nPlease check number and type of fields.\nExisting key_schema=StructType(StructField("
+    "key,StringType,true)) and new key_schema=StructType(StructField(topic,StringType,true),StructField(partition,"
+    "IntegerType,true),StructField(offset,LongType,true)).\n\tat org.apache.spark.sql.execution.streaming.state."
+    "StateStoreErrors$.stateStoreKeySchemaNotCompatible(StateStoreErrors.scala:164)\n")
 SOURCES = ("java.lang.AssertionError: assertion failed: There are [1] sources in the checkpoint offsets and now "
            "there are [2] sources requested by the query. Cannot continue.")
 
@@ -59,6 +83,10 @@ SOURCES = ("java.lang.AssertionError: assertion failed: There are [1] sources in
     (OPS, "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", Rule.OPERATOR_CHANGED,
      "(OperatorId: 0 -> OperatorName: stateStoreSave)", "(OperatorId: 0 -> OperatorName: dedupe)",
      "0: stateStoreSave -> dedupe"),
+    (DEDUP_KEY_42, "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", Rule.STATE_KEY_SCHEMA,
+     "StructType(StructField(key,StringType,true))",
+     "StructType(StructField(topic,StringType,true),StructField(partition,IntegerType,true),StructField(offset,"
+     "LongType,true))", ""),
     (SOURCES, "ASSERTION_FAILED", Rule.SOURCE_CHANGED, "1 source(s)", "2 source(s)", ""),
     (MISSING_STATE, "CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS", Rule.OPERATOR_ADDED,
      "no state for stateful operator 1 in the old checkpoint (file:/tmp/ck/state/1/0/1.delta is missing); Spark "
@@ -122,6 +150,19 @@ def test_state_schema_needs_a_new_checkpoint_with_both_schemas() -> None:
     assert "_groupingexpression" in verdict.new and "_groupingexpression" not in verdict.old
     assert verdict.new_version_starts
     assert any(line.startswith("Spark: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE]") for line in verdict.describe())
+
+
+def test_deduplication_columns_changed_needs_a_new_checkpoint() -> None:
+    """The guide's deduplication case, from Spark 4.2's own texts of a real restart: the verdict
+    names the state key schema with both sides, and its error class is the one the driver's log
+    shows (what the integration test compares for the aggregation key case on a live restart)."""
+    recorded = (StatefulOperator(0, "StreamingDeduplicate", "key"),)  # the old version's real record
+    verdict = classify(failed(TrialKind.IN_PLACE, DEDUP_KEY_42), ok(TrialKind.MIGRATED), old_operators=recorded)
+    assert (verdict.in_place_ok, verdict.rule, verdict.migrated_ok) == (False, Rule.STATE_KEY_SCHEMA, True)
+    assert verdict.error_class == spark_error(DEDUP_KEY_42_LOG)[0] == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+    assert verdict.old == "StructType(StructField(key,StringType,true))"
+    assert verdict.new.startswith("StructType(StructField(topic,StringType,true)") and verdict.old != verdict.new
+    assert verdict.needs_new_checkpoint and verdict.new_version_starts
 
 
 def test_join_type_from_the_plans_where_spark_does_not_fail() -> None:
