@@ -14,6 +14,19 @@ Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without ro
 driver): preflight -> compatibility check -> approval -> graceful stop -> handover -> state export
 -> archive -> relaunch -> verify.
 
+Switchover (``relaunch_mode="switchover"``: ``stream_upgrade_switchover``, stateless queries):
+preflight -> compatibility check -> approval -> start the new version as a standby -> switchover
+(one step: it releases the standby for a switchover and asks the old query to stop; the standby,
+inside the new version's driver, reads the old checkpoint's last committed batch the moment the
+old query acknowledges and starts its query, with no Airflow task in between; the step then
+re-derives the handover and compares) -> verify -> archive. The downtime does not depend on the
+scheduler; the report splits it into the old query's stop, the standby's notice, its handover read,
+the query start and the first batch. The preflight refuses it (nothing changed) for a stateful old
+query whose state is to be carried, a start ``at_time`` and partitions added since the old query's
+last commit: use ``stream_upgrade``. A failed switchover rolls back as a failed stop or release
+does: the standby is stopped, and the old version is restarted only when it had acknowledged the
+stop (the step notes which; an unacknowledged request is withdrawn, the old version goes on).
+
 State (``carry_state``, default on): for a stateful old query, ``export_state`` writes its state
 as of the handover batch (Spark's state reader, Parquet and a verified ``state-manifest.json``,
 under ``<archive_root>/<stream>/_state/<upgrade id>``) and the new version gets that location as
@@ -86,8 +99,9 @@ from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 from airflow_ckpt_provider.operators.report import UpgradeReportOperator
 from airflow_ckpt_provider.operators.state import StateExportOperator
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 from airflow_ckpt_provider.upgrade.inputs import FromRecord, RecordInput
-from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, ROLLBACK, Path
+from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, ROLLBACK, SWITCHOVER, Path
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -225,7 +239,7 @@ def build_stream_upgrade_dag(
     how often the triggers look at the checkpoints, how long the new version may take to commit
     its first batch (or, as a standby, to be ready), whether the old checkpoint is deleted after
     its verified archive, how long the new query must keep committing during verification, how
-    the new version starts (``relaunch_mode``: standby or cold, see the module doc) and how long
+    the new version starts (``relaunch_mode``: standby, cold or switchover, see the module doc) and how long
     a standby waits for its release before it exits by itself."""
     mode = RelaunchMode(relaunch_mode)
     path_steps = PATHS[Path(mode.value)]
@@ -318,21 +332,22 @@ def build_stream_upgrade_dag(
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED,
-        ) if mode is RelaunchMode.STANDBY else None
-        graceful_stop = GracefulStopOperator(
+        ) if mode in (RelaunchMode.STANDBY, RelaunchMode.SWITCHOVER) else None
+        switchover = mode is RelaunchMode.SWITCHOVER
+        graceful_stop = None if switchover else GracefulStopOperator(
             task_id="graceful_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
             fail_if_no_heartbeat=True,  # never start v2 beside an idle v1 that cannot be seen
             **JOURNALED, **STOP_RETRY,
         )
-        extract = CheckpointHandoverOperator(
+        extract = None if switchover else CheckpointHandoverOperator(
             task_id="extract_handover", checkpoint_uri="{{ params.old_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, **JOURNALED, **START,
         )
         # from here on a step takes the other steps' results from the upgrade record (FromRecord): the
         # handover step's result (HandoverResult) goes whole to the steps that need it
-        export_state = StateExportOperator(
+        export_state = None if switchover else StateExportOperator(
             task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}",
             export_uri=FromRecord(RecordInput.STATE_EXPORT_LOCATION), handover=FromRecord(RecordInput.HANDOVER),
             carry_state="{{ params.carry_state }}", upgrade_id=FromRecord(RecordInput.UPGRADE_ID),
@@ -355,8 +370,17 @@ def build_stream_upgrade_dag(
             **JOURNALED, **STOP_RETRY,
         )
         # standby: release the waiting standby at the handover (a cold launch if it is gone)
-        relaunch = (StreamLaunchOperator(**launch_args) if start_standby is None
+        relaunch = (None if switchover else StreamLaunchOperator(**launch_args) if start_standby is None
                     else StandbyReleaseOperator(standby_handle=FromRecord(RecordInput.STANDBY_HANDLE), **launch_args))
+        # switchover: the standby takes over inside the drivers once the old query acknowledges its stop;
+        # the step then re-derives the handover and compares (stop, handover and release in one step)
+        switch = StandbySwitchoverOperator(
+            task_id=SWITCHOVER, standby_handle=FromRecord(RecordInput.STANDBY_HANDLE),
+            **{k: v for k, v in launch_args.items() if k not in ("task_id", "handover", "initial_state")},
+            stop_timeout=stop_timeout, quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period,
+            accept_empty_state="{{ not params.carry_state }}",  # the preflight refused carrying state
+            **START,
+        ) if switchover else None
         verify = HandoverVerifyOperator(
             task_id="verify", handover=FromRecord(RecordInput.HANDOVER), checkpoint_uri="{{ params.new_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", sink=SINK, progress_window_s=progress_window_s,
@@ -462,7 +486,7 @@ def build_stream_upgrade_dag(
         # a Reject ends its path at once), a rollback step runs once its path ended (all_done).
         steps: dict[str, BaseOperator] = {
             task.task_id: task for task in (
-                graceful_stop, extract, export_state, archive, relaunch, verify, start_standby,
+                graceful_stop, extract, export_state, archive, relaunch, verify, start_standby, switch,
                 in_place_stop, in_place_handover, in_place_archive, in_place_restart, in_place_verify,
                 rollback_stop_new, rollback_handover, rollback_restore, rollback_restart_old,
                 rollback_restart_forward, in_place_rollback_stop, in_place_rollback_restart) if task is not None}
@@ -479,6 +503,9 @@ manual = build_stream_upgrade_dag("stream_upgrade")
 # The same upgrade without a standby: the new version starts only after the stop and the archive
 # (one driver at a time; downtime includes the new version's JVM and session start).
 cold = build_stream_upgrade_dag("stream_upgrade_cold", relaunch_mode=RelaunchMode.COLD)
+# The standby takes over inside the drivers (stateless queries): one switchover step instead of
+# stop -> handover -> release, so the downtime does not depend on the scheduler.
+switchover = build_stream_upgrade_dag("stream_upgrade_switchover", relaunch_mode=RelaunchMode.SWITCHOVER)
 # Scheduled on the new version's artifact: publishing it (an Asset event) starts the upgrade with
 # the defaults below and no approval. Set the defaults for your stream before enabling it.
 on_artifact = build_stream_upgrade_dag(

@@ -692,6 +692,17 @@ class SwitchoverNotTaken(CheckpointError):
     )
 
 
+class SwitchoverUnsupported(CheckpointError):
+    """The preflight refuses the switchover path for this stream (a switchover cannot honour it)."""
+
+    summary = "the switchover path cannot take this upgrade"
+    default_action = (
+        "Nothing was changed. Upgrade this stream with the standby release (relaunch_mode='standby', the "
+        "stream_upgrade DAG) or a cold launch (relaunch_mode='cold'): their handover step reconciles the "
+        "offsets with the broker and their state export carries state."
+    )
+
+
 class SwitchoverMismatch(CheckpointError):
     """The standby started somewhere else than the handover the provider reads in the old checkpoint."""
 

@@ -37,6 +37,7 @@ class RelaunchMode(StrEnum):
 
     STANDBY = "standby"  # launched before the old version stops, released at the handover
     COLD = "cold"  # launched after the stop, the handover and the archive
+    SWITCHOVER = "switchover"  # launched as a standby that takes over inside the drivers (stateless queries)
 
 
 _REQUIRED: dict[LaunchMode, tuple[str, ...]] = {

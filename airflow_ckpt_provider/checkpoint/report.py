@@ -19,6 +19,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradeReport
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
 from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
 
@@ -70,13 +71,18 @@ class UpgradeReport:
     #: the sink ledger's account of the switch (the handover step's SinkAccount dict): what the sink
     #: holds of a batch the stop cut, and per partition what it may receive twice or never, and why
     sink: Mapping[str, Any] | None = None
+    #: a switchover's DowntimeSplit dict: where the downtime went inside the drivers (the old query's
+    #: stop, the standby noticing it, its handover read, the query start, the first batch)
+    switchover: Mapping[str, Any] | None = None
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (lists, not tuples), as XCom stores them; with the computed
-        ``downtime_by_step`` (see :meth:`downtime_by_step`)."""
+        ``downtime_by_step`` (see :meth:`downtime_by_step`); ``switchover`` only when there was one."""
         data = json.loads(redact_location(json.dumps(asdict(self))))  # no credentials of a location, anywhere
         data["downtime_by_step"] = self.downtime_by_step()
+        if data.get("switchover") is None:  # as the release before the switchover path wrote it
+            del data["switchover"]
         return data
 
     def window(self) -> tuple[float, float] | None:
@@ -155,6 +161,8 @@ class UpgradeReport:
                           f"after batch {export.get('batch_id')}: {export.get('stores', 0)} stores, "
                           f"{export.get('rows', 0):,} rows, {export.get('bytes', 0):,} bytes in "
                           f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"))
+        if self.switchover:
+            facts.append(("switchover in the drivers", DowntimeSplit.from_json(self.switchover).describe()))
         if self.path:
             facts.append(("upgrade path", self.path))
         if self.compatibility:
@@ -185,6 +193,10 @@ class UpgradeReport:
         lines += [f"| {s.name} | {s.state} | {'-' if s.seconds is None else f'{s.seconds:.1f}'} | "
                   f"{f'{down[s.name]:.1f}' if s.name in down else '-'} |" for s in self.steps]
         lines += [f"| ({name}) | | | {down[name]:.1f} |" for name in ("between steps", "first batch") if name in down]
+        if self.switchover:
+            split = DowntimeSplit.from_json(self.switchover)
+            lines += ["", "## The switchover inside the drivers", "", "| part | seconds |", "| --- | ---: |"]
+            lines += [f"| {name} | {'-' if value is None else f'{value:.1f}'} |" for name, value in split.parts()]
         for title, batches in (("old query", self.old_batches), ("new query", self.new_batches)):
             shown = list(batches)[-10:]
             lines += ["", f"## Input rows per batch, {title} (last {len(shown)})", "",
@@ -276,7 +288,8 @@ _REPORT = Codec("UpgradeReport", InvalidUpgradeReport, {
     "new_batches": Field((list,), required=False, default=(), decode=_batches),
     "notes": Field((list,), required=False, default=(), decode=array_of(str)),
     **{name: _OBJECT_OR_NULL
-       for name in ("handover", "audit", "start_plan", "rollback", "state_export", "compatibility", "sink")},
+       for name in ("handover", "audit", "start_plan", "rollback", "state_export", "compatibility", "sink",
+                    "switchover")},
     "stop_requested_at": _NUMBER_OR_NULL,
     "ready_at": _NUMBER_OR_NULL,
     "created_at": Field((str,)),

@@ -39,7 +39,7 @@ class UpgradePlan:
     checkpoint_files: int
     checkpoint_bytes: int
     spark_ui_url: str | None = None
-    relaunch_mode: str = ""  # "standby" | "cold" | "" (not said: a preflight used on its own)
+    relaunch_mode: str = ""  # "standby" | "cold" | "switchover" | "" (not said: a preflight used on its own)
     start_plan: StartPlan | None = None  # a start other than where the old version stops
     start_warning: str = ""  # e.g. a rewound batch close to Spark's purge horizon
     load: str = ""  # load_line(): busy, falling behind, idle or steady
@@ -137,6 +137,10 @@ RELAUNCH_NOTES = {
                 "cores) from the approval until the old one has stopped; the stream is down only from the stop "
                 "to the standby's first batch"),
     "cold": "after the stop and the archive (one driver at a time; the downtime includes its start-up)",
+    "switchover": ("as a **standby** that takes over **inside the drivers**: **both drivers run at once** from the "
+                   "approval until the old one has stopped; the standby reads the old query's last committed batch "
+                   "itself and starts the moment the old query acknowledges its stop (no Airflow task in between); "
+                   "the provider then re-reads the handover and compares"),
 }
 
 

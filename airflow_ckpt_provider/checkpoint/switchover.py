@@ -56,6 +56,13 @@ class DowntimeSplit:
     first_batch_s: float | None
     downtime_s: float | None
 
+    def parts(self) -> list[tuple[str, float | None]]:
+        """Each part in the user's words, in order, with the downtime (acknowledgement to first commit) last."""
+        return [("old query's stop (request to acknowledgement; it processes until then)", self.stop_s),
+                ("standby notices the acknowledgement", self.notice_s), ("handover read", self.handover_read_s),
+                ("state wait", self.state_wait_s), ("query start", self.query_start_s),
+                ("first batch", self.first_batch_s), ("downtime (acknowledgement to first commit)", self.downtime_s)]
+
     def describe(self) -> str:
         """``downtime 2.4 s: notice 0.2 s, handover read 0.3 s, ...`` for a log line or report."""
         parts = [(name, value) for name, value in (

@@ -18,11 +18,13 @@ from airflow_ckpt_provider.checkpoint.errors import (
     JournalCorrupt,
     SharedCheckpoint,
     StateStartUnsupported,
+    SwitchoverUnsupported,
     UpgradeRolledBack,
 )
-from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, RelaunchMode
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
+from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import (
     DEFAULT_BATCHES_TO_RETAIN,
     StartChoice,
@@ -100,8 +102,12 @@ class UpgradePreflightOperator(BaseOperator):
     An ``old_launch_handle`` that is not a launch handle's JSON is refused
     (:class:`InvalidLaunchHandle`).
 
-    ``relaunch_mode`` (``standby`` or ``cold``, as the DAG starts the new version) is shown to
-    the approver with what it costs: a standby runs beside the old version until the stop.
+    ``relaunch_mode`` (``standby``, ``cold`` or ``switchover``, as the DAG starts the new version)
+    is shown to the approver with what it costs: a standby runs beside the old version until the
+    stop. For ``switchover`` (the standby takes its start from the old checkpoint's files alone,
+    inside the drivers) the preflight refuses with :class:`SwitchoverUnsupported` a stateful old
+    query whose state is to be carried, a start ``at_time``, and partitions added since the old
+    query's last commit.
 
     ``start`` (as for :class:`CheckpointHandoverOperator`: rewind to a batch, a time, explicit
     offsets) is planned against where the old version is now; the records it processes again or
@@ -240,6 +246,8 @@ class UpgradePreflightOperator(BaseOperator):
         handover, result, broker = reconciled_handover_view(
             reader, self.kafka_hook, source=self.source, accept_data_loss=accept_loss, log=self.log,
         )
+        if str(self.relaunch_mode or "") == RelaunchMode.SWITCHOVER.value:
+            self._check_switchover(reader, choice, result)
         start_plan, start_warning = None, ""
         if choice.mode is not StartMode.RESUME:
             start_plan = planned_start(choice, handover.kafka_offsets(self.source), reader=reader, broker=broker,
@@ -287,6 +295,25 @@ class UpgradePreflightOperator(BaseOperator):
             sink=found_sink.to_dict(), state_export=self._state_export(upgrade_id_found),
             rollback_checkpoint=self._rollback_target(),
         ).to_dict()
+
+    def _check_switchover(self, reader: CheckpointReader, choice: StartChoice, result: Reconciliation) -> None:
+        """Refuse what the switchover cannot honour (:class:`SwitchoverUnsupported`): the standby takes
+        its start from the old checkpoint's files alone and carries no state."""
+        operators = reader.snapshot().state_operators
+        refusals = []
+        if operators and flag(self.carry_state, "carry_state"):
+            refusals.append((f"a stateful old query (operators {', '.join(map(str, operators))}) whose state is "
+                             "to be carried", "a stateless query, or carry_state off (EMPTY state)"))
+        if choice.mode is StartMode.AT_TIME:
+            refusals.append(("a start at_time (it needs the broker's offsets for the time)",
+                             "a start resume, rewind_to_batch or offsets"))
+        if result.added_partitions:
+            added = ", ".join(f"{t}-{p}" for t, p in sorted(result.added_partitions))
+            refusals.append((f"partition(s) {added} added since the old query's last commit (the standby's start "
+                             "from the old checkpoint would not name them)", "the partitions the old query reads"))
+        if refusals:
+            raise SwitchoverUnsupported(found="; ".join(f for f, _ in refusals),
+                                        expected="; ".join(e for _, e in refusals), path=self.old_checkpoint_uri)
 
     def _load_line(self, old: tuple[Any, str], handover: Handover, broker: BrokerView) -> str:
         """How the old query runs (:func:`load_line`): its newest batches and how far it is behind;

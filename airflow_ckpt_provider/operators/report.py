@@ -128,14 +128,14 @@ class UpgradeReportOperator(BaseOperator):
         if record is None:
             notes.append("no upgrade journal: the preflight refused the upgrade before opening one (nothing was "
                          "stopped, copied or started); its log says why")
-        handover = _mapping(planner.result_of(record, path.handover))
+        handover = _mapping(planner.part_of(record, path, planner.Part.HANDOVER))
         archive = _mapping(planner.result_of(record, path.archive))
         archive_uri = str(archive.get("location", ""))
         notes.extend(f"{name} failed: {error}" for name, error in planner.errors(record, self.step_names).items())
         if outcome == ROLLBACK_FAILED:
             notes.insert(0, self._no_version_runs())
             self.log.error("%s", notes[0])
-        stop = planner.result_of(record, path.stop)
+        stop = planner.part_of(record, path, planner.Part.STOP)
         if isinstance(stop, Mapping) and stop.get("timeline"):
             notes.append(f"{path.stop}: {describe_stop_timeline(stop['timeline'])}")
         rollback = _rollback(planner.result_of(record, path.rollback_handover), path.rollback_handover, notes) \
@@ -159,6 +159,7 @@ class UpgradeReportOperator(BaseOperator):
         ready_at = epoch_seconds(launched.ended_at) if launched and launched.ended_at \
             and launched.state == TaskState.SUCCESS else None
         state_export = planner.result_of(record, path.state_export) if path.state_export else None
+        switched = _mapping(planner.result_of(record, path.switchover)) if path.switchover else {}
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=new_checkpoint,
@@ -173,6 +174,7 @@ class UpgradeReportOperator(BaseOperator):
             state_export=dict(state_export) if isinstance(state_export, Mapping) else None,
             compatibility=compatibility,
             path=chosen.describe() if chosen is not None else "",
+            switchover=_mapping(switched.get("downtime")) or None,
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal

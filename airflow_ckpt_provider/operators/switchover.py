@@ -10,25 +10,34 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Context
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointError,
     QueryNotRunning,
     StandbyNotWaiting,
     SwitchoverMismatch,
     SwitchoverNotTaken,
+    SwitchoverUnsupported,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode
-from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopReason, heartbeat_alive, new_request
+from airflow_ckpt_provider.checkpoint.stop import (
+    DEFAULT_MISSED_BEATS,
+    StopAck,
+    StopReason,
+    heartbeat_alive,
+    new_request,
+)
 from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, downtime_split
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
-from airflow_ckpt_provider.operators.handover import start_choice
+from airflow_ckpt_provider.operators.handover import flag, start_choice
+from airflow_ckpt_provider.operators.journaled import control_flow
 from airflow_ckpt_provider.operators.launch import DEFER_GRACE_S, HANDLE_XCOM_KEY, StandbyReleaseOperator
 from airflow_ckpt_provider.spark.control import SWITCHOVER_HANDOVER, SWITCHOVER_RELEASE, parse_time, pending_request
 from airflow_ckpt_provider.spark.switchover import (
@@ -41,6 +50,7 @@ from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
+from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
 from airflow_ckpt_provider.upgrade.record import StepStart
 
 __all__ = ["StandbySwitchoverOperator"]
@@ -72,42 +82,57 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     A refusal by the standby (the old query's stop cut a batch, the stop request expired, the plan
     changed) fails with :class:`SwitchoverNotTaken` naming the standby's reason: the standby did not
     start and wrote no checkpoint file. The driver dying or no commit in time fail as a launch does
-    (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). With ``journal``, a retry after the
-    release waits for that release again and never writes a second one.
+    (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). On any failure after the release, a stop
+    request the old query has not acknowledged is withdrawn (it goes on running), and the journal
+    notes whether it stopped (acknowledged, or its driver gone: no live heartbeat): the reference
+    DAG's rollback restarts the old version only then. With
+    ``journal``, a retry after the release waits for that release again and never writes a second one.
 
-    Stateless queries only, for now: a job that carries state is refused (its export must run before
-    the standby starts; use the standby release). Takes the arguments of
-    :class:`StandbyReleaseOperator` (``handover`` and ``initial_state`` are not used), and:
+    Stateless queries only, for now: an old checkpoint with state is refused
+    (:class:`SwitchoverUnsupported`) unless ``accept_empty_state`` (its export must run before the
+    standby starts: use the standby release to carry it). Takes the arguments of
+    :class:`StandbyReleaseOperator` except ``handover``, ``initial_state``, ``starting_offsets`` and
+    ``handover_json`` (refused: the standby takes the handover itself), and:
 
     :param start: where the new version starts (a StartChoice, its dict or JSON; empty: resume at the
         old checkpoint's last committed batch); ``resume``, ``offsets`` or ``rewind_to_batch``
     :param source: the Kafka source of a checkpoint with several (index or name)
-    :param accept_reprocessing: consent to a start that processes records again (rewind, offsets)
-    :param accept_data_loss: consent to a start that skips records (offsets)
+    :param accept_reprocessing: consent to a start that processes records again (rewind, offsets; a bool or "True")
+    :param accept_data_loss: consent to a start that skips records (offsets; a bool or "True")
     :param stop_timeout: seconds the old query has to acknowledge the stop
     :param quiet_period: seconds the old checkpoint must stay quiet after the stop
     :param acknowledged_quiet_period: the shorter quiet check after a clean acknowledgement (None: ``quiet_period``)
     :param missed_beats: heartbeat intervals after which the old query's heartbeat is stale
+    :param accept_empty_state: consent to switch a stateful old query, whose new version starts with EMPTY state
     """
 
-    template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source")
+    template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source",
+                                      "accept_reprocessing", "accept_data_loss", "accept_empty_state")
     ui_color = "#e8f0fd"
 
     def __init__(self, *, start: StartChoice | Mapping[str, Any] | str | None = None, source: int | str | None = None,
-                 accept_reprocessing: bool = False, accept_data_loss: bool = False, stop_timeout: float = 300.0,
+                 accept_reprocessing: bool | str = False, accept_data_loss: bool | str = False,
+                 stop_timeout: float = 300.0,
                  quiet_period: float = 10.0, acknowledged_quiet_period: float | None = None,
-                 missed_beats: float = DEFAULT_MISSED_BEATS, **kwargs: Any) -> None:
+                 missed_beats: float = DEFAULT_MISSED_BEATS, accept_empty_state: bool | str = False,
+                 **kwargs: Any) -> None:
+        for taken in ("handover", "initial_state", "starting_offsets", "handover_json"):
+            if kwargs.get(taken) not in (None, ""):
+                raise ValueError(f"a switchover takes no {taken}: the standby reads the handover from the old "
+                                 "checkpoint itself when the old query stops (the provider re-derives and compares "
+                                 "it); say where the new version starts with start=")
         super().__init__(**kwargs)
         if stop_timeout <= 0 or quiet_period < 0 or missed_beats <= 0:
             raise ValueError("stop_timeout and missed_beats must be > 0, quiet_period >= 0")
         self.start = start
         self.source = source
-        self.accept_reprocessing = bool(accept_reprocessing)
-        self.accept_data_loss = bool(accept_data_loss)
+        self.accept_reprocessing = accept_reprocessing
+        self.accept_data_loss = accept_data_loss
         self.stop_timeout = float(stop_timeout)
         self.quiet_period = float(quiet_period)
         self.acknowledged_quiet_period = acknowledged_quiet_period
         self.missed_beats = float(missed_beats)
+        self.accept_empty_state = accept_empty_state
 
     def _controls(self) -> tuple[ControlFiles, ControlFiles]:
         """The new checkpoint's control files and the old one's."""
@@ -121,9 +146,10 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         """Release the standby for the switchover, ask the old query to stop, and wait."""
         previous = start.previous if start is not None else None
         recorded = previous.notes.get("handle") if previous is not None else None
+        new, old = self._controls()
         if previous is not None and previous.notes.get("released") and isinstance(recorded, Mapping) \
-                and (written := self._written(str(previous.notes["released"]))) is not None:
-            self._ask_if_unasked(written)
+                and (written := self._written(new, str(previous.notes["released"]))) is not None:
+            self._ask_if_unasked(old, written)
             handle = self._standby_from(recorded)
             self.log.warning("resuming: an earlier attempt (run %s) released the standby %s for a switchover "
                              "(release %s); waiting for it", previous.run_id, handle.app_name,
@@ -132,12 +158,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             return self._wait_for_switch(context, handle, str(previous.notes["released"]))
         if not self.old_checkpoint_uri:
             raise ValueError("a switchover needs old_checkpoint_uri (the old query's checkpoint)")
-        if self._initial_state_conf():
-            raise ValueError("a switchover carries no state yet: release the standby after the state export "
-                             "(StandbyReleaseOperator) for a stateful query")
+        self._refuse_state(old)
         choice = start_choice(self.start)
         standby = self._standby()
-        new, old = self._controls()
         waiting, why = self._waiting(standby, new)
         if standby is None or not waiting:
             raise StandbyNotWaiting(found=why, expected=f"a standby waiting on {self.checkpoint_uri}",
@@ -160,7 +183,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             start_mode=choice.mode.value, start_value=choice.value() if choice.mode is not StartMode.RESUME else "",
             stop_request_id=request.request_id, source="" if self.source is None else str(self.source),
             expected_starting_offsets=choice.offsets.to_json() if choice.offsets is not None else "",
-            accept_reprocessing=self.accept_reprocessing, accept_data_loss=self.accept_data_loss,
+            accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
+            accept_data_loss=flag(self.accept_data_loss, "accept_data_loss"),
             requested_by=f"{self.dag_id}.{self.task_id}")
         if journal is not None:  # before the writes: a re-run never releases twice
             journal.note(self.task_id, released=release.release_id, stop_request=request.request_id,
@@ -177,21 +201,30 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         fault_point(f"{self.task_id}:requested")
         return self._wait_for_switch(context, standby, release.release_id)
 
-    def _written(self, release_id: str) -> SwitchoverRelease | None:
+    def _refuse_state(self, old: ControlFiles) -> None:
+        """:class:`SwitchoverUnsupported` for an old query with state unless ``accept_empty_state``: the
+        standby would start it with EMPTY state."""
+        operators = CheckpointReader(str(self.old_checkpoint_uri), fs=old.fs).snapshot().state_operators
+        if operators and not flag(self.accept_empty_state, "accept_empty_state"):
+            raise SwitchoverUnsupported(
+                found=f"a stateful old query (operators {', '.join(map(str, operators))}): a switchover carries no "
+                      "state, the new version would start with EMPTY state",
+                expected="a stateless old query, or accept_empty_state=True", path=str(self.old_checkpoint_uri))
+
+    def _written(self, new: ControlFiles, release_id: str) -> SwitchoverRelease | None:
         """The release an earlier attempt noted, when it is the one in the new checkpoint; None when
         that attempt died between noting it and writing it: it released nothing (nor asked the old
         query to stop, which comes after), and the step releases afresh."""
-        release = self._controls()[0].record(SWITCHOVER_RELEASE, SwitchoverRelease)
+        release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
         if release is not None and release.release_id == release_id:
             return release
         self.log.warning("the release %s an earlier attempt noted was never written: releasing afresh", release_id)
         return None
 
-    def _ask_if_unasked(self, release: SwitchoverRelease) -> None:
-        """Write the stop request ``release`` names when the old checkpoint has neither it nor its
-        acknowledgement: the earlier attempt died between the release and the request, and the
-        standby waits for exactly that request."""
-        old = self._controls()[1]
+    def _ask_if_unasked(self, old: ControlFiles, release: SwitchoverRelease) -> None:
+        """Write the stop request ``release`` names when the old checkpoint (``old``) has neither it
+        nor its acknowledgement: the earlier attempt died between the release and the request, and
+        the standby waits for exactly that request."""
         request, ack = old.request(), old.ack()
         if any(record is not None and record.request_id == release.stop_request_id for record in (request, ack)):
             return
@@ -217,6 +250,58 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.complete_step(lambda: self.switched(context, event))
 
+    def complete_step(self, action: Callable[[], Any], journal: UpgradeJournal | None = None) -> Any:  # noqa: ANN401
+        """As every step, and on a failure after the release: withdraw the stop request when the old
+        query has not acknowledged it (it goes on running), and note in the journal whether it
+        stopped (:data:`~airflow_ckpt_provider.upgrade.planner.OLD_STOPPED_NOTE`): the rollback
+        restarts the old version only then."""
+        journal = journal if journal is not None else self.open_journal()
+
+        def noting() -> Any:  # noqa: ANN401 - the step's JSON result
+            try:
+                return action()
+            except control_flow():
+                raise
+            except Exception:
+                self._settle_old_query(journal)
+                raise
+
+        return super().complete_step(noting, journal)
+
+    def _settle_old_query(self, journal: UpgradeJournal | None) -> None:
+        """After a failed switchover: whether the old query stopped (it acknowledged the stop request,
+        or its driver is gone: no live heartbeat), withdrawn request first (see :meth:`complete_step`);
+        logs and notes nothing when it cannot be read."""
+        try:
+            new, old = self._controls()
+            release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
+            if release is None:
+                return  # nothing released, nothing asked of the old query
+            ack = old.ack()
+            if ack is None or ack.request_id != release.stop_request_id:
+                if old.remove_request(release.stop_request_id):
+                    self.log.warning("switchover failed before the old query on %s acknowledged stop request %s: "
+                                     "request withdrawn, the old query goes on", self.old_checkpoint_uri,
+                                     release.stop_request_id)
+                ack = old.ack()  # it may have acknowledged just before the withdrawal
+            acknowledged = ack is not None and ack.request_id == release.stop_request_id
+            beat = old.heartbeat()
+            # a driver that died (or stopped) without acknowledging is not running either: restart it
+            stopped = acknowledged or not heartbeat_alive(beat, missed_beats=self.missed_beats)
+        except (CheckpointError, OSError) as exc:
+            self.log.error("switchover failed and whether the old query on %s stopped cannot be read (%s): the "
+                           "rollback will not restart it; check its heartbeat", self.old_checkpoint_uri, exc)
+            return
+        if acknowledged:
+            self.log.warning("switchover failed after the old query stopped at batch %s: the rollback restarts it",
+                             ack.last_committed_batch if ack is not None else "?")
+        elif stopped:
+            state = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
+            self.log.warning("switchover failed and the old query on %s is not running (%s): the rollback restarts it",
+                             self.old_checkpoint_uri, state)
+        if journal is not None:
+            journal.note(self.task_id, **{OLD_STOPPED_NOTE: stopped})
+
     def switched(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         """The switchover's result once the new query committed (see the class docstring)."""
         fired = LaunchTriggerEvent.from_json(event)
@@ -233,12 +318,12 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                            f"{release.release_id if release is not None else '(none)'}",
                                      expected="the handover the standby started from, for the release it was given",
                                      path=self.checkpoint_uri)
-        result = self._check(release, used, old)
+        result, ack = self._check(release, used, old)
         # "" when the standby did not see the request file (gone or replaced after the ack): the release
         # was written just before the request
         requested_at = parse_time(used.stop_requested_at or release.released_at).timestamp()
         stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=used.stop_request_id,
-                           requested_at=requested_at, ack=old.ack(), kill=None,
+                           requested_at=requested_at, ack=ack, kill=None,
                            timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
                            poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
                            acknowledged_quiet_period=self.acknowledged_quiet_period)
@@ -249,8 +334,10 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
                                 used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
 
-    def _check(self, release: SwitchoverRelease, used: SwitchoverHandover, old: ControlFiles) -> HandoverResult:
-        """The provider's own handover and start, from the old checkpoint, compared with the standby's."""
+    def _check(self, release: SwitchoverRelease, used: SwitchoverHandover,
+               old: ControlFiles) -> tuple[HandoverResult, StopAck]:
+        """The provider's own handover and start, from the old checkpoint, compared with the standby's;
+        with the old query's acknowledgement it read."""
         ack = old.ack()
         if ack is None or ack.request_id != used.stop_request_id:
             raise SwitchoverMismatch(found=f"no acknowledgement of stop request {used.stop_request_id} on the old "
@@ -274,7 +361,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         self.log.info("the standby started where the provider reads the old checkpoint: %s, starting offsets %s",
                       f"batch {handover.batch_id} committed", plan.starting_offsets.to_json())
         return HandoverResult(handover, starting_offsets=plan.starting_offsets,
-                              start_plan=plan if plan.choice.mode is not StartMode.RESUME else None)
+                              start_plan=plan if plan.choice.mode is not StartMode.RESUME else None), ack
 
     def _first_commit_time(self, new: ControlFiles, batch: int | None) -> float | None:
         """When the new query committed its first batch (the commit file's time), None if unknown."""

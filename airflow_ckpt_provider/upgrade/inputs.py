@@ -26,19 +26,19 @@ from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, rollback
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import DONE, JournalRecord
-from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATHS, PREFLIGHT, Path
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATHS, PREFLIGHT, Path, PathSteps
 
 
 class RecordInput(StrEnum):
     """What a step can take from the upgrade record (see :data:`INPUTS` for where each is read)."""
 
     COMPATIBILITY_VERDICT = "compatibility_verdict"  # the compatibility check's verdict (its planning result)
-    HANDOVER = "handover"  # the migration's handover step result (a HandoverResult dict)
+    HANDOVER = "handover"  # the migration's handover (a HandoverResult dict): its step's result, or the switchover's
     IN_PLACE_HANDOVER = "in_place_handover"  # the in-place path's handover step result
     STATE_EXPORT_LOCATION = "state_export_location"  # where the state export goes (the preflight's planning)
     STATE_EXPORT = "state_export"  # the state export's result (a StateExport dict)
     STANDBY_HANDLE = "standby_handle"  # the standby launch's LaunchHandle dict
-    NEW_HANDLE = "new_handle"  # the new version's LaunchHandle dict: the relaunch's, else the standby's
+    NEW_HANDLE = "new_handle"  # the new version's LaunchHandle dict: the relaunch's or switchover's, else the standby's
     IN_PLACE_HANDLE = "in_place_handle"  # the in-place restart's LaunchHandle dict
     ARCHIVE_LOCATION = "archive_location"  # where the archive step archived the old checkpoint
     UPGRADE_ID = "upgrade_id"
@@ -61,6 +61,7 @@ class FromRecord:
 
 
 _MIGRATION, _STANDBY, _IN_PLACE = PATHS[Path.COLD], PATHS[Path.STANDBY], PATHS[Path.IN_PLACE]
+_SWITCHOVER = PATHS[Path.SWITCHOVER]
 _START_STANDBY = next(step for step in _STANDBY.new if step != _STANDBY.launch)
 #: No safe empty value: the input is required.
 REQUIRED = object()
@@ -114,16 +115,33 @@ def _rollback_offsets(step: str) -> Callable[[JournalRecord], Any]:
     return read
 
 
+def _handover(*paths: PathSteps) -> Callable[[JournalRecord], Any]:
+    """The handover result of the first of ``paths`` whose step holding it is done (the handover
+    step's result, or the part of a switchover's result)."""
+    def read(record: JournalRecord) -> Any:  # noqa: ANN401 - a recorded JSON value
+        for path in paths:
+            value = planner.part_of(record, path, planner.Part.HANDOVER)
+            if isinstance(value, Mapping):
+                return dict(value)
+        return None
+
+    return read
+
+
 def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
-    """The LaunchHandle dict of the first of ``steps`` that has one: its result when done, else the
-    handle it noted right after launching (an attempt that then failed, or was interrupted, while it
-    waited for the job), as the launch pushed it to XCom before deferring."""
+    """The LaunchHandle dict of the first of ``steps`` that has one: its result when done (a
+    switchover's: the ``handle`` in it), else the handle it noted right after launching (an attempt
+    that then failed, or was interrupted, while it waited for the job), as the launch pushed it to
+    XCom before deferring."""
     def read(record: JournalRecord) -> dict[str, Any] | None:
         for step in steps:
             entry = record.steps.get(step)
             if entry is None:
                 continue
-            if entry.state == DONE and isinstance(entry.result, Mapping):
+            if entry.state == DONE and step == _SWITCHOVER.switchover and isinstance(entry.result, Mapping) \
+                    and isinstance(entry.result.get("handle"), Mapping):
+                return dict(entry.result["handle"])
+            if entry.state == DONE and isinstance(entry.result, Mapping) and step != _SWITCHOVER.switchover:
                 return dict(entry.result)
             noted = entry.notes.get("handle")
             if isinstance(noted, Mapping):
@@ -138,8 +156,8 @@ INPUTS: dict[RecordInput, InputSource] = {
         "the compatibility check's verdict", f"in the {COMPATIBILITY_CHECK}'s planning (a verdict, or skipped)",
         (COMPATIBILITY_CHECK,), _result(COMPATIBILITY_CHECK)),
     RecordInput.HANDOVER: InputSource(
-        "the handover", f"as the result of {_MIGRATION.handover}", (_MIGRATION.handover,),
-        _result(_MIGRATION.handover)),
+        "the handover", f"as the result of {_MIGRATION.handover}, else in the result of {_SWITCHOVER.handover}",
+        (_MIGRATION.handover, _SWITCHOVER.handover), _handover(_MIGRATION, _SWITCHOVER)),
     RecordInput.IN_PLACE_HANDOVER: InputSource(
         "the in-place handover", f"as the result of {_IN_PLACE.handover}", (_IN_PLACE.handover,),
         _result(_IN_PLACE.handover)),
@@ -153,8 +171,10 @@ INPUTS: dict[RecordInput, InputSource] = {
         "the standby's launch handle", f"as the result of {_START_STANDBY}", (_START_STANDBY,),
         _handle(_START_STANDBY)),
     RecordInput.NEW_HANDLE: InputSource(
-        "the new version's launch handle", f"by {_MIGRATION.launch}, else by {_START_STANDBY}",
-        (_MIGRATION.launch, _START_STANDBY), _handle(_MIGRATION.launch, _START_STANDBY), ""),
+        "the new version's launch handle",
+        f"by {_MIGRATION.launch}, else by {_SWITCHOVER.launch}, else by {_START_STANDBY}",
+        (_MIGRATION.launch, _SWITCHOVER.launch, _START_STANDBY),
+        _handle(_MIGRATION.launch, _SWITCHOVER.launch, _START_STANDBY), ""),
     RecordInput.IN_PLACE_HANDLE: InputSource(
         "the in-place restart's launch handle", f"by {_IN_PLACE.launch}", (_IN_PLACE.launch,),
         _handle(_IN_PLACE.launch), ""),

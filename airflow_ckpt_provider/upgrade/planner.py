@@ -124,16 +124,31 @@ def completed(record: JournalRecord | None, path: PathSteps) -> bool:
     return status_of(record, path.verify) is StepStatus.DONE
 
 
+#: The note in which a switchover step records, when it fails, whether the old query acknowledged
+#: its stop request (it then stopped: the rollback restarts it).
+OLD_STOPPED_NOTE = "old_stopped"
+
+
+def old_stopped(record: JournalRecord | None, path: PathSteps) -> bool:
+    """This upgrade stopped the old version: its stop step is done, or (a switchover, which is the
+    stop, the handover and the launch in one step) the step failed after noting that the old query
+    acknowledged its stop request."""
+    if status_of(record, path.stop) is StepStatus.DONE:
+        return True
+    entry = _entry(record, path.switchover) if path.switchover else None
+    return entry is not None and entry.notes.get(OLD_STOPPED_NOTE) is True
+
+
 def rollback_plan(record: JournalRecord | None, path: PathSteps,
                   mode: RollbackMode | str = RollbackMode.RESTORE) -> RollbackPlan:
     """The rollback once ``path``'s steps ended. Restart the old version only when the journal
-    shows its stop done and the upgrade did not complete (the old version was stopped by this
-    upgrade and no verified new version replaced it). Stop the new version then too, and also
+    shows that this upgrade stopped it (:func:`old_stopped`) and the upgrade did not complete (no
+    verified new version replaced it). Stop the new version then too, and also
     when a step that starts it began while the upgrade did not complete: a standby started
     before a stop that failed is stopped and the old version, which may still run, is left as it
     is. ``mode`` says how the old version restarts, never whether."""
     done = completed(record, path)
-    restart_old = status_of(record, path.stop) is StepStatus.DONE and not done
+    restart_old = old_stopped(record, path) and not done
     started_new = any(status_of(record, step) is not StepStatus.NOT_RUN for step in path.new)
     return RollbackPlan(stop_new=restart_old or (started_new and not done), restart_old=restart_old,
                         mode=RollbackMode(mode))
@@ -199,6 +214,25 @@ def result_of(record: JournalRecord | None, name: str) -> Any:  # noqa: ANN401 -
     return entry.result if entry is not None and entry.state == DONE else None
 
 
+class Part(StrEnum):
+    """What a path's step recorded: the old query's stop, the handover, the new version's launch handle."""
+
+    STOP = "stop"
+    HANDOVER = "handover"
+    HANDLE = "handle"
+
+
+def part_of(record: JournalRecord | None, path: PathSteps, part: Part) -> Any:  # noqa: ANN401 - a JSON value
+    """The stop result, the handover result or the launch handle ``path`` recorded when the step
+    that holds it is done (None otherwise): a step's whole result, or on a switchover path the
+    part of the switchover's result (:class:`~airflow_ckpt_provider.checkpoint.switchover.SwitchoverResult`)."""
+    step = {Part.STOP: path.stop, Part.HANDOVER: path.handover, Part.HANDLE: path.launch}[Part(part)]
+    value = result_of(record, step)
+    if step == path.switchover:
+        return value.get(part.value) if isinstance(value, Mapping) else None
+    return value
+
+
 class Act(StrEnum):
     """What a step does when its task runs (:func:`next_action`)."""
 
@@ -219,14 +253,14 @@ class NextAction:
 
 def path_taken(record: JournalRecord | None) -> Path | None:
     """The path this upgrade takes, from its planning: in place when ``choose_path`` chose it,
-    else the preflight's relaunch mode (standby or cold); None when the record does not say
+    else the preflight's relaunch mode (standby, cold or switchover); None when the record does not say
     (no preflight of the reference upgrade recorded one)."""
     choice = result_of(record, PATH_CHOICE)
     if isinstance(choice, Mapping) and choice.get("in_place") is True:
         return Path.IN_PLACE
     preflight = result_of(record, PREFLIGHT)
     mode = preflight.get("relaunch_mode") if isinstance(preflight, Mapping) else None
-    return Path(mode) if mode in (Path.STANDBY.value, Path.COLD.value) else None
+    return Path(mode) if mode in (Path.STANDBY.value, Path.COLD.value, Path.SWITCHOVER.value) else None
 
 
 def recorded_rollback_mode(record: JournalRecord | None) -> RollbackMode:
@@ -323,6 +357,7 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     return NextAction(Act.RUN, f"the rollback calls for it ({plan.mode.value})")
 
 
-__all__ = ["SUMMARY_NOTE", "Act", "NextAction", "StepStatus", "approval_answer", "approval_text", "completed",
-           "errors", "needs_approval", "next_action", "outcome", "path_taken", "recorded_rollback_mode", "rejected",
-           "restart_attempted", "result_of", "rollback_plan", "status_of", "timings"]
+__all__ = ["OLD_STOPPED_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Part", "StepStatus", "approval_answer",
+           "approval_text", "completed", "errors", "needs_approval", "next_action", "old_stopped", "outcome",
+           "part_of", "path_taken", "recorded_rollback_mode", "rejected", "restart_attempted", "result_of",
+           "rollback_plan", "status_of", "timings"]

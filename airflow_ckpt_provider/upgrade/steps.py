@@ -37,14 +37,17 @@ class PathSteps:
     rollback_handover: str | None = None
     restore: tuple[str, ...] = ()
     restarts: tuple[str, ...] = ()
+    switchover: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "new", "restore", "restarts"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         named = [self.stop, self.handover, self.archive, self.launch, self.verify, *self.new]
-        missing = [s for s in (*named, self.state_export) if s is not None and s not in self.steps]
+        missing = [s for s in (*named, self.state_export, self.switchover) if s is not None and s not in self.steps]
         if missing:
             raise ValueError(f"PathSteps names steps outside its path: {', '.join(missing)}")
+        if self.switchover is not None and {self.stop, self.handover, self.launch} != {self.switchover}:
+            raise ValueError(f"the switchover step {self.switchover} is the path's stop, handover and launch")
 
 
 #: The decisions before any side effect, in the order they run (the journal's ``planning``): the
@@ -54,11 +57,12 @@ PLANNING = (PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE, APPROVAL)
 
 
 class Path(StrEnum):
-    """The paths through an upgrade: the migration with a standby or a cold launch, or the
-    restart in place."""
+    """The paths through an upgrade: the migration with a standby, a cold launch or a switchover
+    inside the drivers, or the restart in place."""
 
     STANDBY = "standby"
     COLD = "cold"
+    SWITCHOVER = "switchover"
     IN_PLACE = "in_place"
 
 
@@ -78,10 +82,17 @@ ROLLBACK_SEQUENCE: dict[Path, dict[RollbackMode, tuple[str, ...]]] = {
 }
 
 
-def _migration(steps: tuple[str, ...], new: tuple[str, ...]) -> PathSteps:
-    """A path to a new checkpoint: its own order of ``steps``, the steps that start the new version."""
-    return PathSteps(steps=steps, stop="graceful_stop", handover="extract_handover", state_export="export_state",
-                     archive="archive", launch="relaunch", verify="verify", new=new,
+#: The step of the switchover path that stops the old query, takes the handover and starts the new one.
+SWITCHOVER = "switchover"
+
+
+def _migration(steps: tuple[str, ...], new: tuple[str, ...], *, switchover: bool = False) -> PathSteps:
+    """A path to a new checkpoint: its own order of ``steps``, the steps that start the new version;
+    with ``switchover``, one step is the stop, the handover and the launch (no state export)."""
+    one = SWITCHOVER if switchover else None
+    return PathSteps(steps=steps, stop=one or "graceful_stop", handover=one or "extract_handover",
+                     state_export=None if switchover else "export_state", archive="archive",
+                     launch=one or "relaunch", verify="verify", new=new, switchover=one,
                      rollback_handover="rollback_handover", restore=("rollback_restore",),
                      restarts=("rollback_restart_old", "rollback_restart_forward"))
 
@@ -91,6 +102,8 @@ PATHS: dict[Path, PathSteps] = {
                               "verify", "archive"), new=("start_standby", "relaunch")),
     Path.COLD: _migration(("graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"),
                           new=("relaunch",)),
+    Path.SWITCHOVER: _migration(("start_standby", SWITCHOVER, "verify", "archive"), new=("start_standby", SWITCHOVER),
+                                switchover=True),
     Path.IN_PLACE: PathSteps(
         steps=("in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"),
         stop="in_place_stop", handover="in_place_handover", archive="in_place_archive", launch="in_place_restart",
@@ -99,7 +112,7 @@ PATHS: dict[Path, PathSteps] = {
 
 
 def all_steps(path: Path) -> tuple[str, ...]:
-    """Every step a DAG of ``path`` (standby or cold, with the in-place path beside it) may run,
+    """Every step a DAG of ``path`` (standby, cold or switchover, with the in-place path beside it) may run,
     in order: the decisions, the path's steps, the in-place steps, the rollbacks."""
     main = PATHS[path].steps
     in_place = PATHS[Path.IN_PLACE].steps if path is not Path.IN_PLACE else ()
@@ -107,4 +120,4 @@ def all_steps(path: Path) -> tuple[str, ...]:
 
 
 __all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING",
-           "PREFLIGHT", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "Path", "PathSteps", "all_steps"]
+           "PREFLIGHT", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "Path", "PathSteps", "all_steps"]

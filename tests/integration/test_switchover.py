@@ -12,18 +12,33 @@ handover it re-derived, the stop, the downtime split) is checked against the tes
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
+from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
-from airflow_ckpt_provider.spark.control import STOP_ACK, SWITCHOVER_HANDOVER, SWITCHOVER_RELEASE, StopAck
+from airflow_ckpt_provider.spark.control import (
+    STOP_ACK,
+    STOP_REQUEST,
+    SWITCHOVER_HANDOVER,
+    SWITCHOVER_RELEASE,
+    StopAck,
+)
 from airflow_ckpt_provider.spark.switchover import SwitchoverHandover, SwitchoverRelease
 from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
 from tests.integration.test_launch_real import _TI as TI
@@ -119,3 +134,81 @@ def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exact
     assert result.ok and result.produced > 0, result.to_dict()
     old_only = audit(read_sink_records(old.sink), ranges)
     assert 0 < old_only.distinct < result.produced, "both versions wrote part of the stream"
+
+
+#: The switchover step in a process of its own (an Airflow worker), with a fault point armed by the
+#: environment: argv[1] is the step's arguments as JSON.
+WORKER = """
+import json, sys
+from types import SimpleNamespace
+from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+from tests.integration.test_launch_real import _TI
+step = StandbySwitchoverOperator(**json.loads(sys.argv[1]))
+step.execute({"run_id": "run-1", "ti": _TI(), "dag": SimpleNamespace(dag_id="upgrade")})
+"""
+
+
+def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_the_retry(
+        kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """The worker dies (SIGKILL) right after it wrote the standby's release and before the old query's
+    stop request: nothing stopped, the standby waits for exactly that request. The retry (same journal)
+    writes no second release, asks the old query to stop with the request the release names, and the
+    standby takes over: the provider's handover matches, and both sinks hold every record once."""
+    launcher, handles = hook
+    old = start_job("graceful", rate=100, partitions=2)
+    old.wait_for_batches(2, heartbeat=True)
+    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    wait_standby(new_cp, standby, launcher)
+    journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
+    journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
+                               new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
+    args: dict[str, Any] = {
+        "task_id": "switchover", "application": "unused: the standby runs", "checkpoint_uri": str(new_cp),
+        "old_checkpoint_uri": str(old.checkpoint), "standby_handle": standby.to_dict(), "stop_timeout": 180,
+        "first_commit_timeout": START_TIMEOUT_S, "poll_interval": 0.5, "quiet_period": 2, "journal": journal.path,
+        "master": "local[2]"}
+    fired = tmp_path / "faults.log"
+    env = {**os.environ, ENV: "switchover:released", LOG_ENV: str(fired),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    worker = subprocess.run([sys.executable, "-c", WORKER, json.dumps(args)], env=env, capture_output=True,
+                            text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert worker.returncode == -9 and "switchover:released" in fired.read_text(), worker.stderr[-3000:]
+    release_bytes = (new_cp / SWITCHOVER_RELEASE).read_bytes()
+    release = SwitchoverRelease.from_json(release_bytes)
+    assert not (old.checkpoint / STOP_REQUEST).exists(), "killed before the stop request"
+    noted = journal.step("switchover")
+    assert noted is not None and noted.state == "started" and noted.notes["released"] == release.release_id
+    assert old.proc.poll() is None and (new_cp / "commits").exists() is False, "nothing stopped, nothing started"
+
+    step = StandbySwitchoverOperator(**args)
+    step.__dict__["launcher_hook"] = launcher
+    try:
+        result = SwitchoverResult.from_json(run_operator(step, {"run_id": "run-2", "ti": TI()}))
+    except Exception as exc:
+        raise AssertionError(f"{old.log.read_text()[-3000:]}\n--- standby ---\n"
+                             f"{launcher.log_tail(standby, 60)}") from exc
+    assert (new_cp / SWITCHOVER_RELEASE).read_bytes() == release_bytes, "no second release"
+    assert old.proc.wait(timeout=180) == 0
+    ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
+    assert ack.request_id == release.stop_request_id, "the request the release named"
+    expected = CheckpointReader(str(old.checkpoint)).handover()
+    taken = HandoverResult.from_json(result.handover)
+    assert _without_time(taken.handover) == _without_time(expected)
+    done = journal.step("switchover")
+    assert done is not None and done.state == "done"
+
+    old.producer.stop()  # type: ignore[union-attr]
+    ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
+    ends = {(old.topic, p): end for (_, p), (_, end) in ranges.items()}
+
+    def caught_up() -> bool:
+        try:
+            last = CheckpointReader(str(new_cp)).handover()
+        except CheckpointError:
+            return False
+        return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
+
+    wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
+    audited = audit(read_sink_records(old.sink, new_sink), ranges)
+    assert audited.ok and audited.produced > 0, audited.to_dict()

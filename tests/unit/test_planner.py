@@ -51,12 +51,16 @@ EXPECTED: dict[Path, dict[str, tuple[bool, bool]]] = {
                    "verify": (True, True), "archive": (False, False)},
     Path.COLD: {"graceful_stop": (False, False), "extract_handover": (True, True), "export_state": (True, True),
                 "archive": (True, True), "relaunch": (True, True), "verify": (True, True)},
+    # the switchover is the stop: a failed one restarts the old version only when it noted that the old
+    # query acknowledged its stop request (see test_a_failed_switchover_restarts_the_old_version_only_if_it_stopped)
+    Path.SWITCHOVER: {"start_standby": (False, False), "switchover": (True, False), "verify": (True, True),
+                      "archive": (False, False)},
     Path.IN_PLACE: {"in_place_stop": (False, False), "in_place_handover": (True, True),
                     "in_place_archive": (True, True), "in_place_restart": (True, True),
                     "in_place_verify": (True, True)},
 }
 #: A standby that began its start and then failed is stopped all the same (it may be up).
-STARTED_ITSELF = {(Path.STANDBY, "start_standby"): (True, False)}
+STARTED_ITSELF = {(Path.STANDBY, "start_standby"): (True, False), (Path.SWITCHOVER, "start_standby"): (True, False)}
 CASES = [(path, step, state) for path, table in EXPECTED.items() for step in table for state in (None, STARTED, FAILED)]
 
 
@@ -372,3 +376,51 @@ def test_the_compatibility_check_runs_only_before_the_upgrade_is_under_way() -> 
     assert decision.act is SKIP and decision.reason.startswith("the upgrade is under way (graceful_stop began in run ")
     ended = replace(under_way, outcome="upgraded", closed_at="2026-01-01T00:01:00+00:00")
     assert planner.next_action(ended, "compatibility_check").reason.startswith("the upgrade ended upgraded")
+
+
+@pytest.mark.parametrize("state", [STARTED, FAILED])
+@pytest.mark.parametrize(("noted", "restart_old"), [({planner.OLD_STOPPED_NOTE: True}, True),
+                                                    ({planner.OLD_STOPPED_NOTE: False}, False), ({}, False)])
+@pytest.mark.parametrize("mode", list(RollbackMode))
+def test_a_failed_switchover_restarts_the_old_version_only_if_it_stopped(state: str, noted: dict[str, bool],
+                                                                          restart_old: bool,
+                                                                          mode: RollbackMode) -> None:
+    """The switchover is the stop, the handover and the launch at once: the old version is restarted
+    when the step noted that the old query acknowledged its stop, and the standby (the new version)
+    is stopped either way."""
+    steps = PATHS[Path.SWITCHOVER]
+    rec = planned(Path.SWITCHOVER, mode, start_standby=DONE)
+    rec = replace(rec, steps={**rec.steps, "switchover": JournalStep(name="switchover", state=state, notes=noted)})
+    assert planner.old_stopped(rec, steps) is restart_old
+    assert planner.rollback_plan(rec, steps, mode) == RollbackPlan(stop_new=True, restart_old=restart_old, mode=mode)
+    ran = []
+    for rollback_step in (*ROLLBACK, *IN_PLACE_ROLLBACK):
+        if planner.next_action(rec, rollback_step).act is RUN:
+            ran.append(rollback_step)
+            rec = replace(rec, steps={**rec.steps, rollback_step: JournalStep(name=rollback_step, state=DONE)})
+    restart = (["rollback_handover", "rollback_restore", "rollback_restart_old"] if mode is RollbackMode.RESTORE
+               else ["rollback_handover", "rollback_restart_forward"])
+    assert ran == ["rollback_stop_new"] + restart * restart_old
+    assert planner.outcome(rec, steps) == ("rolled back" if restart_old else "failed")
+
+
+def test_the_switchover_holds_the_stop_the_handover_and_the_handle() -> None:
+    steps = PATHS[Path.SWITCHOVER]
+    assert steps.stop == steps.handover == steps.launch == steps.switchover == "switchover"
+    assert steps.state_export is None and steps.new == ("start_standby", "switchover")
+    result = {"handle": {"h": 1}, "stop": {"s": 1}, "handover": {"o": 1}, "used": {}, "downtime": {}}
+    rec = planned(Path.SWITCHOVER)
+    assert [planner.part_of(rec, steps, part) for part in planner.Part] == [None, None, None]
+    rec = replace(rec, steps={"switchover": JournalStep(name="switchover", state=DONE, result=result)})
+    assert [planner.part_of(rec, steps, part) for part in planner.Part] == [{"s": 1}, {"o": 1}, {"h": 1}]
+    cold = PATHS[Path.COLD]  # the other paths: each step's whole result
+    rec = record({"graceful_stop": DONE, "extract_handover": DONE})
+    rec = replace(rec, steps={n: replace(e, result={"n": n}) for n, e in rec.steps.items()})
+    assert planner.part_of(rec, cold, planner.Part.HANDOVER) == {"n": "extract_handover"}
+    assert planner.part_of(rec, cold, planner.Part.STOP) == {"n": "graceful_stop"}
+    assert planner.path_taken(planned(Path.SWITCHOVER)) is Path.SWITCHOVER
+
+
+def test_a_switchover_step_must_be_the_stop_the_handover_and_the_launch() -> None:
+    with pytest.raises(ValueError, match="stop, handover and launch"):
+        PathSteps(steps=("a", "b", "c"), stop="a", handover="a", archive="b", launch="b", verify="c", switchover="a")

@@ -152,6 +152,22 @@ def test_the_new_version_is_the_relaunch_else_the_standby() -> None:
     assert resolve(rec, RecordInput.NEW_HANDLE) == noted
 
 
+def test_a_switchover_gives_the_handover_and_the_new_version_it_recorded() -> None:
+    """On the switchover path the handover and the new version's handle are parts of the switchover's
+    result; while it runs (or after it failed) the new version is the standby it noted."""
+    standby = handle("start_standby", False)
+    noted = handle("switchover", True)
+    rec = replace(record_in("not run"), steps={"start_standby": step("start_standby", DONE, result=standby),
+                                               "switchover": step("switchover", STARTED, notes={"handle": noted})})
+    assert resolve(rec, RecordInput.NEW_HANDLE) == noted
+    assert resolve(rec, RecordInput.HANDOVER) is None
+    released = handle("switchover", False)
+    result = {"handle": released, "stop": {}, "handover": HANDOVER, "used": {}, "downtime": {}}
+    rec = replace(rec, steps={**rec.steps, "switchover": step("switchover", DONE, result=result)})
+    assert resolve(rec, RecordInput.NEW_HANDLE) == released
+    assert resolve(rec, RecordInput.HANDOVER) == HANDOVER
+
+
 def test_no_record_is_missing_for_every_input() -> None:
     for what in RecordInput:
         with pytest.raises(RecordInputMissing, match="on a step without an upgrade journal"):

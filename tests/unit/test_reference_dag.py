@@ -408,3 +408,37 @@ def test_the_dag_serializes_with_its_record_inputs(dags: dict) -> None:
     assert tasks["relaunch"]["standby_handle"] == "FromRecord(standby_handle)"
     json.dumps(data)  # the stored form is JSON
     assert DagSerialization.from_dict(data).get_task("verify").handover == "FromRecord(handover)"
+
+
+def test_the_switchover_dag_switches_inside_the_drivers(dags: dict) -> None:
+    """stream_upgrade_switchover: the standby, then one switchover step (stop, handover and release in the
+    drivers), then verify and archive; no graceful stop, handover, export or release task; the rollback
+    and the in-place path as in the other DAGs."""
+    import json
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+    from airflow_ckpt_provider.upgrade.steps import PATHS, ROLLBACK, Path
+
+    dag = dags["stream_upgrade_switchover"]
+    chain = ["approve", *PATHS[Path.SWITCHOVER].steps, *ROLLBACK, "report"]
+    assert chain[1:5] == ["start_standby", "switchover", "verify", "archive"]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
+    assert not {"graceful_stop", "extract_handover", "export_state", "relaunch"} & set(dag.task_ids)
+    switch = dag.get_task("switchover")
+    assert isinstance(switch, StandbySwitchoverOperator) and switch.retries == 1 and switch.require_journal
+    assert switch.standby_handle == FromRecord(RecordInput.STANDBY_HANDLE)
+    assert "params.old_checkpoint" in switch.old_checkpoint_uri and "params.new_checkpoint" in switch.checkpoint_uri
+    assert "params.handover_mode" in switch.start and "params.accept_reprocessing" in switch.accept_reprocessing
+    assert switch.accept_empty_state == "{{ not params.carry_state }}", "the preflight refuses carrying state"
+    assert {"start", "accept_reprocessing", "accept_data_loss", "accept_empty_state"} <= set(switch.template_fields)
+    assert dag.get_task("preflight").relaunch_mode == "switchover"
+    # the later steps read the handover and the new version from the switchover's result
+    assert dag.get_task("verify").handover == dag.get_task("archive").handover == FromRecord(RecordInput.HANDOVER)
+    assert dag.get_task("rollback_stop_new").launch_handle == FromRecord(RecordInput.NEW_HANDLE)
+    assert dag.get_task("report").path == PATHS[Path.SWITCHOVER]
+    data = DagSerialization.to_dict(dag)
+    json.dumps(data)
+    assert DagSerialization.from_dict(data).get_task("switchover").standby_handle == "FromRecord(standby_handle)"

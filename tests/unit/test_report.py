@@ -156,3 +156,21 @@ def test_a_failed_rollback_says_no_version_runs_and_what_to_do() -> None:
     text = op._no_version_runs()
     assert text.startswith("NO VERSION OF STREAM 'orders' IS RUNNING")
     assert "/ckpt/orders-v1" in text and "ckpt launch" in text and "--release-lock" in text
+
+
+def test_a_switchover_report_shows_where_the_downtime_went_in_the_drivers() -> None:
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport
+    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
+
+    split = DowntimeSplit(stop_s=1.5, notice_s=0.2, handover_read_s=0.3, state_wait_s=None, query_start_s=0.4,
+                          first_batch_s=1.1, downtime_s=2.0)
+    report = UpgradeReport(stream="orders", outcome="upgraded", switchover=split.to_dict())
+    text = report.to_markdown()
+    assert "| switchover in the drivers | downtime 2.0 s: notice 0.2 s, handover read 0.3 s, query start 0.4 s, " \
+           "first batch 1.1 s (the old query took 1.5 s to stop) |" in text
+    assert "## The switchover inside the drivers" in text and "| state wait | - |" in text
+    assert "| handover read | 0.3 |" in text and "| downtime (acknowledgement to first commit) | 2.0 |" in text
+    again = UpgradeReport.from_json(report.to_json())
+    assert again.switchover == split.to_dict() and again.to_json() == report.to_json()
+    assert "switchover" not in UpgradeReport(stream="orders", outcome="upgraded").to_dict(), \
+        "written as the release before it wrote a report without one"

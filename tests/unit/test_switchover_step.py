@@ -26,6 +26,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StandbyNotWaiting,
     SwitchoverMismatch,
     SwitchoverNotTaken,
+    SwitchoverUnsupported,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
@@ -48,6 +49,7 @@ from airflow_ckpt_provider.spark.switchover import SwitchoverHandover, Switchove
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
+from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
 from tests.unit.conftest import Built, write_checkpoint
 from tests.unit.test_launch_operators import FakeLauncher, dead_pid, first_event, running_pid
 from tests.unit.test_standby import (  # noqa: F401 - journal is a fixture
@@ -204,15 +206,39 @@ def test_an_old_query_without_a_live_heartbeat_is_refused_before_anything_is_wri
     nothing_written(new, old)
 
 
-def test_a_stateful_job_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("given", ["handover", "initial_state", "starting_offsets", "handover_json"])
+def test_a_handover_or_state_given_to_the_step_is_refused(tmp_path: Path, given: str) -> None:
+    handle, _ = waiting_standby(tmp_path / "v2")
+    with pytest.raises(ValueError, match=f"takes no {given}"):
+        switchover_operator(tmp_path, handle, **{given: "{}"})
+
+
+def stateful_old(tmp_path: Path) -> Path:
+    old = tmp_path / "v1"
+    write_checkpoint(str(old), batches=range(3), state_operators=(0,))
+    put(old, HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                  query_id="q-old").to_json())
+    return old
+
+
+def test_a_stateful_old_query_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     new = tmp_path / "v2"
-    old, _ = running_old(tmp_path)
+    old = stateful_old(tmp_path)
     handle, _ = waiting_standby(new)
-    operator, _ = switchover_operator(tmp_path, handle, initial_state=str(tmp_path / "state-export"))
-    assert operator._initial_state_conf(), "the job carries state"
-    with pytest.raises(ValueError, match="carries no state"):
+    operator, _ = switchover_operator(tmp_path, handle)
+    with pytest.raises(SwitchoverUnsupported, match="EMPTY state"):
         operator.execute({"ti": TI()})
     nothing_written(new, old)
+
+
+def test_a_stateful_old_query_switches_with_consent_to_empty_state(tmp_path: Path) -> None:
+    new = tmp_path / "v2"
+    stateful_old(tmp_path)
+    handle, _ = waiting_standby(new)
+    operator, _ = switchover_operator(tmp_path, handle, accept_empty_state="True")
+    with pytest.raises(TaskDeferred):
+        operator.execute({"ti": TI()})
+    assert read_switchover_release(new) is not None
 
 
 def test_a_switchover_needs_the_old_checkpoint(tmp_path: Path) -> None:
@@ -538,3 +564,68 @@ def test_a_release_written_without_its_stop_request_asks_the_old_query_on_the_re
     with pytest.raises(TaskDeferred):
         switchover_operator(tmp_path, handle, journal=journal.path)[0].execute(context("run-3", TI()))
     assert (old / STOP_REQUEST).read_bytes() == request_bytes, "a request that is there is not written again"
+
+
+# -- a failed switchover: the old query's state for the rollback ------------------------------------------
+
+
+def test_a_failure_after_the_old_query_stopped_notes_it_for_the_rollback(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    """The standby refused after the old query acknowledged: the old query stopped, the journal says so
+    (the rollback restarts it), and its acknowledgement is left as it is."""
+    operator, _, handle, built = released(tmp_path, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    standby_took_over(tmp_path, built)
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "plan_changed"}
+    with pytest.raises(SwitchoverNotTaken):
+        operator.execute_complete(context("run-1", TI()), event)
+    step = journal.step("switchover")
+    assert step is not None and step.state == "failed" and step.notes[OLD_STOPPED_NOTE] is True
+    assert (tmp_path / "v1" / STOP_ACK).exists()
+
+
+def test_a_failure_before_the_old_query_stopped_withdraws_the_request(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    """No acknowledgement yet (the standby died, say): the stop request is withdrawn so the old query
+    goes on, and the journal says it did not stop (the rollback stops only the standby)."""
+    operator, _, handle, _ = released(tmp_path, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    assert (tmp_path / "v1" / STOP_REQUEST).exists()
+    # the old driver runs on (a heartbeat that stays live however slow this machine is)
+    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                                query_id="q-old", interval=600).to_json())
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "plan_changed"}
+    with pytest.raises(SwitchoverNotTaken):
+        operator.execute_complete(context("run-1", TI()), event)
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is False
+    assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
+
+
+def test_a_refusal_before_the_release_notes_nothing(tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811
+    new = tmp_path / "v2"
+    running_old(tmp_path)
+    handle, _ = waiting_standby(new)
+    (new / HEARTBEAT).unlink()  # the standby is gone: refused before anything is written
+    operator, _ = switchover_operator(tmp_path, handle, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    with pytest.raises(StandbyNotWaiting):
+        operator.complete_step(lambda: operator.launch(context("run-1", TI()), None, journal), journal)
+    step = journal.step("switchover")
+    assert step is not None and OLD_STOPPED_NOTE not in step.notes
+
+
+def test_an_old_driver_that_died_without_acknowledging_counts_as_stopped(
+        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
+    """The old driver was killed mid-switch: no acknowledgement ever comes, its heartbeat goes stale.
+    The request is withdrawn and the journal says the old query stopped: the rollback restarts it."""
+    operator, _, handle, _ = released(tmp_path, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                                query_id="q-old", updated=now() - timedelta(minutes=2)).to_json())
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "request_expired"}
+    with pytest.raises(SwitchoverNotTaken):
+        operator.execute_complete(context("run-1", TI()), event)
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
+    assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
