@@ -254,23 +254,36 @@ def report_parts(stored: Mapping[str, Any] | None, dag_id: str, run_state: str) 
     return dict(UpgradeReport.from_json(stored).downtime_by_step())
 
 
-def measured_upgrade(demo: Any, dag_id: str, run_state: str) -> tuple[float, dict[str, float | None]]:
-    """After a run of ``dag_id``: (downtime from the two checkpoints' commits, the report's parts)."""
+def report_split(stored: Mapping[str, Any] | None) -> str:
+    """The switchover's DowntimeSplit in words, from the report ``stored`` of a switchover upgrade
+    (empty for the other paths)."""
+    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
+
+    split = (stored or {}).get("switchover")
+    return DowntimeSplit.from_json(split).describe() if split else ""
+
+
+def measured_upgrade(demo: Any, dag_id: str, run_state: str) -> tuple[float, dict[str, float | None], str]:
+    """After a run of ``dag_id``: (downtime from the two checkpoints' commits, the report's parts,
+    the report's switchover split in words or "")."""
     from airflow_ckpt_provider.checkpoint.report import downtime_seconds
     from tests.harness.upgrade_demo import read_dag_report
 
-    parts = report_parts(read_dag_report(demo.archive_root, demo.stream), dag_id, run_state)
+    stored = read_dag_report(demo.archive_root, demo.stream)
+    parts = report_parts(stored, dag_id, run_state)
     downtime = downtime_seconds(_committed(demo.old_cp), _committed(demo.new_cp))
     if downtime is None:
         raise RuntimeError("no commits to measure the downtime from")
-    return downtime, parts
+    return downtime, parts, report_split(stored)
 
 
-def dag_upgrade(demo: Any, v1: Any, dag_id: str, dag_file: Path) -> tuple[float, dict[str, float | None]]:
-    """Upgrade version 1 to version 2 with ``dag_id`` run by ``dag.test()``; (downtime, parts)."""
+def dag_upgrade(demo: Any, v1: Any, dag_id: str, dag_file: Path) -> tuple[float, dict[str, float | None], str]:
+    """Upgrade version 1 to version 2 with ``dag_id`` run by ``dag.test()``; (downtime, parts, the
+    switchover split in words or "")."""
     demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
     run = demo.upgrade_with_dag(v1, dag_id=dag_id, dag_file=dag_file)
-    return measured_upgrade(demo, dag_id, str(run.state))
+    downtime, parts, split = measured_upgrade(demo, dag_id, str(run.state))
+    return downtime, parts, f"the report's switchover split: {split}" if split else ""
 
 
 def scheduled_upgrade(demo: Any, v1: Any, dag_id: str, airflow: Any,
@@ -282,8 +295,9 @@ def scheduled_upgrade(demo: Any, v1: Any, dag_id: str, airflow: Any,
     triggered = time.monotonic()
     run_id = airflow.trigger(dag_id, demo.dag_conf(v1, require_approval=False, **overrides), timeout=600)
     state = airflow.wait_for_run(dag_id, run_id, timeout=RUN_TIMEOUT_S)
-    downtime, parts = measured_upgrade(demo, dag_id, f"{run_id} {state}")
-    return downtime, parts, f"run {run_id}: {state} after {time.monotonic() - triggered:.0f} s"
+    downtime, parts, split = measured_upgrade(demo, dag_id, f"{run_id} {state}")
+    note = f"run {run_id}: {state} after {time.monotonic() - triggered:.0f} s"
+    return downtime, parts, note + (f"; the report's switchover split: {split}" if split else "")
 
 
 class _TaskInstance:
@@ -411,7 +425,7 @@ def measure(scenario: str, round_: int, work: Path, kafka: Any, rate: float, *, 
             checkpoint, version = demo.new_cp, "v2"
         else:
             dag_id = DAG_IDS[scenario]
-            run.downtime_s, run.parts = dag_upgrade(demo, v1, dag_id, (dag_files or {})[dag_id])
+            run.downtime_s, run.parts, run.note = dag_upgrade(demo, v1, dag_id, (dag_files or {})[dag_id])
             checkpoint, version = demo.new_cp, "v2"
         run.audit = stateful_audit(demo, checkpoint, version) if stateful else demo.finish(checkpoint)
     except Exception as exc:  # noqa: BLE001 - a failed scenario is reported, the others still run

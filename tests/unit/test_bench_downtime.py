@@ -15,6 +15,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.report import StepTiming, UpgradeReport
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,6 +103,16 @@ def _report(outcome: str) -> dict[str, object]:
 def test_report_parts_are_the_reports_downtime_by_step() -> None:
     parts = _bench().report_parts(_report("upgraded"), "stream_upgrade", "success")
     assert parts == {"graceful_stop": 2.0, "relaunch": 4.0, "between steps": 2.0, "first batch": 2.0}
+
+
+def test_report_split_is_the_switchover_path_s_only() -> None:
+    bench = _bench()
+    assert bench.report_split(_report("upgraded")) == "" and bench.report_split(None) == ""
+    split = DowntimeSplit(stop_s=0.4, notice_s=0.2, handover_read_s=0.1, state_wait_s=0.0, query_start_s=0.5,
+                          first_batch_s=2.0, downtime_s=2.8).to_dict()  # as the report stores it
+    assert bench.report_split({**_report("upgraded"), "switchover": split}) == (
+        "downtime 2.8 s: notice 0.2 s, handover read 0.1 s, state wait 0.0 s, query start 0.5 s, first batch 2.0 s "
+        "(the old query took 0.4 s to stop)")
 
 
 @pytest.mark.parametrize(("stored", "says"), [
