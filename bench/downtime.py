@@ -57,6 +57,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -494,6 +495,10 @@ def start_airflow(home: Path, kafka: Any) -> Any:  # noqa: ANN401 - a running Lo
     return LocalAirflow(home, DAGS, env=env, startup_timeout=AIRFLOW_STARTUP_TIMEOUT_S).start()
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="rounds of the chosen scenarios (default 1)")
@@ -506,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--airflow-home", type=Path, default=REPO / ".airflow" / "bench",
                         help="Airflow homes: DIR/dag-test for dag.test(), DIR/standalone for the scheduler")
     args = parser.parse_args(argv)
+    # a SIGTERM (or a SIGINT a background shell ignores) unwinds like an exception: every scenario's
+    # and the run's clean-up stops the jobs, the standalone Airflow and the broker it started (while
+    # a dag.test() task runs, its task runner handles SIGTERM itself: the signal ends that task)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
