@@ -173,3 +173,14 @@ def test_medians_skip_runs_without_a_downtime() -> None:
     runs = [bench.Run("bare", 0, 10.0), bench.Run("bare", 1, 14.0), bench.Run("bare", 2, 30.0),
             bench.Run("sched-standby", 0, None, problem="RuntimeError: did not upgrade")]
     assert bench.medians(runs) == {"bare": 14.0}
+
+
+def test_outcome_names_inexact_audits_and_failed_runs_apart() -> None:
+    bench = _bench()
+    exact = bench.state_sink_audit({1: (30, 3)}, {1: (30, 3)})
+    lost = bench.state_sink_audit({1: (30, 3)}, {1: (20, 2)})
+    assert bench.outcome([bench.Run("bare", 0, 10.0, audit=exact)]) == "every sink audit exact"
+    assert bench.outcome([bench.Run("bare", 0, 10.0, audit=exact),
+                          bench.Run("switchover", 0, None, problem="SwitchoverUnsupported: ...")]) == \
+        "every sink audit made was exact; FAILED: switchover (round 0)"
+    assert bench.outcome([bench.Run("bare", 0, 10.0, audit=lost)]) == "sink audit NOT exact: bare (round 0)"
