@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"downtime: {', '.join(TITLES[s] for s in chosen)} ({args.rate:g} records/s, 1 s trigger, "
           f"{args.rounds} round(s), load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} CPUs)")
-    print(f"real scheduler: {airflow_note}; every scenario ran while it was up")
+    print(f"real scheduler: {airflow_note}{'; every scenario ran while it was up' if airflow is not None else ''}")
     for run in runs:
         verdict_line = verdict(run.audit) if run.audit is not None else run.problem
         print(f"\n{run.scenario} ({TITLES[run.scenario]}, round {run.round}): "
