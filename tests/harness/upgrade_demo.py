@@ -197,7 +197,7 @@ class UpgradeDemo:
 
     def kafka_connection(self) -> str:
         """``AIRFLOW_CONN_KAFKA_DEFAULT`` value for this broker."""
-        return json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": self.kafka.bootstrap_servers}})
+        return kafka_connection(self.kafka.bootstrap_servers)
 
     def upgrade_with_dag(self, v1: LaunchHandle, *, auto_approve: bool = True, dag_id: str = DAG_ID,
                          dag_file: Path = REFERENCE_DAG, **overrides: Any) -> Any:
@@ -281,6 +281,12 @@ class UpgradeDemo:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def kafka_connection(bootstrap_servers: str) -> str:
+    """``AIRFLOW_CONN_KAFKA_DEFAULT`` value for the broker at ``bootstrap_servers`` (the DAGs'
+    ``kafka_default``): for an Airflow started beside demos that share one broker."""
+    return json.dumps({"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": bootstrap_servers}})
 
 
 def _alive(pid: int) -> bool:
