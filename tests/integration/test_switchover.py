@@ -61,6 +61,40 @@ def _without_time(handover: Handover) -> dict[str, object]:
     return {k: v for k, v in handover.to_dict().items() if k != "taken_at"}
 
 
+def old_and_standby(start_job, hook, kafka, tmp_path: Path, mode: str,  # noqa: ANN001, F811
+                    batches: int = 2) -> tuple[Any, Any, Path, Path, Any]:
+    """The old version (``jobs/stop_job.py`` in ``mode``, a producer at 100 records/s) with ``batches``
+    committed, and the new one waiting as a standby: (old job, launcher, new checkpoint, new sink,
+    standby handle)."""
+    launcher, handles = hook
+    old = start_job(mode, rate=100, partitions=2)
+    old.wait_for_batches(batches, heartbeat=True)
+    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    wait_standby(new_cp, standby, launcher)
+    return old, launcher, new_cp, new_sink, standby
+
+
+#: The Airflow connection of the local broker that the steps here reconcile with.
+KAFKA_CONN = "ckpt_switch_kafka"
+
+
+def kafka_connection(monkeypatch, kafka) -> None:  # noqa: ANN001
+    monkeypatch.setenv(f"AIRFLOW_CONN_{KAFKA_CONN.upper()}", json.dumps(
+        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+
+
+def at_log_end(checkpoint: Path, ranges: dict[tuple[str, int], tuple[int, int]]) -> bool:
+    """The query on ``checkpoint`` committed a batch ending at the log end of ``ranges`` (broker_ranges),
+    nothing in flight: it has no more to write."""
+    try:
+        last = CheckpointReader(str(checkpoint)).handover()
+    except CheckpointError:  # a batch file being written as we read
+        return False
+    ends = {key: end for key, (_, end) in ranges.items()}
+    return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
+
+
 def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exactly_once(
         kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
     launcher, handles = hook
@@ -122,16 +156,8 @@ def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exact
     old.producer.stop()  # type: ignore[union-attr]
     ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
 
-    ends = {(old.topic, p): end for (_, p), (_, end) in ranges.items()}
-
-    def caught_up() -> bool:  # the new version committed a batch ending at the log end: it has no more to write
-        try:
-            done = CheckpointReader(str(new_cp)).handover()
-        except CheckpointError:  # a batch file being written as we read
-            return False
-        return done.in_flight_batch is None and {(t, p): o for t, p, o in done.kafka_offsets().items()} == ends
-
-    wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
+    wait_for(lambda: at_log_end(new_cp, ranges), START_TIMEOUT_S, "the new version to commit the log end", standby,
+             launcher)
     result = audit(read_sink_records(old.sink, new_sink), ranges)
     assert result.ok and result.produced > 0, result.to_dict()
     old_only = audit(read_sink_records(old.sink), ranges)
@@ -159,25 +185,11 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
     over with nothing to read (an empty first batch, or caught up: either ends the step). The
     provider's handover matches; records produced afterwards reach the new version, and both sinks
     hold every record once."""
-    launcher, handles = hook
-    old = start_job("graceful", rate=100, partitions=2)
-    old.wait_for_batches(2, heartbeat=True)
-    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
-    wait_standby(new_cp, standby, launcher)
+    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "graceful")
     old.producer.stop()  # type: ignore[union-attr]
     idle = broker_ranges(kafka.bootstrap_servers, [old.topic])
-
-    def old_caught_up() -> bool:
-        try:
-            last = CheckpointReader(str(old.checkpoint)).handover()
-        except CheckpointError:
-            return False
-        return {(t, p): o for t, p, o in last.kafka_offsets().items()} == {k: end for k, (_, end) in idle.items()}
-
-    wait_for(old_caught_up, START_TIMEOUT_S, "the old query to read the whole (now idle) topic")
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_SWITCH_KAFKA", json.dumps(
-        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+    wait_for(lambda: at_log_end(old.checkpoint, idle), START_TIMEOUT_S, "the old query to read the whole (now idle) topic")
+    kafka_connection(monkeypatch, kafka)
     journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
     journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
                                new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
@@ -185,7 +197,7 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
         "task_id": "switchover", "application": "unused: the standby runs", "checkpoint_uri": str(new_cp),
         "old_checkpoint_uri": str(old.checkpoint), "standby_handle": standby.to_dict(), "stop_timeout": 180,
         "first_commit_timeout": START_TIMEOUT_S, "poll_interval": 0.5, "quiet_period": 2, "journal": journal.path,
-        "master": "local[2]", "kafka_conn_id": "ckpt_switch_kafka"}
+        "master": "local[2]", "kafka_conn_id": KAFKA_CONN}
     fired = tmp_path / "faults.log"
     env = {**os.environ, ENV: "switchover:released", LOG_ENV: str(fired),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -222,16 +234,8 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
     produce_records(kafka.bootstrap_servers, old.topic, 200, start=10_000_000)  # what comes after the switch
     ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
     assert sum(end for _, end in ranges.values()) > sum(end for _, end in idle.values())
-    ends = {(old.topic, p): end for (_, p), (_, end) in ranges.items()}
-
-    def caught_up() -> bool:
-        try:
-            last = CheckpointReader(str(new_cp)).handover()
-        except CheckpointError:
-            return False
-        return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
-
-    wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
+    wait_for(lambda: at_log_end(new_cp, ranges), START_TIMEOUT_S, "the new version to commit the log end", standby,
+             launcher)
     audited = audit(read_sink_records(old.sink, new_sink), ranges)
     assert audited.ok and audited.produced > 0, audited.to_dict()
 
@@ -245,18 +249,12 @@ def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_with_the_sink_led
     (the old one as its log lists it) hold every record once."""
     from tests.integration.test_graceful_stop import file_sink_rows
 
-    launcher, handles = hook
-    old = start_job("busy-file-cut", rate=100, partitions=2)
-    old.wait_for_batches(3, heartbeat=True)
-    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
-    wait_standby(new_cp, standby, launcher)
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_SWITCH_KAFKA", json.dumps(
-        {"conn_type": "ckpt_kafka", "extra": {"bootstrap.servers": kafka.bootstrap_servers}}))
+    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "busy-file-cut", 3)
+    kafka_connection(monkeypatch, kafka)
     step = StandbySwitchoverOperator(
         task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
         old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
-        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id="ckpt_switch_kafka",
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id=KAFKA_CONN,
         sink={"kind": "file", "location": str(old.sink)})
     step.__dict__["launcher_hook"] = launcher
 
@@ -289,16 +287,8 @@ def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_with_the_sink_led
 
     old.producer.stop()  # type: ignore[union-attr]
     ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
-    ends = {(old.topic, p): end for (_, p), (_, end) in ranges.items()}
-
-    def caught_up() -> bool:
-        try:
-            last = CheckpointReader(str(new_cp)).handover()
-        except CheckpointError:
-            return False
-        return last.in_flight_batch is None and {(t, p): o for t, p, o in last.kafka_offsets().items()} == ends
-
-    wait_for(caught_up, START_TIMEOUT_S, "the new version to commit the log end", standby, launcher)
+    wait_for(lambda: at_log_end(new_cp, ranges), START_TIMEOUT_S, "the new version to commit the log end", standby,
+             launcher)
     seen = read_sink_records(new_sink)
     seen.update((old.topic, p, o) for p, o in file_sink_rows(old.sink))  # what the old sink's log lists
     audited = audit(seen, ranges)

@@ -589,21 +589,24 @@ def test_a_failure_after_the_old_query_stopped_notes_it_for_the_rollback(
     assert (tmp_path / "v1" / STOP_ACK).exists()
 
 
-def test_a_failure_before_the_old_query_stopped_withdraws_the_request(
-        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
-    """No acknowledgement yet (the standby died, say): the stop request is withdrawn so the old query
-    goes on, and the journal says it did not stop (the rollback stops only the standby)."""
+@pytest.mark.parametrize(("old_driver", "stopped"), [("runs on", False), ("died", True)])
+def test_a_failure_before_the_old_query_acknowledged_withdraws_the_request(
+        tmp_path: Path, journal: UpgradeJournal, old_driver: str, stopped: bool) -> None:  # noqa: F811
+    """No acknowledgement (the standby died, say): the stop request is withdrawn. An old driver that
+    runs on goes on, and the journal says it did not stop (the rollback stops only the standby); one
+    that died mid-switch (its heartbeat stale) counts as stopped: the rollback restarts it."""
     operator, _, handle, _ = released(tmp_path, journal=journal.path)
     journal.begin("switchover", run_id="run-1")
     assert (tmp_path / "v1" / STOP_REQUEST).exists()
-    # the old driver runs on (a heartbeat that stays live however slow this machine is)
-    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
-                                                query_id="q-old", interval=600).to_json())
-    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "plan_changed"}
+    # live: a heartbeat that stays live however slow this machine is; dead: one two minutes old
+    beat = heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run", query_id="q-old",
+                     **({"interval": 600} if old_driver == "runs on" else {"updated": now() - timedelta(minutes=2)}))
+    put(tmp_path / "v1", HEARTBEAT, beat.to_json())
+    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "stop_expired"}
     with pytest.raises(SwitchoverNotTaken):
         operator.execute_complete(context("run-1", TI()), event)
     step = journal.step("switchover")
-    assert step is not None and step.notes[OLD_STOPPED_NOTE] is False
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is stopped
     assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
 
 
@@ -618,22 +621,6 @@ def test_a_refusal_before_the_release_notes_nothing(tmp_path: Path, journal: Upg
         operator.complete_step(lambda: operator.launch(context("run-1", TI()), None, journal), journal)
     step = journal.step("switchover")
     assert step is not None and OLD_STOPPED_NOTE not in step.notes
-
-
-def test_an_old_driver_that_died_without_acknowledging_counts_as_stopped(
-        tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811 - the fixture
-    """The old driver was killed mid-switch: no acknowledgement ever comes, its heartbeat goes stale.
-    The request is withdrawn and the journal says the old query stopped: the rollback restarts it."""
-    operator, _, handle, _ = released(tmp_path, journal=journal.path)
-    journal.begin("switchover", run_id="run-1")
-    put(tmp_path / "v1", HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
-                                                query_id="q-old", updated=now() - timedelta(minutes=2)).to_json())
-    event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "request_expired"}
-    with pytest.raises(SwitchoverNotTaken):
-        operator.execute_complete(context("run-1", TI()), event)
-    step = journal.step("switchover")
-    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
-    assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
 
 
 # -- a stop that cut a batch: the standby refuses, the provider takes over ----------------------------
