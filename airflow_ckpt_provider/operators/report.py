@@ -21,6 +21,7 @@ from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, ROL
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
 from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread, rollback_result
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
+from airflow_ckpt_provider.checkpoint.switchover import TakenBy
 from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -160,7 +161,7 @@ class UpgradeReportOperator(BaseOperator):
             and launched.state == TaskState.SUCCESS else None
         state_export = planner.result_of(record, path.state_export) if path.state_export else None
         switched = _mapping(planner.result_of(record, path.switchover)) if path.switchover else {}
-        if switched.get("taken_by") == "provider":
+        if switched.get("taken_by") == TakenBy.PROVIDER.value:
             refusal = _mapping(switched.get("used"))
             notes.append(f"{path.switchover}: the standby refused ({refusal.get('reason', '?')}: "
                          f"{refusal.get('found', '?')}); the provider took the handover with the sink ledger and "

@@ -31,6 +31,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     DEFAULT_MISSED_BEATS,
     StopAck,
     StopReason,
+    StopResult,
     heartbeat_alive,
     new_request,
 )
@@ -280,13 +281,21 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         return LaunchHandle.from_json(recorded)
 
     def _wait_for_switch(self, context: Context, handle: Any, release_id: str) -> dict[str, Any]:  # noqa: ANN401
+        """Wait for the standby to take over (or refuse) ``release_id``, then :meth:`switched`."""
+        return self._wait(handle, self.stop_timeout + self.first_commit_timeout,
+                          finish=lambda event: self.switched(context, event), switchover_release=release_id)
+
+    def _wait(self, handle: Any, seconds: float, *, finish: Callable[[dict[str, Any]], dict[str, Any]],  # noqa: ANN401
+              switchover_release: str = "", kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Wait at most ``seconds`` for the new query's first commit (or, with ``kafka_conn_id``, for it
+        to be caught up; with ``switchover_release``, for the standby's refusal of it), in the task
+        then deferred; ``finish`` (or ``execute_complete`` with ``kwargs``) gets the event."""
         trigger = LaunchTrigger(
-            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.stop_timeout + self.first_commit_timeout,
-            handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
-            min_batch=0, kafka_conn_id=self.kafka_conn_id or None, switchover_release=release_id)
-        return self.defer_unless_over(
-            trigger, finish=lambda event: self.switched(context, event), poll_interval=min(self.poll_interval, 1.0),
-            timeout=timedelta(seconds=self.stop_timeout + self.first_commit_timeout + DEFER_GRACE_S))
+            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + seconds, handle=handle.to_dict(),
+            poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id, min_batch=0,
+            kafka_conn_id=self.kafka_conn_id or None, switchover_release=switchover_release)
+        return self.defer_unless_over(trigger, finish=finish, poll_interval=min(self.poll_interval, 1.0),
+                                      kwargs=kwargs, timeout=timedelta(seconds=seconds + DEFER_GRACE_S))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None,
                          fallback: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -374,17 +383,21 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         # "" when the standby did not see the request file (gone or replaced after the ack): the release
         # was written just before the request
         requested_at = parse_time(used.stop_requested_at or release.released_at).timestamp()
-        stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=used.stop_request_id,
-                           requested_at=requested_at, ack=ack, kill=None,
-                           timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
-                           poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
-                           acknowledged_quiet_period=self.acknowledged_quiet_period)
+        stop = self._stopped(old, ack, requested_at)
         split = downtime_split(stop_requested_at=used.stop_requested_at, stop_acknowledged_at=used.stop_acknowledged_at,
                                ack_seen_at=used.ack_seen_at, handover_read_at=used.handover_read_at,
                                released_at=used.released_at, first_commit_at=self._first_commit_time(new, fired.batch))
         self.log.info("switchover done: %s", split.describe())
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
                                 used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+
+    def _stopped(self, old: ControlFiles, ack: StopAck, requested_at: float) -> StopResult:
+        """The old query's stop result once it acknowledged ``ack`` (requested at ``requested_at``,
+        epoch seconds): its checkpoint's quiet checked as the graceful stop does."""
+        return finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=ack.request_id, requested_at=requested_at,
+                           ack=ack, kill=None, timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
+                           poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
+                           acknowledged_quiet_period=self.acknowledged_quiet_period)
 
     def _can_take_over(self, release: SwitchoverRelease, refusal: SwitchoverRefusal, ack: StopAck) -> bool:
         """Whether the provider takes over after ``refusal``: the standby refused because the old
@@ -405,10 +418,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         request = old.request()
         requested_at = parse_time(request.requested_at).timestamp() if request is not None \
             and request.request_id == ack.request_id else parse_time(release.released_at).timestamp()
-        stop = finish_stop(old, reason=StopReason.ACKNOWLEDGED, request_id=ack.request_id, requested_at=requested_at,
-                           ack=ack, kill=None, timeout_s=self.stop_timeout, quiet_period=self.quiet_period,
-                           poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
-                           acknowledged_quiet_period=self.acknowledged_quiet_period)
+        stop = self._stopped(old, ack, requested_at)
         result = take_handover(
             CheckpointReader(str(self.old_checkpoint_uri), fs=old.fs), SinkSpec.from_value(self.sink),
             self.storage_hook, self.kafka_hook, start_choice(self.start),
@@ -459,14 +469,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         return dict(noted) if isinstance(noted, Mapping) else None
 
     def _wait_for_fallback(self, context: Context, handle: Any, fallback: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN401
-        trigger = LaunchTrigger(
-            checkpoint_uri=self.checkpoint_uri, deadline=time.time() + self.first_commit_timeout,
-            handle=handle.to_dict(), poll_interval=self.poll_interval, storage_conn_id=self.storage_conn_id,
-            min_batch=0, kafka_conn_id=self.kafka_conn_id or None)
-        return self.defer_unless_over(
-            trigger, finish=lambda event: self.taken_over(context, event, fallback),
-            poll_interval=min(self.poll_interval, 1.0), kwargs={"fallback": fallback},
-            timeout=timedelta(seconds=self.first_commit_timeout + DEFER_GRACE_S))
+        """Wait for the standby the provider released after its refusal, then :meth:`taken_over`."""
+        return self._wait(handle, self.first_commit_timeout, kwargs={"fallback": fallback},
+                          finish=lambda event: self.taken_over(context, event, fallback))
 
     def taken_over(self, context: Context, event: dict[str, Any] | None,
                    fallback: Mapping[str, Any]) -> dict[str, Any]:

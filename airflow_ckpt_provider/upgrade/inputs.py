@@ -62,6 +62,8 @@ class FromRecord:
 
 _MIGRATION, _STANDBY, _IN_PLACE = PATHS[Path.COLD], PATHS[Path.STANDBY], PATHS[Path.IN_PLACE]
 _SWITCHOVER = PATHS[Path.SWITCHOVER]
+#: The steps that are the stop, the handover and the launch at once: their result holds the ``handle``.
+_COMBINED = frozenset(path.switchover for path in PATHS.values() if path.switchover)
 _START_STANDBY = next(step for step in _STANDBY.new if step != _STANDBY.launch)
 #: No safe empty value: the input is required.
 REQUIRED = object()
@@ -138,11 +140,10 @@ def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
             entry = record.steps.get(step)
             if entry is None:
                 continue
-            if entry.state == DONE and step == _SWITCHOVER.switchover and isinstance(entry.result, Mapping) \
-                    and isinstance(entry.result.get("handle"), Mapping):
-                return dict(entry.result["handle"])
-            if entry.state == DONE and isinstance(entry.result, Mapping) and step != _SWITCHOVER.switchover:
-                return dict(entry.result)
+            if entry.state == DONE and isinstance(entry.result, Mapping):
+                done = entry.result.get("handle") if step in _COMBINED else entry.result
+                if isinstance(done, Mapping):
+                    return dict(done)
             noted = entry.notes.get("handle")
             if isinstance(noted, Mapping):
                 return dict(noted)
