@@ -14,16 +14,19 @@ Cold (``relaunch_mode="cold"``: ``stream_upgrade_cold``, for clusters without ro
 driver): preflight -> compatibility check -> approval -> graceful stop -> handover -> state export
 -> archive -> relaunch -> verify.
 
-Switchover (``relaunch_mode="switchover"``: ``stream_upgrade_switchover``, stateless queries):
+Switchover (``relaunch_mode="switchover"``: ``stream_upgrade_switchover``):
 preflight -> compatibility check -> approval -> start the new version as a standby -> switchover
 (one step: it releases the standby for a switchover and asks the old query to stop; the standby,
 inside the new version's driver, reads the old checkpoint's last committed batch the moment the
-old query acknowledges and starts its query, with no Airflow task in between; the step then
-re-derives the handover and compares) -> verify -> archive. The downtime does not depend on the
-scheduler; the report splits it into the old query's stop, the standby's notice, its handover read,
-the query start and the first batch. The preflight refuses it (nothing changed) for a stateful old
-query whose state is to be carried, a start ``at_time`` and partitions added since the old query's
-last commit: use ``stream_upgrade``. A failed switchover rolls back as a failed stop or release
+old query acknowledges — and, for a stateful query with ``carry_state``, its state at that batch
+with Spark's state reader in its own warm session, seeded to the job as
+``spark.ckpt.initialStatePath`` — and starts its query, with no Airflow task in between; the step
+then re-derives the handover and compares) -> export_state (after the switch: the verified export
+for the archive, which must equal the seed store by store, rows and checksum) -> verify -> archive.
+The downtime does not depend on the scheduler; the report splits it into the old query's stop, the
+standby's notice, its handover read, the state wait, the query start and the first batch. The
+preflight refuses it (nothing changed) for a start ``at_time`` and partitions added since the old
+query's last commit: use ``stream_upgrade``. A failed switchover rolls back as a failed stop or release
 does: the standby is stopped, and the old version is restarted only when it had acknowledged the
 stop (the step notes which; an unacknowledged request is withdrawn, the old version goes on).
 
@@ -347,10 +350,12 @@ def build_stream_upgrade_dag(
         )
         # from here on a step takes the other steps' results from the upgrade record (FromRecord): the
         # handover step's result (HandoverResult) goes whole to the steps that need it
-        export_state = None if switchover else StateExportOperator(
+        export_state = StateExportOperator(
             task_id="export_state", checkpoint_uri="{{ params.old_checkpoint }}",
             export_uri=FromRecord(RecordInput.STATE_EXPORT_LOCATION), handover=FromRecord(RecordInput.HANDOVER),
             carry_state="{{ params.carry_state }}", upgrade_id=FromRecord(RecordInput.UPGRADE_ID),
+            # after a switchover: the verified copy of the state the standby seeded, and its check
+            seeded_state=FromRecord(RecordInput.SEEDED_STATE) if switchover else "",
             **spark_of("new"), **JOURNALED,
         )
         archive = CheckpointArchiveOperator(
@@ -378,7 +383,8 @@ def build_stream_upgrade_dag(
             task_id=SWITCHOVER, standby_handle=FromRecord(RecordInput.STANDBY_HANDLE),
             **{k: v for k, v in launch_args.items() if k not in ("task_id", "handover", "initial_state")},
             stop_timeout=stop_timeout, quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period,
-            accept_empty_state="{{ not params.carry_state }}",  # the preflight refused carrying state
+            carry_state="{{ params.carry_state }}",  # the standby seeds the state in its own session
+            accept_empty_state="{{ not params.carry_state }}",
             sink=SINK,  # the sink ledger, should the old query's stop cut a batch (the standby refuses then)
             **START,
         ) if switchover else None
@@ -504,8 +510,9 @@ manual = build_stream_upgrade_dag("stream_upgrade")
 # The same upgrade without a standby: the new version starts only after the stop and the archive
 # (one driver at a time; downtime includes the new version's JVM and session start).
 cold = build_stream_upgrade_dag("stream_upgrade_cold", relaunch_mode=RelaunchMode.COLD)
-# The standby takes over inside the drivers (stateless queries): one switchover step instead of
-# stop -> handover -> release, so the downtime does not depend on the scheduler.
+# The standby takes over inside the drivers (seeding a stateful query's state in its own session):
+# one switchover step instead of stop -> handover -> export -> release, so the downtime does not
+# depend on the scheduler.
 switchover = build_stream_upgrade_dag("stream_upgrade_switchover", relaunch_mode=RelaunchMode.SWITCHOVER)
 # Scheduled on the new version's artifact: publishing it (an Asset event) starts the upgrade with
 # the defaults below and no approval. Set the defaults for your stream before enabling it.

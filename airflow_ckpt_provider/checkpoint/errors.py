@@ -847,6 +847,18 @@ class InvalidStateExport(StateExportError, ValueError):
                       "location. Nothing was started.")
 
 
+class SeededStateMismatch(StateExportError):
+    """The state a standby seeded in a switchover differs from the provider's export of the same batch."""
+
+    summary = "the state the new version started from differs from the old query's export"
+    default_action = (
+        "The upgrade fails and rolls back: the new version may hold wrong totals. Compare the seed under the new "
+        "checkpoint's _ckpt/seed-state/ with the export (their state-manifest.json list rows and checksum per "
+        "store); a process that wrote to the old checkpoint after its stop, or a reader of another Spark that "
+        "reads the state differently, is to be found before the next try."
+    )
+
+
 class StateExportConflict(StateExportError):
     summary = "state export location holds something else"
     default_action = ("Each upgrade exports to its own location: remove what is there if it is yours, or choose "

@@ -48,6 +48,7 @@ from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import (
     InvalidStateExport,
+    SeededStateMismatch,
     StateExportConflict,
     StateExportCorrupt,
     StateStartUnsupported,
@@ -164,6 +165,15 @@ def store_versions(names: Iterable[str]) -> tuple[dict[int, frozenset[str]], boo
     return {v: frozenset(k) for v, k in found.items()}, unique_ids
 
 
+def state_layout(offset_conf: Mapping[str, str], state_unique_ids: bool) -> tuple[str, int]:
+    """The state store provider and state checkpoint format version a batch was written with: from
+    its offset log entry's conf and whether its commit holds ``stateUniqueIds`` (format v2 even where
+    the conf does not say so)."""
+    provider = offset_conf.get(CONF_PROVIDER, HDFS_PROVIDER)
+    version = int(offset_conf.get(CONF_CHECKPOINT_FORMAT, "1") or 1)
+    return provider, max(version, 2) if state_unique_ids or version >= 2 else version
+
+
 def export_location(archive_root: str, stream_name: str, upgrade_id: str) -> str:
     """The export location of one upgrade next to the stream's archives (archive listings skip it)."""
     return posixpath.join(archive_root.rstrip("/"), stream_name, EXPORTS_DIR, upgrade_id)
@@ -273,7 +283,9 @@ class ExportedStore:
     (Spark's JSON form); ``void_fields`` name the NullType fields Parquet cannot hold, stored as
     boolean nulls (``value.__dummy__`` of a deduplication); ``renamed_fields`` maps a stored field
     path to the reader's where a struct repeats a name (``value.sum_4`` -> ``value.sum``: the
-    buffers of ``sum()`` and ``avg()``)."""
+    buffers of ``sum()`` and ``avg()``). ``checksum``: the sum of every row's ``xxhash64(key, value)``
+    as the export job computed it (a decimal string; "" in an export made before it was recorded):
+    two exports of the same state agree on it however their files are split."""
 
     operator_id: int
     operator_name: str
@@ -287,6 +299,7 @@ class ExportedStore:
     rows: int
     files: tuple[ExportedFile, ...] = ()
     renamed_fields: Mapping[str, str] = field(default_factory=dict, hash=False)
+    checksum: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -302,7 +315,7 @@ class ExportedStore:
                 "state_variable": self.state_variable, "path": self.path, "num_partitions": self.num_partitions,
                 "key_schema": dict(self.key_schema), "value_schema": dict(self.value_schema),
                 "void_fields": list(self.void_fields), "renamed_fields": dict(self.renamed_fields), "rows": self.rows,
-                "files": [f.to_dict() for f in self.files]}
+                **({"checksum": self.checksum} if self.checksum else {}), "files": [f.to_dict() for f in self.files]}
 
     @classmethod
     def from_dict(cls, data: str | bytes | Mapping[str, Any]) -> ExportedStore:
@@ -399,6 +412,7 @@ _STORE = Codec("ExportedStore", StateExportCorrupt, {
     "void_fields": Field((list,), decode=array_of(str)),
     "renamed_fields": Field((dict,), decode=object_of(str)),
     "rows": _COUNT,
+    "checksum": Field((str,), required=False, default=""),
     "files": Field((list,), required=False, default=(), decode=array_of(dict, decode=ExportedFile.from_json)),
 }, version=None)
 
@@ -439,6 +453,34 @@ def check_reusable(manifest: StateManifest, plan: StateExportPlan, *, uri: str) 
             path=uri)
 
 
+# -- a seed against the export -------------------------------------------------------------------
+
+
+def check_seeded_state(seed: StateManifest, export: StateManifest, *, uri: str) -> None:
+    """The state a standby seeded (``seed``: its manifest, written in its own session) is the export's:
+    the same batch and, per store, the same rows and checksum; :class:`SeededStateMismatch` naming
+    every difference. An export without checksums (made before they were recorded) is refused too:
+    the check cannot be made."""
+    differences: list[tuple[str, str]] = []
+    if seed.batch_id != export.batch_id:
+        differences.append((f"the seed of batch {seed.batch_id}", f"batch {export.batch_id}"))
+    names = {(s.operator_id, s.state_variable or s.store_name) for s in (*seed.stores, *export.stores)}
+    for operator, name in sorted(names):
+        ours, theirs = export.store(operator, name), seed.store(operator, name)
+        where = f"operator {operator} store {name}"
+        if ours is None or theirs is None:
+            differences.append((f"{where} {'only in the seed' if ours is None else 'missing from the seed'}",
+                                f"{where} in both"))
+        elif not ours.checksum or not theirs.checksum:
+            differences.append((f"{where} without a checksum", f"{where} with its checksum in both"))
+        elif (theirs.rows, theirs.checksum) != (ours.rows, ours.checksum):
+            differences.append((f"{where}: {theirs.rows:,} rows, checksum {theirs.checksum} in the seed",
+                                f"{ours.rows:,} rows, checksum {ours.checksum} as exported"))
+    if differences:
+        raise SeededStateMismatch(found="; ".join(f for f, _ in differences),
+                                  expected="the export: " + "; ".join(e for _, e in differences), path=uri)
+
+
 __all__ = ["HDFS_PROVIDER", "JOB_RESULT", "STATE_MANIFEST", "ExportedFile", "ExportedStore", "StateExport",
-           "StateExportPlan", "export_location", "state_batch",
-           "StateManifest", "check_reusable", "store_versions", "version_readable"]
+           "StateExportPlan", "export_location", "state_layout", "state_batch",
+           "StateManifest", "check_reusable", "check_seeded_state", "store_versions", "version_readable"]

@@ -82,16 +82,16 @@ class DowntimeSplit:
 
 
 def downtime_split(*, stop_requested_at: str, stop_acknowledged_at: str, ack_seen_at: str, handover_read_at: str,
-                   released_at: str, first_commit_at: float | None, state_wait_s: float | None = None
-                   ) -> DowntimeSplit:
-    """The split of one switchover from the times the standby recorded (ISO 8601 with zone) and the
-    new query's first commit (epoch seconds, None when unknown)."""
-    requested, acknowledged, seen, read, released = (
+                   released_at: str, first_commit_at: float | None, state_seeded_at: str = "") -> DowntimeSplit:
+    """The split of one switchover from the times the standby recorded (ISO 8601 with zone; ``state_seeded_at``
+    "" when it seeded no state) and the new query's first commit (epoch seconds, None when unknown)."""
+    requested, acknowledged, seen, read, seeded, released = (
         epoch_seconds(moment) for moment in (stop_requested_at, stop_acknowledged_at, ack_seen_at, handover_read_at,
-                                             released_at))
+                                             state_seeded_at, released_at))
     return DowntimeSplit(stop_s=_between(requested, acknowledged), notice_s=_between(acknowledged, seen),
-                         handover_read_s=_between(seen, read), state_wait_s=state_wait_s,
-                         query_start_s=_between(read, released), first_batch_s=_between(released, first_commit_at),
+                         handover_read_s=_between(seen, read), state_wait_s=_between(read, seeded),
+                         query_start_s=_between(seeded if seeded is not None else read, released),
+                         first_batch_s=_between(released, first_commit_at),
                          downtime_s=_between(acknowledged, first_commit_at))
 
 

@@ -105,9 +105,9 @@ class UpgradePreflightOperator(BaseOperator):
     ``relaunch_mode`` (``standby``, ``cold`` or ``switchover``, as the DAG starts the new version)
     is shown to the approver with what it costs: a standby runs beside the old version until the
     stop. For ``switchover`` (the standby takes its start from the old checkpoint's files alone,
-    inside the drivers) the preflight refuses with :class:`SwitchoverUnsupported` a stateful old
-    query whose state is to be carried, a start ``at_time``, and partitions added since the old
-    query's last commit.
+    inside the drivers) the preflight refuses with :class:`SwitchoverUnsupported` a start
+    ``at_time`` and partitions added since the old query's last commit; a stateful old query's
+    state is checked as for the export (below) and seeded by the standby in its own session.
 
     ``start`` (as for :class:`CheckpointHandoverOperator`: rewind to a batch, a time, explicit
     offsets) is planned against where the old version is now; the records it processes again or
@@ -298,12 +298,8 @@ class UpgradePreflightOperator(BaseOperator):
 
     def _check_switchover(self, reader: CheckpointReader, choice: StartChoice, result: Reconciliation) -> None:
         """Refuse what the switchover cannot honour (:class:`SwitchoverUnsupported`): the standby takes
-        its start from the old checkpoint's files alone and carries no state."""
-        operators = reader.snapshot().state_operators
+        its start from the old checkpoint's files alone."""
         refusals = []
-        if operators and flag(self.carry_state, "carry_state"):
-            refusals.append((f"a stateful old query (operators {', '.join(map(str, operators))}) whose state is "
-                             "to be carried", "a stateless query, or carry_state off (EMPTY state)"))
         if choice.mode is StartMode.AT_TIME:
             refusals.append(("a start at_time (it needs the broker's offsets for the time)",
                              "a start resume, rewind_to_batch or offsets"))
@@ -369,6 +365,11 @@ class UpgradePreflightOperator(BaseOperator):
         fmt = (f", state checkpoint format v{plan.checkpoint_format_version} read on Spark {exporting}"
                if plan.checkpoint_format_version >= 2 else "")
         provider = plan.state_store_provider.rsplit(".", 1)[-1]
+        if str(self.relaunch_mode or "") == RelaunchMode.SWITCHOVER.value:
+            return (f"**State:** operator(s) {operators} ({provider}{fmt}): seeded by the standby in its own session "
+                    f"from the old checkpoint at the handover batch, given to the new version as "
+                    f"`spark.ckpt.initialStatePath` (it must read it: docs \"Starting from the old query's state\"); "
+                    f"exported and verified after the switch, and compared with the seed store by store.")
         return (f"**State:** operator(s) {operators} ({provider}{fmt}): exported at "
                 f"the handover batch and verified, then given to the new version as `spark.ckpt.initialStatePath` "
                 f"(it must read it: docs \"Starting from the old query's state\").")

@@ -1,4 +1,5 @@
-"""Export the stopped old query's state for the new version (the step between the handover and the relaunch)."""
+"""Export the stopped old query's state for the new version (the step between the handover and the
+relaunch; after a switchover, the verified copy of the state the standby seeded itself)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ from typing import Any, cast
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_ckpt_provider.checkpoint.errors import SeededStateMismatch
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.state import StateExport, state_batch
+from airflow_ckpt_provider.checkpoint.state import (
+    STATE_MANIFEST,
+    StateExport,
+    StateManifest,
+    check_seeded_state,
+    state_batch,
+)
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.state_export import export_checkpoint_state
@@ -19,6 +27,7 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.storage.state import read_manifest
 from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE, StepStart
 
@@ -45,11 +54,18 @@ class StateExportOperator(JournaledStep, BaseOperator):
     :meth:`~airflow_ckpt_provider.checkpoint.state.StateExport.to_dict`. With ``journal`` a done
     export is returned as recorded; a re-run after a crash replaces an unfinished export.
 
+    After a switchover the standby seeded the state itself, in its own session, before it started
+    (``seeded_state``: the seed's location); this export then runs after the switch, for the archive
+    and as the check of that seed: every store must have the seed's rows and checksum (the sum of
+    each row's ``xxhash64(key, value)``), else :class:`SeededStateMismatch` fails the step (the
+    reference DAG rolls back). A seed with rows where nothing is exported fails the same way.
+
     :param checkpoint_uri: the stopped query's checkpoint
     :param export_uri: where the export goes (empty location, or this upgrade's earlier export)
     :param handover: the handover step's result (``CheckpointHandoverOperator.output``)
     :param carry_state: False: export nothing, the new version starts with empty state
     :param upgrade_id: recorded in the manifest
+    :param seeded_state: where a switchover's standby seeded the state (empty: no seed to check)
     :param conf: Spark conf of the export job (the new version's, in the reference DAG)
     :param master: spark-submit ``--master`` of the job (or ``spark_conn_id``)
     :param deploy_mode: ``client`` or ``cluster``
@@ -62,7 +78,7 @@ class StateExportOperator(JournaledStep, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("checkpoint_uri", "export_uri", "handover", "carry_state", "upgrade_id",
-                                      "conf", "master", "deploy_mode", "spark_conn_id", "spark_home",
+                                      "seeded_state", "conf", "master", "deploy_mode", "spark_conn_id", "spark_home",
                                       "spark_binary", "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#eef8e8"
 
@@ -74,6 +90,7 @@ class StateExportOperator(JournaledStep, BaseOperator):
         handover: HandoverResult | str | Mapping[str, Any] | FromRecord,
         carry_state: bool | str = True,
         upgrade_id: str | FromRecord = "",
+        seeded_state: str | FromRecord = "",
         conf: Mapping[str, str] | None = None,
         master: str | None = "local[2]",
         deploy_mode: str | None = None,
@@ -101,6 +118,7 @@ class StateExportOperator(JournaledStep, BaseOperator):
         self.handover = cast("HandoverResult | str | Mapping[str, Any]", handover)
         self.carry_state = carry_state
         self.upgrade_id = given(upgrade_id)
+        self.seeded_state = given(seeded_state)
         self.conf = conf
         self.master = master
         self.deploy_mode = deploy_mode
@@ -144,8 +162,31 @@ class StateExportOperator(JournaledStep, BaseOperator):
                          self.launcher_hook.kill(handle))
 
     def _skip(self, why: str) -> dict[str, Any]:
+        self._check_seed(None)
         self.log.info("no state exported: %s", why)
         return StateExport(skipped=why).to_dict()
+
+    def _check_seed(self, manifest: StateManifest | None) -> None:
+        """The state a switchover's standby seeded (``seeded_state``) against this export (None:
+        nothing exported); :class:`SeededStateMismatch` naming every difference."""
+        if not self.seeded_state:
+            return
+        fs, root = self.storage_hook.filesystem(self.seeded_state)
+        seed = read_manifest(fs, root, uri=self.seeded_state)
+        if seed is None:
+            raise SeededStateMismatch(found=f"no {STATE_MANIFEST} at the seed's location",
+                                      expected="the manifest the standby wrote when it seeded the state",
+                                      path=self.seeded_state)
+        if manifest is None:
+            if seed.rows:
+                raise SeededStateMismatch(found=f"a seed of {seed.rows:,} rows and nothing exported",
+                                          expected="the export of the state the standby seeded",
+                                          path=self.seeded_state)
+            return
+        check_seeded_state(seed, manifest, uri=self.seeded_state)
+        self.log.info("the state the standby seeded (%s rows at %s) is the export's: %s", f"{seed.rows:,}",
+                      self.seeded_state, ", ".join(f"operator {s.operator_id} store {s.state_variable or s.store_name} "
+                                                   f"{s.rows:,} rows, checksum {s.checksum}" for s in manifest.stores))
 
     def export(self, start: StepStart | None = None, journal: UpgradeJournal | None = None) -> dict[str, Any]:
         """Check and export (see the class docstring); the StateExport dict."""
@@ -172,6 +213,7 @@ class StateExportOperator(JournaledStep, BaseOperator):
         if manifest is None:
             return self._skip("the old query is stateless: no state to carry" if not plan.stateful
                               else "the old query committed no batch: its state is empty")
+        self._check_seed(manifest)
         return StateExport.of(manifest, self.export_uri, time.monotonic() - started).to_dict()
 
 

@@ -63,6 +63,7 @@ from airflow_ckpt_provider.spark.switchover import (
 )
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.reader import CheckpointReader
+from airflow_ckpt_provider.storage.state import read_manifest
 from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
 from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
@@ -113,9 +114,19 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     DAG's rollback restarts the old version only then. With
     ``journal``, a retry after the release waits for that release again and never writes a second one.
 
-    Stateless queries only, for now: an old checkpoint with state is refused
-    (:class:`SwitchoverUnsupported`) unless ``accept_empty_state`` (its export must run before the
-    standby starts: use the standby release to carry it). Takes the arguments of
+    A stateful old query's state is carried with ``carry_state``: the release asks the standby to
+    seed it (``seed_state``): it reads the state where it starts (after the handover batch; K-1 for
+    a rewind to batch K) with Spark's state reader in its own warm session, writes it under the new
+    checkpoint's ``_ckpt/seed-state/`` and gives the job that location as
+    ``spark.ckpt.initialStatePath`` — no export job inside the downtime. The result records the seed
+    (``used.state_path``, ``state_rows``) and the split its state wait; the provider's verified
+    export runs after the switch and must agree with the seed
+    (:class:`~airflow_ckpt_provider.operators.state.StateExportOperator` ``seeded_state``). A
+    standby that cannot seed refuses and does not start (the step fails: the old query stopped, the
+    rollback restarts it), and a stateful switchover whose stop cut a batch is not taken over by the
+    provider (the state of a batch the sink ledger hands over is in no checkpoint): it fails the same
+    way. Without ``carry_state`` a stateful old query is refused (:class:`SwitchoverUnsupported`)
+    unless ``accept_empty_state``. Takes the arguments of
     :class:`StandbyReleaseOperator` except ``handover``, ``initial_state``, ``starting_offsets`` and
     ``handover_json`` (refused: the standby takes the handover itself), and:
 
@@ -128,20 +139,23 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     :param quiet_period: seconds the old checkpoint must stay quiet after the stop
     :param acknowledged_quiet_period: the shorter quiet check after a clean acknowledgement (None: ``quiet_period``)
     :param missed_beats: heartbeat intervals after which the old query's heartbeat is stale
+    :param carry_state: carry a stateful old query's state: the standby seeds it in its own session (a bool or "True")
     :param accept_empty_state: consent to switch a stateful old query, whose new version starts with EMPTY state
     :param sink: the job's sink declaration, for the sink ledger when the old query's stop cut a batch
         (SinkSpec, mapping or JSON; default: not declared, at-least-once)
     """
 
     template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source",
-                                      "accept_reprocessing", "accept_data_loss", "accept_empty_state", "sink")
+                                      "accept_reprocessing", "accept_data_loss", "carry_state", "accept_empty_state",
+                                      "sink")
     ui_color = "#e8f0fd"
 
     def __init__(self, *, start: StartChoice | Mapping[str, Any] | str | None = None, source: int | str | None = None,
                  accept_reprocessing: bool | str = False, accept_data_loss: bool | str = False,
                  stop_timeout: float = 300.0,
                  quiet_period: float = 10.0, acknowledged_quiet_period: float | None = None,
-                 missed_beats: float = DEFAULT_MISSED_BEATS, accept_empty_state: bool | str = False,
+                 missed_beats: float = DEFAULT_MISSED_BEATS, carry_state: bool | str = False,
+                 accept_empty_state: bool | str = False,
                  sink: SinkSpec | Mapping[str, Any] | str | None = None, **kwargs: Any) -> None:
         for taken in ("handover", "initial_state", "starting_offsets", "handover_json"):
             if kwargs.get(taken) not in (None, ""):
@@ -159,6 +173,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         self.quiet_period = float(quiet_period)
         self.acknowledged_quiet_period = acknowledged_quiet_period
         self.missed_beats = float(missed_beats)
+        self.carry_state = carry_state
         self.accept_empty_state = accept_empty_state
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
 
@@ -200,7 +215,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             return self._wait_for_switch(context, handle, str(previous.notes["released"]))
         if not self.old_checkpoint_uri:
             raise ValueError("a switchover needs old_checkpoint_uri (the old query's checkpoint)")
-        self._refuse_state(old)
+        seed = self._seeds_state(old)
         choice = start_choice(self.start)
         standby = self._standby()
         waiting, why = self._waiting(standby, new)
@@ -227,7 +242,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             expected_starting_offsets=choice.offsets.to_json() if choice.offsets is not None else "",
             accept_reprocessing=flag(self.accept_reprocessing, "accept_reprocessing"),
             accept_data_loss=flag(self.accept_data_loss, "accept_data_loss"),
-            requested_by=f"{self.dag_id}.{self.task_id}")
+            requested_by=f"{self.dag_id}.{self.task_id}", seed_state=seed)
         if journal is not None:  # before the writes: a re-run never releases twice
             journal.note(self.task_id, released=release.release_id, stop_request=request.request_id,
                          handle=standby.to_dict())
@@ -243,15 +258,24 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         fault_point(f"{self.task_id}:requested")
         return self._wait_for_switch(context, standby, release.release_id)
 
-    def _refuse_state(self, old: ControlFiles) -> None:
-        """:class:`SwitchoverUnsupported` for an old query with state unless ``accept_empty_state``: the
-        standby would start it with EMPTY state."""
+    def _seeds_state(self, old: ControlFiles) -> bool:
+        """Whether the standby is to seed the old query's state: it has state and ``carry_state``.
+        :class:`SwitchoverUnsupported` for state not carried unless ``accept_empty_state`` (the
+        standby would start with EMPTY state)."""
         operators = CheckpointReader(str(self.old_checkpoint_uri), fs=old.fs).snapshot().state_operators
-        if operators and not flag(self.accept_empty_state, "accept_empty_state"):
+        if not operators:
+            return False
+        if flag(self.carry_state, "carry_state"):
+            self.log.info("the old query is stateful (operators %s): the standby seeds its state in its own session "
+                          "when the old query stops", ", ".join(map(str, operators)))
+            return True
+        if not flag(self.accept_empty_state, "accept_empty_state"):
             raise SwitchoverUnsupported(
-                found=f"a stateful old query (operators {', '.join(map(str, operators))}): a switchover carries no "
-                      "state, the new version would start with EMPTY state",
-                expected="a stateless old query, or accept_empty_state=True", path=str(self.old_checkpoint_uri))
+                found=f"a stateful old query (operators {', '.join(map(str, operators))}) with carry_state off: the "
+                      "new version would start with EMPTY state",
+                expected="carry_state=True (the standby seeds the state), or accept_empty_state=True",
+                path=str(self.old_checkpoint_uri))
+        return False
 
     def _written(self, new: ControlFiles, release_id: str) -> SwitchoverRelease | None:
         """The release an earlier attempt noted, when it is the one in the new checkpoint; None when
@@ -384,12 +408,35 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         # was written just before the request
         requested_at = parse_time(used.stop_requested_at or release.released_at).timestamp()
         stop = self._stopped(old, ack, requested_at)
+        self._check_seed(release, used)
         split = downtime_split(stop_requested_at=used.stop_requested_at, stop_acknowledged_at=used.stop_acknowledged_at,
                                ack_seen_at=used.ack_seen_at, handover_read_at=used.handover_read_at,
-                               released_at=used.released_at, first_commit_at=self._first_commit_time(new, fired.batch))
+                               state_seeded_at=used.state_seeded_at, released_at=used.released_at,
+                               first_commit_at=self._first_commit_time(new, fired.batch))
         self.log.info("switchover done: %s", split.describe())
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
                                 used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+
+    def _check_seed(self, release: SwitchoverRelease, used: SwitchoverHandover) -> None:
+        """The standby seeded the state the release asked for, where it says: its manifest is there
+        with the rows it recorded (the state export after the switch compares every store)."""
+        if not release.seed_state:
+            return
+        if not used.state_seeded_at:
+            raise SwitchoverMismatch(found="the standby started without seeding the state",
+                                     expected="the state seeded, as the release asked", path=self.checkpoint_uri)
+        if not used.state_path:
+            self.log.info("the standby seeded no state: it starts before the old query's first committed batch")
+            return
+        fs, root = self.storage_hook.filesystem(used.state_path)
+        seed = read_manifest(fs, root, uri=used.state_path)
+        if seed is None or seed.rows != used.state_rows:
+            raise SwitchoverMismatch(
+                found=f"{'no seed manifest' if seed is None else f'a seed manifest of {seed.rows:,} rows'} at "
+                      f"{used.state_path}", expected=f"the seed of {used.state_rows:,} rows the standby recorded",
+                path=self.checkpoint_uri)
+        self.log.info("the standby seeded %s rows of %d store(s) after batch %s at %s", f"{seed.rows:,}",
+                      len(seed.stores), seed.batch_id, used.state_path)
 
     def _stopped(self, old: ControlFiles, ack: StopAck, requested_at: float) -> StopResult:
         """The old query's stop result once it acknowledged ``ack`` (requested at ``requested_at``,
@@ -405,7 +452,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         decides; any other refusal fails the step."""
         return (refusal.release_id == release.release_id and refusal.reason == RefusalReason.STOP_NOT_CLEAN
                 and ack.request_id == release.stop_request_id and ack.outcome == INTERRUPTED
-                and bool(self.kafka_conn_id))
+                and bool(self.kafka_conn_id) and not release.seed_state)
 
     def _take_over(self, context: Context, release: SwitchoverRelease, refusal: SwitchoverRefusal, ack: StopAck,
                    new: ControlFiles, old: ControlFiles) -> dict[str, Any]:

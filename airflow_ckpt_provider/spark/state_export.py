@@ -11,7 +11,7 @@ reads with an observed metric (no second pass). What Parquet cannot hold is stor
 and listed: NullType fields (a deduplication's ``value.__dummy__``) as boolean nulls, a field
 name repeated within a struct (aggregate buffers: ``sum`` of sum() and of avg()) with its
 position as a suffix (``sum_4``). Then it
-writes ``<target>/_job/result.json`` (schemas, rows per store, Spark version) for the caller to
+writes ``<target>/_job/result.json`` (schemas, rows and checksum per store, Spark version) for the caller to
 check the files against. With ``--list`` it only counts, and writes the same result without
 Parquet::
 
@@ -119,26 +119,38 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
                                      F.col("value").cast(stored_value).alias("value"), "partition_id")
             path = f"state/{operator}/{name}"
             started = time.monotonic()
+            measures = (F.count(F.lit(1)).alias("rows"), checksum_column().alias("checksum"))
             if list_only:
-                rows = frame.count()
+                measured = frame.agg(*measures).first()
             else:
                 observation = Observation(f"ckpt_rows_{operator}_{len(seen)}")
                 # one file per state partition would be hundreds of small files (200 by default):
                 # as many as the cores write in parallel instead (no shuffle)
-                counted = frame.coalesce(max(1, spark.sparkContext.defaultParallelism)).observe(
-                    observation, F.count(F.lit(1)).alias("rows"))
+                counted = frame.coalesce(max(1, spark.sparkContext.defaultParallelism)).observe(observation, *measures)
                 counted.write.mode("overwrite").parquet(f"{target.rstrip('/')}/{path}")
-                rows = int(observation.get["rows"])
+                measured = observation.get
+            rows, checksum = int(measured["rows"]), str(measured["checksum"] or 0)
             log.info("operator %s (%s) store %s: %s rows %s in %.1f s", operator, row.operatorName, name,
                      f"{rows:,}", "counted" if list_only else "exported", time.monotonic() - started)
             stores.append({
                 "operator_id": operator, "operator_name": str(row.operatorName), "store_name": store,
                 "state_variable": variable, "path": path, "num_partitions": int(row.numPartitions or 0),
                 "key_schema": key_type.jsonValue(), "value_schema": value_type.jsonValue(), "void_fields": void,
-                "renamed_fields": renamed, "rows": rows, "min_batch_id": row.minBatchId, "max_batch_id": row.maxBatchId,
+                "renamed_fields": renamed, "rows": rows, "checksum": checksum, "min_batch_id": row.minBatchId,
+                "max_batch_id": row.maxBatchId,
             })
     return {"batch_id": batch_id, "checkpoint": checkpoint, "spark_version": spark.version, "stores": stores,
             "listed_only": list_only}
+
+
+def checksum_column() -> Any:
+    """The aggregate of a store's checksum: the sum, as an exact decimal, of every row's
+    ``xxhash64(key, value)``. Order-free, so the same state gives the same sum however it is
+    partitioned or read; Spark hashes struct fields by position and skips nulls, so the stored
+    form (void fields as boolean nulls, repeated names renamed) hashes as the reader's rows do."""
+    from pyspark.sql import functions as F
+
+    return F.sum(F.xxhash64("key", "value").cast("decimal(38,0)"))
 
 
 #: Spark's first release whose state reader reads RocksDB state checkpoint format v2.

@@ -18,7 +18,11 @@ the start to apply and the plan the approval showed. The standby then watches th
   offsets and the times of the stop, the ack, the read and the start) and sets
   ``spark.ckpt.startingOffsets`` and ``spark.ckpt.handoverJson`` in its session: the job starts
   its query exactly as after a normal release, with no Airflow task between the old query's last
-  commit and the new query's start;
+  commit and the new query's start. A release with ``seed_state`` carries a stateful query's
+  state the same way: the standby reads it after the handover batch with Spark's state reader in
+  its own warm session, writes it under its checkpoint's ``_ckpt/seed-state/`` and sets
+  ``spark.ckpt.initialStatePath`` (:mod:`airflow_ckpt_provider.spark.state_seed`), so no state
+  export job runs inside the downtime;
 * anything else — an ``interrupted`` ack (a batch was cut: only the provider's sink ledger can
   tell what the sink holds of it), a stop request that expired unanswered, a handover that cannot
   be read, a start the checkpoint no longer has, a plan that differs from the approved one — and
@@ -48,16 +52,18 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidStartChoice,
     InvalidSwitchoverRelease,
 )
-from airflow_ckpt_provider.checkpoint.handover import Handover
+from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan, plan_start
+from airflow_ckpt_provider.checkpoint.state import state_batch
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.spark.checkpoint_files import read_batch_start, read_handover
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
     CONF_HANDOVER_JSON,
+    CONF_INITIAL_STATE_PATH,
     CONF_STARTING_OFFSETS,
     HELD,
     STOP_ACK,
@@ -72,6 +78,7 @@ from airflow_ckpt_provider.spark.control import (
     _ControlRecord,
     parse_time,
 )
+from airflow_ckpt_provider.spark.state_seed import seed_location, seed_state
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +88,7 @@ __all__ = ["SWITCHOVER_MODES", "OldStop", "RefusalReason", "SwitchoverHandover",
 #: The starts a standby can take from the old checkpoint's files alone (at_time needs the broker).
 SWITCHOVER_MODES = frozenset({StartMode.RESUME, StartMode.OFFSETS, StartMode.REWIND_TO_BATCH})
 #: keys the standby computes itself: a release may not set them
-_COMPUTED_KEYS = frozenset({CONF_STARTING_OFFSETS, CONF_HANDOVER_JSON})
+_COMPUTED_KEYS = frozenset({CONF_STARTING_OFFSETS, CONF_HANDOVER_JSON, CONF_INITIAL_STATE_PATH})
 
 
 def _invalid(found: str, expected: str) -> InvalidSwitchoverRelease:
@@ -108,7 +115,10 @@ class SwitchoverRelease(_ControlRecord):
     ``expected_starting_offsets`` (JSON); a difference refuses the start. ``accept_reprocessing`` /
     ``accept_data_loss``: the consent a start other than resume needs (as the provider asks it).
     ``conf``: more ``spark.ckpt.*`` keys set before the query starts (not the offsets keys, which
-    the standby computes). Construction and :meth:`from_json` raise
+    the standby computes). ``seed_state``: carry the old query's state — the standby reads it after
+    the handover batch in its own session and starts the job from it
+    (:mod:`airflow_ckpt_provider.spark.state_seed`); without it a stateful old query's successor
+    starts with empty state, as the provider's consent said. Construction and :meth:`from_json` raise
     :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidSwitchoverRelease` for anything else.
     """
 
@@ -126,6 +136,7 @@ class SwitchoverRelease(_ControlRecord):
     accept_data_loss: bool = False
     conf: dict[str, str] = field(default_factory=dict)
     requested_by: str = ""
+    seed_state: bool = False
 
     def __post_init__(self) -> None:
         for name in ("release_id", "released_at", "standby_run_id", "old_checkpoint"):
@@ -144,7 +155,7 @@ class SwitchoverRelease(_ControlRecord):
                                                    or self.expected_batch_id < 0):
             raise _invalid(f"expected_batch_id={self.expected_batch_id!r}", "a batch id (an integer >= 0) or null")
         self.expected_offsets()
-        for name in ("accept_reprocessing", "accept_data_loss"):
+        for name in ("accept_reprocessing", "accept_data_loss", "seed_state"):
             if not isinstance(getattr(self, name), bool):
                 raise _invalid(f"{name}={getattr(self, name)!r}", f"{name} as true or false")
         if not isinstance(self.conf, Mapping) or not all(isinstance(k, str) and k.startswith("spark.ckpt.")
@@ -152,7 +163,7 @@ class SwitchoverRelease(_ControlRecord):
             raise _invalid(f"conf={self.conf!r}", "an object of spark.ckpt.* keys with string values")
         if overridden := sorted(_COMPUTED_KEYS & set(self.conf)):
             raise _invalid(f"conf setting {', '.join(overridden)}",
-                           "no offsets keys in conf: the standby computes them from the old checkpoint")
+                           "no offsets or state keys in conf: the standby computes them from the old checkpoint")
 
     def choice(self) -> StartChoice:
         """The start to apply; :class:`InvalidSwitchoverRelease` for at_time or a bad value."""
@@ -183,10 +194,13 @@ class SwitchoverRelease(_ControlRecord):
                            "explicit offsets >= 0 for every partition")
         return offsets
 
-    def standby_release(self, starting_offsets: str, handover_json: str, released_at: str) -> StandbyRelease:
-        """The release this switchover amounts to once the standby computed its start."""
+    def standby_release(self, starting_offsets: str, handover_json: str, released_at: str,
+                        state_path: str = "") -> StandbyRelease:
+        """The release this switchover amounts to once the standby computed its start (and seeded
+        the state at ``state_path``)."""
+        conf = {**self.conf, **({CONF_INITIAL_STATE_PATH: state_path} if state_path else {})}
         return StandbyRelease(release_id=self.release_id, released_at=released_at, starting_offsets=starting_offsets,
-                              handover_json=handover_json, conf=dict(self.conf), requested_by=self.requested_by,
+                              handover_json=handover_json, conf=conf, requested_by=self.requested_by,
                               standby_run_id=self.standby_run_id)
 
 
@@ -199,6 +213,7 @@ class RefusalReason(StrEnum):
     CHECKPOINT_MOVED = "checkpoint_moved"  # the old checkpoint is not where the ack says the query stopped
     START_UNAVAILABLE = "start_unavailable"  # the chosen start is not in the checkpoint / lacks consent
     PLAN_CHANGED = "plan_changed"  # the handover or the start differs from the approved plan
+    STATE_NOT_SEEDED = "state_not_seeded"  # the old query's state could not be read and seeded
 
 
 @dataclass(frozen=True)
@@ -222,7 +237,9 @@ class SwitchoverRefusal(_ControlRecord):
 class SwitchoverHandover(_ControlRecord):
     """What a standby started from (``_ckpt/switchover-handover.json``), with the times that split
     the downtime: the stop asked, acknowledged (the old query's last batch is final), seen by the
-    standby, the handover read, the new query released."""
+    standby, the handover read, the state seeded, the new query released. ``state_path``: where it
+    seeded the old query's state (its ``state-manifest.json`` lists rows and checksum per store; ""
+    when it carried none), ``state_rows`` how many rows."""
 
     release_id: str
     standby_run_id: str
@@ -241,6 +258,9 @@ class SwitchoverHandover(_ControlRecord):
     released_at: str
     reprocessed: int = 0
     skipped: int = 0
+    state_path: str = ""
+    state_rows: int = 0
+    state_seeded_at: str = ""
 
     def handover(self) -> Handover:
         return Handover.from_json(self.handover_json)
@@ -432,6 +452,22 @@ class SwitchoverWatch:
             self._refuse(release, refused.reason, refused.found, refused.expected, stop, handover)
             return None
         starting = plan.starting_offsets.to_json()
+        state_path, state_rows, state_seeded_at = "", 0, ""
+        if release.seed_state:
+            target = seed_location(self.files.root, release.release_id)
+            try:
+                batch = state_batch(HandoverResult(handover, plan.starting_offsets, start_plan=plan))
+                seeded = seed_state(self.spark, handover, batch, target, upgrade_id=release.release_id)
+            except Exception as exc:  # noqa: BLE001 - Spark's and the reader's errors alike: refuse, start nothing
+                found = f"{exc.summary}: {exc.found}" if isinstance(exc, CheckpointError) else \
+                    f"{type(exc).__name__}: {str(exc)[:500]}"
+                self._refuse(release, RefusalReason.STATE_NOT_SEEDED, found,
+                             "the old query's state where the new version starts, read in this session", stop,
+                             handover)
+                return None
+            if seeded is not None:
+                state_path, state_rows = target, seeded.rows
+            state_seeded_at = utc_iso(timespec="milliseconds")
         released_at = utc_iso(timespec="milliseconds")
         record = SwitchoverHandover(
             release_id=release.release_id, standby_run_id=self.run_id, old_checkpoint=release.old_checkpoint,
@@ -440,14 +476,15 @@ class SwitchoverWatch:
             release_written_at=release.released_at,
             stop_requested_at=stop.request.requested_at if stop.request is not None else "",
             stop_acknowledged_at=stop.ack.stopped_at, ack_seen_at=ack_seen_at, handover_read_at=handover_read_at,
-            released_at=released_at, reprocessed=plan.reprocessed, skipped=plan.skipped)
+            released_at=released_at, reprocessed=plan.reprocessed, skipped=plan.skipped, state_path=state_path,
+            state_rows=state_rows, state_seeded_at=state_seeded_at)
         self.files.write(SWITCHOVER_HANDOVER, record.to_json().encode())
         log.info("handover read in %.1f s: %s committed, %s; starting %s (%d records processed again, %d skipped)",
                  time.monotonic() - started, _batch(handover.batch_id),
                  f"batch {handover.in_flight_batch} held at the gate and not handed over"
                  if handover.in_flight_batch is not None else "nothing in flight", _positions(plan.starting_offsets),
                  plan.reprocessed, plan.skipped)
-        return release.standby_release(starting, handover.to_json(), released_at)
+        return release.standby_release(starting, handover.to_json(), released_at, state_path)
 
     def _refuse(self, release: SwitchoverRelease, reason: RefusalReason, found: str, expected: str, stop: OldStop,
                 handover: Handover | None = None) -> None:

@@ -27,10 +27,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StateVersionPurged,
 )
 from airflow_ckpt_provider.checkpoint.state import (
-    CONF_CHECKPOINT_FORMAT,
-    CONF_PROVIDER,
     FORMAT_V2_READER,
-    HDFS_PROVIDER,
     JOB_DIR,
     ROCKSDB_METADATA_V1_ONLY,
     STATE_DIR,
@@ -42,6 +39,7 @@ from airflow_ckpt_provider.checkpoint.state import (
     StateManifest,
     reads_format_v2,
     spark_major_minor,
+    state_layout,
     store_versions,
     version_readable,
 )
@@ -80,12 +78,9 @@ def plan_state_export(reader: CheckpointReader, batch: int | None = None, *,
         raise StateBatchNotCommitted(found=what, expected=f"a committed batch (retained: {span})", path=uri)
     commit = reader.commit_entry(chosen)
     entry = reader.offset_entry(chosen)
-    conf = dict(entry.conf)
-    provider = conf.get(CONF_PROVIDER, HDFS_PROVIDER)
-    format_version = int(conf.get(CONF_CHECKPOINT_FORMAT, "1") or 1)
-    v2 = bool(commit.state_unique_ids) or format_version >= 2
+    provider, format_version = state_layout(dict(entry.conf), bool(commit.state_unique_ids))
+    v2 = format_version >= 2
     if v2:
-        format_version = max(format_version, 2)
         if reads_format_v2(reader_spark) is False:
             raise StateFormatUnsupported(
                 found=(f"RocksDB state checkpoint format v{format_version} (commits/{chosen} holds stateUniqueIds), "

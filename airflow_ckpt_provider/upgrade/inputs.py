@@ -37,6 +37,7 @@ class RecordInput(StrEnum):
     IN_PLACE_HANDOVER = "in_place_handover"  # the in-place path's handover step result
     STATE_EXPORT_LOCATION = "state_export_location"  # where the state export goes (the preflight's planning)
     STATE_EXPORT = "state_export"  # the state export's result (a StateExport dict)
+    SEEDED_STATE = "seeded_state"  # where a switchover's standby seeded the old query's state ("" when it seeded none)
     STANDBY_HANDLE = "standby_handle"  # the standby launch's LaunchHandle dict
     NEW_HANDLE = "new_handle"  # the new version's LaunchHandle dict: the relaunch's or switchover's, else the standby's
     IN_PLACE_HANDLE = "in_place_handle"  # the in-place restart's LaunchHandle dict
@@ -130,6 +131,18 @@ def _handover(*paths: PathSteps) -> Callable[[JournalRecord], Any]:
     return read
 
 
+def _seeded(path: PathSteps) -> Callable[[JournalRecord], Any]:
+    """Where the standby of ``path``'s switchover seeded the state (``used.state_path`` of its
+    result; None when not done, or when it seeded none)."""
+    def read(record: JournalRecord) -> str | None:
+        used = planner.result_of(record, str(path.switchover))
+        used = used.get("used") if isinstance(used, Mapping) else None
+        found = used.get("state_path") if isinstance(used, Mapping) else None
+        return found if isinstance(found, str) and found.strip() else None
+
+    return read
+
+
 def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
     """The LaunchHandle dict of the first of ``steps`` that has one: its result when done (a
     switchover's: the ``handle`` in it), else the handle it noted right after launching (an attempt
@@ -168,6 +181,9 @@ INPUTS: dict[RecordInput, InputSource] = {
     RecordInput.STATE_EXPORT: InputSource(
         "the state export", f"as the result of {_MIGRATION.state_export}", (str(_MIGRATION.state_export),),
         _result(str(_MIGRATION.state_export))),
+    RecordInput.SEEDED_STATE: InputSource(
+        "the state the standby seeded", f"in the result of {_SWITCHOVER.switchover} (used.state_path)",
+        (str(_SWITCHOVER.switchover),), _seeded(_SWITCHOVER), ""),
     RecordInput.STANDBY_HANDLE: InputSource(
         "the standby's launch handle", f"as the result of {_START_STANDBY}", (_START_STANDBY,),
         _handle(_START_STANDBY)),

@@ -88,10 +88,11 @@ SWITCHOVER = "switchover"
 
 def _migration(steps: tuple[str, ...], new: tuple[str, ...], *, switchover: bool = False) -> PathSteps:
     """A path to a new checkpoint: its own order of ``steps``, the steps that start the new version;
-    with ``switchover``, one step is the stop, the handover and the launch (no state export)."""
+    with ``switchover``, one step is the stop, the handover and the launch (its standby seeds the
+    state itself; the state export after it is the verified copy and the check of that seed)."""
     one = SWITCHOVER if switchover else None
     return PathSteps(steps=steps, stop=one or "graceful_stop", handover=one or "extract_handover",
-                     state_export=None if switchover else "export_state", archive="archive",
+                     state_export="export_state", archive="archive",
                      launch=one or "relaunch", verify="verify", new=new, switchover=one,
                      rollback_handover="rollback_handover", restore=("rollback_restore",),
                      restarts=("rollback_restart_old", "rollback_restart_forward"))
@@ -102,8 +103,8 @@ PATHS: dict[Path, PathSteps] = {
                               "verify", "archive"), new=("start_standby", "relaunch")),
     Path.COLD: _migration(("graceful_stop", "extract_handover", "export_state", "archive", "relaunch", "verify"),
                           new=("relaunch",)),
-    Path.SWITCHOVER: _migration(("start_standby", SWITCHOVER, "verify", "archive"), new=("start_standby", SWITCHOVER),
-                                switchover=True),
+    Path.SWITCHOVER: _migration(("start_standby", SWITCHOVER, "export_state", "verify", "archive"),
+                                new=("start_standby", SWITCHOVER), switchover=True),
     Path.IN_PLACE: PathSteps(
         steps=("in_place_stop", "in_place_handover", "in_place_archive", "in_place_restart", "in_place_verify"),
         stop="in_place_stop", handover="in_place_handover", archive="in_place_archive", launch="in_place_restart",

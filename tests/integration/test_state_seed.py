@@ -125,6 +125,42 @@ def test_v2_continues_every_total_from_the_export(spark, kafka, upgraded) -> Non
     assert control.mismatched == control.customers == 50, control.examples
 
 
+def test_the_seed_read_in_the_session_is_the_export_and_continues_every_total(spark, kafka, upgraded,  # noqa: ANN001
+                                                                               tmp_path: Path) -> None:
+    """A switchover's standby seeds the state in its own session (no export job): the same rows and
+    checksum per store as the provider's export of the same batch, and v2 started from the seed
+    continues every customer's total. A seed of another batch differs from the export, and the
+    provider's check says so."""
+    from airflow_ckpt_provider.checkpoint.errors import SeededStateMismatch
+    from airflow_ckpt_provider.checkpoint.state import check_seeded_state
+    from airflow_ckpt_provider.spark.state_seed import seed_state
+    from airflow_ckpt_provider.storage.state import read_manifest
+
+    fs = fsspec.filesystem("file")
+    export = read_manifest(fs, str(upgraded["export"]))
+    handover = CheckpointReader(str(upgraded["v1"])).handover()
+    assert export is not None and export.batch_id == handover.batch_id and export.rows == 50
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    seed = seed_state(spark, handover, handover.batch_id, str(tmp_path / "seed"), upgrade_id="r1")
+    assert seed is not None and spark.conf.get("spark.sql.shuffle.partitions") == partitions
+    assert read_manifest(fs, str(tmp_path / "seed")) == seed, "the seed's manifest is written"
+    assert [(s.operator_id, s.store_name, s.rows) for s in seed.stores] == \
+        [(s.operator_id, s.store_name, s.rows) for s in export.stores]
+    assert all(s.checksum and s.checksum != "0" for s in export.stores), export.stores
+    check_seeded_state(seed, export, uri=str(tmp_path / "seed"))  # equal: no error
+
+    truth = kafka_totals(kafka.bootstrap_servers, upgraded["topic"])
+    seeded = compare_totals(truth, v2_totals(spark, kafka, upgraded, "v2-from-seed", tmp_path / "seed"))
+    assert seeded.ok, seeded.examples
+
+    earlier = seed_state(spark, handover, handover.batch_id - 1, str(tmp_path / "earlier"), upgrade_id="r2")
+    assert earlier is not None and earlier.batch_id == handover.batch_id - 1
+    with pytest.raises(SeededStateMismatch) as mismatch:
+        check_seeded_state(earlier, export, uri=str(tmp_path / "earlier"))
+    assert f"the seed of batch {handover.batch_id - 1}" in mismatch.value.found
+    assert "checksum" in mismatch.value.found, "the state of another batch has other totals"
+
+
 def test_aggregate_buffers_map_to_user_columns(spark, kafka, upgraded, tmp_path: Path) -> None:  # noqa: ANN001
     from pyspark.sql import functions as F
 

@@ -407,7 +407,8 @@ def test_a_failed_switchover_restarts_the_old_version_only_if_it_stopped(state: 
 def test_the_switchover_holds_the_stop_the_handover_and_the_handle() -> None:
     steps = PATHS[Path.SWITCHOVER]
     assert steps.stop == steps.handover == steps.launch == steps.switchover == "switchover"
-    assert steps.state_export is None and steps.new == ("start_standby", "switchover")
+    assert steps.state_export == "export_state" and steps.new == ("start_standby", "switchover")
+    assert steps.steps.index("export_state") > steps.steps.index("switchover"), "the export runs after the switch"
     result = {"handle": {"h": 1}, "stop": {"s": 1}, "handover": {"o": 1}, "used": {}, "downtime": {}}
     rec = planned(Path.SWITCHOVER)
     assert [planner.part_of(rec, steps, part) for part in planner.Part] == [None, None, None]

@@ -39,6 +39,10 @@ HANDOVER = {"handover": {"batch_id": 7}, "starting_offsets": '{"t":{"0":5}}', "r
 IN_PLACE_HANDOVER = {"handover": {"batch_id": 9}, "starting_offsets": '{"t":{"0":8}}', "reconciliation": {}}
 EXPORT = {"location": "/arch/s/_state/u", "batch_id": 7, "skipped": ""}
 ARCHIVE = {"location": "/arch/s/20260101-u", "file_count": 3}
+SEED = "/c/new/_ckpt/seed-state/r1"
+#: a switchover whose standby seeded the state (the migration's own steps above win for the rest)
+SWITCHED = {"handle": {"mode": "local", "app_name": "switchover"}, "stop": {}, "handover": HANDOVER,
+            "used": {"release_id": "r1", "state_path": SEED, "state_rows": 3}, "downtime": {}}
 #: a forward rollback after the new version committed up to offset 11 (the handover was 5)
 NEW_PROGRESS = NewVersionProgress(start=KafkaOffsets({"t": {0: 5}}), committed_batch=0,
                                   committed_end=KafkaOffsets({"t": {0: 11}}))
@@ -60,7 +64,7 @@ RESULTS: dict[str, Any] = {
     "preflight": PLANNED, "compatibility_check": VERDICT, "extract_handover": HANDOVER, "in_place_handover": IN_PLACE_HANDOVER,
     "export_state": EXPORT, "archive": ARCHIVE, "rollback_handover": ROLLBACK,
     "start_standby": handle("start_standby", False), "relaunch": handle("relaunch", False),
-    "in_place_restart": handle("in_place_restart", False),
+    "in_place_restart": handle("in_place_restart", False), "switchover": SWITCHED,
 }
 LAUNCHES = ("start_standby", "relaunch", "in_place_restart")
 STATES = ["not run", "started", "done", "failed", "rolled back"]
@@ -97,6 +101,7 @@ TABLE: dict[RecordInput, list[Any]] = {
     RecordInput.IN_PLACE_HANDOVER: [None, None, IN_PLACE_HANDOVER, None, IN_PLACE_HANDOVER],
     RecordInput.STATE_EXPORT_LOCATION: ["", "", "/arch/s/_state/u", "", "/arch/s/_state/u"],
     RecordInput.STATE_EXPORT: [None, None, EXPORT, None, EXPORT],
+    RecordInput.SEEDED_STATE: ["", "", SEED, "", SEED],
     RecordInput.STANDBY_HANDLE: [None, handle("start_standby", True), handle("start_standby", False),
                                  handle("start_standby", True), handle("start_standby", False)],
     RecordInput.NEW_HANDLE: ["", handle("relaunch", True), handle("relaunch", False), handle("relaunch", True),
@@ -166,6 +171,7 @@ def test_a_switchover_gives_the_handover_and_the_new_version_it_recorded() -> No
     rec = replace(rec, steps={**rec.steps, "switchover": step("switchover", DONE, result=result)})
     assert resolve(rec, RecordInput.NEW_HANDLE) == released
     assert resolve(rec, RecordInput.HANDOVER) == HANDOVER
+    assert resolve(rec, RecordInput.SEEDED_STATE) == "", "a standby that seeded no state"
 
 
 def test_no_record_is_missing_for_every_input() -> None:

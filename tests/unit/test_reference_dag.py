@@ -411,9 +411,9 @@ def test_the_dag_serializes_with_its_record_inputs(dags: dict) -> None:
 
 
 def test_the_switchover_dag_switches_inside_the_drivers(dags: dict) -> None:
-    """stream_upgrade_switchover: the standby, then one switchover step (stop, handover and release in the
-    drivers), then verify and archive; no graceful stop, handover, export or release task; the rollback
-    and the in-place path as in the other DAGs."""
+    """stream_upgrade_switchover: the standby, then one switchover step (stop, handover, state seed and
+    release in the drivers), then the state export that checks the seed, verify and archive; no graceful
+    stop, handover or release task; the rollback and the in-place path as in the other DAGs."""
     import json
 
     from airflow.serialization.serialized_objects import DagSerialization
@@ -423,17 +423,22 @@ def test_the_switchover_dag_switches_inside_the_drivers(dags: dict) -> None:
 
     dag = dags["stream_upgrade_switchover"]
     chain = ["approve", *PATHS[Path.SWITCHOVER].steps, *ROLLBACK, "report"]
-    assert chain[1:5] == ["start_standby", "switchover", "verify", "archive"]
+    assert chain[1:6] == ["start_standby", "switchover", "export_state", "verify", "archive"]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
-    assert not {"graceful_stop", "extract_handover", "export_state", "relaunch"} & set(dag.task_ids)
+    assert not {"graceful_stop", "extract_handover", "relaunch"} & set(dag.task_ids)
     switch = dag.get_task("switchover")
     assert isinstance(switch, StandbySwitchoverOperator) and switch.retries == 1 and switch.require_journal
     assert switch.standby_handle == FromRecord(RecordInput.STANDBY_HANDLE)
     assert "params.old_checkpoint" in switch.old_checkpoint_uri and "params.new_checkpoint" in switch.checkpoint_uri
     assert "params.handover_mode" in switch.start and "params.accept_reprocessing" in switch.accept_reprocessing
-    assert switch.accept_empty_state == "{{ not params.carry_state }}", "the preflight refuses carrying state"
-    assert {"start", "accept_reprocessing", "accept_data_loss", "accept_empty_state"} <= set(switch.template_fields)
+    assert switch.carry_state == "{{ params.carry_state }}", "the standby seeds the state"
+    assert switch.accept_empty_state == "{{ not params.carry_state }}", "carry_state off: EMPTY state, consented"
+    assert {"start", "accept_reprocessing", "accept_data_loss", "carry_state", "accept_empty_state"} <= set(
+        switch.template_fields)
+    export = dag.get_task("export_state")
+    assert export.seeded_state == FromRecord(RecordInput.SEEDED_STATE) and "seeded_state" in export.template_fields
+    assert dags["stream_upgrade"].get_task("export_state").seeded_state == "", "no seed on the standby path"
     assert dag.get_task("preflight").relaunch_mode == "switchover"
     # the later steps read the handover and the new version from the switchover's result
     assert dag.get_task("verify").handover == dag.get_task("archive").handover == FromRecord(RecordInput.HANDOVER)

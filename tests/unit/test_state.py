@@ -8,7 +8,12 @@ import json
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import StateExportConflict, StateExportCorrupt, StateStartUnsupported
+from airflow_ckpt_provider.checkpoint.errors import (
+    SeededStateMismatch,
+    StateExportConflict,
+    StateExportCorrupt,
+    StateStartUnsupported,
+)
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceOffsets
 from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, StartPlan
@@ -18,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.state import (
     ExportedStore,
     StateExport,
     StateManifest,
+    check_seeded_state,
     export_location,
     state_batch,
     store_versions,
@@ -94,6 +100,42 @@ def test_manifest_round_trip_and_refusal() -> None:
     assert newer.value.path == "/x/state-manifest.json"
     with pytest.raises(StateExportCorrupt, match="without 'checkpoint_uri'"):
         StateManifest.from_json('{"format": 1}')
+
+
+def test_a_store_checksum_round_trips_and_an_export_without_one_still_reads() -> None:
+    manifest = _manifest()
+    store = manifest.stores[0]
+    with_sum = StateManifest(**{**manifest.__dict__, "stores": (ExportedStore(**{**store.__dict__,
+                                                                                  "checksum": "-42"}),)})
+    assert StateManifest.from_json(with_sum.to_json()) == with_sum and '"checksum": "-42"' in with_sum.to_json()
+    assert '"checksum"' not in manifest.to_json(), "an export made before checksums reads and writes as it was"
+    job = {**json.loads(json.dumps(store.to_dict())), "checksum": "7", "min_batch_id": 0, "max_batch_id": 7}
+    assert ExportedStore.from_job(job).checksum == "7"
+
+
+def _seed(rows: int = 3, checksum: str = "99", batch: int = 7, **more: ExportedStore) -> StateManifest:
+    manifest = _manifest()
+    store = ExportedStore(**{**manifest.stores[0].__dict__, "rows": rows, "checksum": checksum, "files": ()})
+    return StateManifest(**{**manifest.__dict__, "batch_id": batch, "stores": (store, *more.values())})
+
+
+@pytest.mark.parametrize(("seed", "found"), [
+    pytest.param(_seed(checksum="98"), "operator 0 store default: 3 rows, checksum 98 in the seed", id="checksum"),
+    pytest.param(_seed(rows=2), "operator 0 store default: 2 rows", id="rows"),
+    pytest.param(_seed(batch=6), "the seed of batch 6", id="batch"),
+    pytest.param(_seed(extra=ExportedStore(**{**_manifest().stores[0].__dict__, "operator_id": 1, "checksum": "1"})),
+                 "operator 1 store default only in the seed", id="extra-store"),
+    pytest.param(StateManifest(**{**_manifest().__dict__, "stores": ()}), "operator 0 store default missing",
+                 id="missing-store"),
+    pytest.param(_seed(checksum=""), "without a checksum", id="no-checksum"),
+])
+def test_a_seed_that_is_not_the_export_is_a_mismatch(seed: StateManifest, found: str) -> None:
+    export = _seed()
+    check_seeded_state(_seed(), export, uri="/new/_ckpt/seed-state/r")  # the same: no error
+    with pytest.raises(SeededStateMismatch) as mismatch:
+        check_seeded_state(seed, export, uri="/new/_ckpt/seed-state/r")
+    assert found in mismatch.value.found, mismatch.value.found
+    assert mismatch.value.path == "/new/_ckpt/seed-state/r" and "rolls back" in str(mismatch.value)
 
 
 def test_export_location_refusals_and_cleanup() -> None:
@@ -260,3 +302,22 @@ def test_the_version_of_a_spark_home(tmp_path) -> None:  # noqa: ANN001
 
     from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
     assert SparkLauncherHook(master="local").spark_version == pyspark.__version__  # this environment's
+
+
+def test_the_export_step_checks_the_seed_a_switchover_wrote(tmp_path) -> None:  # noqa: ANN001
+    from airflow_ckpt_provider.operators.state import StateExportOperator
+
+    seed_dir = tmp_path / "new" / "_ckpt" / "seed-state" / "r1"
+    step = StateExportOperator(task_id="export_state", checkpoint_uri="/old", export_uri=str(tmp_path / "export"),
+                               handover=_result().to_dict(), seeded_state=str(seed_dir))
+    with pytest.raises(SeededStateMismatch, match="no state-manifest.json at the seed's location"):
+        step._check_seed(_seed())
+    seed_dir.mkdir(parents=True)
+    (seed_dir / STATE_MANIFEST).write_text(_seed().to_json())
+    step._check_seed(_seed())  # the export is the seed
+    with pytest.raises(SeededStateMismatch, match="checksum 98 as exported"):
+        step._check_seed(_seed(checksum="98"))
+    with pytest.raises(SeededStateMismatch, match="a seed of 3 rows and nothing exported"):
+        step._check_seed(None)
+    assert "seeded_state" in StateExportOperator.template_fields
+    StateExportOperator(task_id="e", checkpoint_uri="/old", export_uri="/e", handover="{}")._check_seed(None)

@@ -20,9 +20,11 @@ import pytest
 from airflow_ckpt_provider.checkpoint.errors import InvalidSwitchoverRelease
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+from airflow_ckpt_provider.checkpoint.state import ExportedStore, StateManifest
 from airflow_ckpt_provider.spark import switchover
 from airflow_ckpt_provider.spark.control import (
     CONF_HANDOVER_JSON,
+    CONF_INITIAL_STATE_PATH,
     CONF_STARTING_OFFSETS,
     STANDBY_RELEASE,
     STOP_ACK,
@@ -116,6 +118,8 @@ def test_an_old_standby_release_still_reads_beside_the_switchover_fields() -> No
     pytest.param({"expected_batch_id": True}, "expected_batch_id", id="expected-batch-bool"),
     pytest.param({"expected_batch_id": -3}, "expected_batch_id", id="expected-batch-negative"),
     pytest.param({"accept_data_loss": "yes"}, "accept_data_loss", id="consent-not-bool"),
+    pytest.param({"seed_state": "True"}, "seed_state", id="seed-not-bool"),
+    pytest.param({"conf": {CONF_INITIAL_STATE_PATH: "/elsewhere"}}, CONF_INITIAL_STATE_PATH, id="conf-sets-state"),
     pytest.param({"conf": {CONF_STARTING_OFFSETS: END_OF_2}}, CONF_STARTING_OFFSETS, id="conf-sets-offsets"),
     pytest.param({"conf": {"spark.sql.shuffle.partitions": "4"}}, "conf", id="conf-not-ckpt"),
     pytest.param({"released_at": "2026-11-28T10:00:00"}, "released_at", id="time-without-zone"),
@@ -311,3 +315,71 @@ def test_a_refused_switchover_writes_why_and_never_starts(
         assert (refusal.found, refusal.expected) == ("handover from batch 2", "the approved plan: handover from batch 1")
         assert Handover.from_json(refusal.handover_json).batch_id == 2
     assert {p.relative_to(cp).parts[0] for p in cp.rglob("*") if p.is_file()} == {"_ckpt"}, "never a checkpoint file"
+
+
+# -- a stateful switchover: the standby seeds the state in its own session -----------------------
+
+
+def seeded_manifest(batch: int) -> StateManifest:
+    store = ExportedStore(operator_id=0, operator_name="stateStoreSave", store_name="default", state_variable=None,
+                          path="state/0/default", num_partitions=4, key_schema={}, value_schema={}, void_fields=(),
+                          rows=50, checksum="123456789")
+    return StateManifest(checkpoint_uri="/old", query_id="q", batch_id=batch, upgrade_id="sw-1",
+                         state_store_provider="hdfs", checkpoint_format_version=1, batch_watermark_ms=0,
+                         next_batch_watermark_ms=0, spark_version="4.2.0", created_at="2026-11-28T10:00:00+00:00",
+                         stores=(store,))
+
+
+def test_a_stateful_switchover_seeds_the_state_where_the_new_version_starts_then_starts(
+        tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seeds: list[tuple[int | None, str]] = []
+
+    def seed(spark: Any, handover: Handover, batch: int | None, target: str, *, upgrade_id: str) -> StateManifest:  # noqa: ANN401
+        seeds.append((batch, target))
+        return seeded_manifest(batch or 0)
+
+    monkeypatch.setattr(switchover, "seed_state", seed)
+    result, spark = run_switchover(tmp_path, old_cp, "clean", seed_state=True)
+    cp = tmp_path / "v2"
+    assert isinstance(result, StandbyRelease) and seeds == [(2, f"{cp}/_ckpt/seed-state/sw-1")], \
+        "the state after the handover batch, under the new checkpoint's control folder"
+    assert spark.conf.values[CONF_INITIAL_STATE_PATH] == f"{cp}/_ckpt/seed-state/sw-1" == result.spark_conf()[
+        CONF_INITIAL_STATE_PATH]
+    used = SwitchoverHandover.from_json((cp / SWITCHOVER_HANDOVER).read_bytes())
+    assert (used.state_path, used.state_rows) == (f"{cp}/_ckpt/seed-state/sw-1", 50)
+    assert used.handover_read_at <= used.state_seeded_at <= used.released_at
+
+
+def test_a_rewind_seeds_the_state_before_the_batch_it_starts_at(
+        tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seeds: list[int | None] = []
+    monkeypatch.setattr(switchover, "seed_state", lambda spark, handover, batch, target, upgrade_id: seeds.append(
+        batch) or seeded_manifest(batch))
+    result, _ = run_switchover(tmp_path, old_cp, "clean", seed_state=True, start_mode="rewind_to_batch",
+                               start_value="2", accept_reprocessing=True)
+    assert isinstance(result, StandbyRelease) and seeds == [1], "the state after batch 1: batch 2 runs again"
+
+
+@pytest.mark.parametrize("failure", [OSError("state/0/default/3.delta is missing"), "no state"])
+def test_a_standby_that_cannot_seed_the_state_refuses_and_never_starts(
+        tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, failure: Any) -> None:  # noqa: ANN401
+    def seed(*_: Any, **__: Any) -> StateManifest:  # noqa: ANN401
+        if isinstance(failure, Exception):
+            raise failure
+        return None  # type: ignore[return-value]  # a stateless checkpoint: nothing seeded, starts anyway
+
+    monkeypatch.setattr(switchover, "seed_state", seed)
+    result, spark = run_switchover(tmp_path, old_cp, "clean", seed_state=True)
+    cp = tmp_path / "v2"
+    if not isinstance(failure, Exception):
+        assert isinstance(result, StandbyRelease) and CONF_INITIAL_STATE_PATH not in spark.conf.values
+        used = SwitchoverHandover.from_json((cp / SWITCHOVER_HANDOVER).read_bytes())
+        assert used.state_path == "" and used.state_seeded_at, "asked to seed, found no state: said so"
+        return
+    assert isinstance(result, SystemExit) and result.code == 0, "kept waiting until the provider stopped it"
+    refusal = SwitchoverRefusal.from_json((cp / SWITCHOVER_REFUSAL).read_bytes())
+    assert refusal.reason == RefusalReason.STATE_NOT_SEEDED.value and "3.delta is missing" in refusal.found
+    assert CONF_STARTING_OFFSETS not in spark.conf.values and not (cp / SWITCHOVER_HANDOVER).exists()

@@ -36,13 +36,12 @@ def test_a_stateless_query_may_switch_and_the_approver_reads_how(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("case", "found"), [
-    ("stateful", "stateful old query (operators 0)"),
     ("at_time", "start at_time"),
     ("added partition", "partition(s) events-4 added"),
 ])
 def test_what_a_switchover_cannot_honour_is_refused_and_changes_nothing(tmp_path: Path, case: str,
                                                                         found: str) -> None:
-    old = write_checkpoint(str(tmp_path / "old"), state_operators=[0] if case == "stateful" else ())
+    old = write_checkpoint(str(tmp_path / "old"))
     kwargs: dict[str, Any] = {}
     if case == "at_time":
         kwargs = {"start": '{"mode": "at_time", "value": "2026-01-01T00:00:00+00:00"}',
@@ -53,6 +52,12 @@ def test_what_a_switchover_cannot_honour_is_refused_and_changes_nothing(tmp_path
     assert found in refused.value.found
     assert "relaunch_mode='standby'" in str(refused.value), "what to do instead"
     assert tree(tmp_path) == before, "nothing changed"
+
+
+def test_a_stateful_query_switches_with_its_state_seeded_by_the_standby(tmp_path: Path) -> None:
+    old = write_checkpoint(str(tmp_path / "old"), state_operators=[0])
+    summary = preflight(tmp_path, old.uri)["summary_md"]
+    assert "seeded by the standby in its own session" in summary and "compared with the seed" in summary
 
 
 def test_a_stateful_query_switches_when_its_state_is_not_carried(tmp_path: Path) -> None:

@@ -246,6 +246,20 @@ def test_a_stateful_old_query_switches_with_consent_to_empty_state(tmp_path: Pat
     assert read_switchover_release(new) is not None
 
 
+@pytest.mark.parametrize(("empty", "seed"), [("False", True), ("True", False)], ids=["carried", "not-carried"])
+def test_a_stateful_old_query_switches_with_its_state_seeded_when_carried(tmp_path: Path, empty: str,
+                                                                          seed: bool) -> None:
+    new = tmp_path / "v2"
+    stateful_old(tmp_path)
+    handle, _ = waiting_standby(new)
+    operator, _ = switchover_operator(tmp_path, handle, carry_state="True" if seed else "False",
+                                      accept_empty_state=empty)
+    with pytest.raises(TaskDeferred):
+        operator.execute({"ti": TI()})
+    release = read_switchover_release(new)
+    assert release is not None and release.seed_state is seed
+
+
 def test_a_switchover_needs_the_old_checkpoint(tmp_path: Path) -> None:
     handle, _ = waiting_standby(tmp_path / "v2")
     operator, _ = switchover_operator(tmp_path, handle, old_checkpoint_uri=None)
@@ -446,10 +460,20 @@ def test_downtime_split_from_iso_times() -> None:
     assert split.describe() == ("downtime 3.5 s: notice 0.2 s, handover read 0.5 s, query start 0.2 s, first batch "
                                 "2.5 s (the old query took 1.5 s to stop)")
     other_zone = downtime_split(stop_requested_at="2026-11-28T11:59:59+02:00", stop_acknowledged_at=at(T0, 0),
-                                ack_seen_at=at(T0, 0), handover_read_at=at(T0, 0), released_at=at(T0, 0),
-                                first_commit_at=T0.timestamp() - 5, state_wait_s=0.7)
+                                ack_seen_at=at(T0, 0), handover_read_at=at(T0, 0), released_at=at(T0, 0.7),
+                                state_seeded_at="2026-11-28T12:00:00.7+02:00", first_commit_at=T0.timestamp() - 5)
     assert (other_zone.stop_s, other_zone.first_batch_s, other_zone.downtime_s, other_zone.state_wait_s) == (
         1.0, 0.0, 0.0, 0.7), "zones are honoured; a clock skew never gives a negative duration"
+    assert other_zone.query_start_s == 0.0, "the query starts after the state is seeded, not after the handover read"
+
+
+def test_downtime_split_with_the_state_seeded() -> None:
+    split = downtime_split(stop_requested_at=at(T0, -1.0), stop_acknowledged_at=at(T0, 0), ack_seen_at=at(T0, 0.25),
+                           handover_read_at=at(T0, 0.5), state_seeded_at=at(T0, 2.5), released_at=at(T0, 2.75),
+                           first_commit_at=T0.timestamp() + 4.0)
+    assert (split.handover_read_s, split.state_wait_s, split.query_start_s, split.first_batch_s, split.downtime_s) \
+        == (0.25, 2.0, 0.25, 1.25, 4.0)
+    assert "state wait 2.0 s" in split.describe()
 
 
 def test_downtime_split_with_times_missing() -> None:
