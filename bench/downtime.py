@@ -21,9 +21,8 @@ running, each scenario starts version 1 of a demo job on a fresh topic, then:
   runs to its event and ``execute_complete`` gets it) with the reference DAG's stop settings;
 * ``stateful-bare`` and ``sched-stateful``: the stateful demo job (running totals per customer,
   ``dags/jobs/purchases_v1.py`` -> ``purchases_v2.py``): a bare restart, and the upgrade under
-  the real scheduler with its state carried. Switchover with state seeded in the standby is not
-  built, so the stateful upgrade is the classic standby ``stream_upgrade`` (the state export
-  lies inside the downtime).
+  the real scheduler with its state carried: the switchover DAG, whose standby seeds the state
+  in its own session (no export job inside the downtime; the export runs after the switch).
 
 The switchover DAG scenarios run when a DAG ``stream_upgrade_switchover`` exists in ``dags/``;
 otherwise they are reported "not available". Scenarios alternate (``--rounds`` rounds, each in a
@@ -86,21 +85,21 @@ SCENARIOS = ("bare", "cold", "standby", "switchover-dag", "switchover",
              "sched-cold", "sched-standby", "sched-switchover", "stateful-bare", "sched-stateful")
 DAG_IDS = {"cold": "stream_upgrade_cold", "standby": "stream_upgrade", "switchover-dag": SWITCHOVER_DAG_ID,
            "sched-cold": "stream_upgrade_cold", "sched-standby": "stream_upgrade",
-           "sched-switchover": SWITCHOVER_DAG_ID, "sched-stateful": "stream_upgrade"}
+           "sched-switchover": SWITCHOVER_DAG_ID, "sched-stateful": SWITCHOVER_DAG_ID}
 #: Run by the shared ``airflow standalone``.
 SCHEDULED = frozenset({"sched-cold", "sched-standby", "sched-switchover", "sched-stateful"})
 #: On the stateful demo job (purchases); the others run the stateless one (demo events).
 STATEFUL = frozenset({"stateful-bare", "sched-stateful"})
 BARE = frozenset({"bare", "stateful-bare"})
 #: Need a DAG ``stream_upgrade_switchover`` in dags/.
-NEEDS_SWITCHOVER_DAG = frozenset({"switchover-dag", "sched-switchover"})
+NEEDS_SWITCHOVER_DAG = frozenset({"switchover-dag", "sched-switchover", "sched-stateful"})
 TITLES = {"bare": "bare restart", "cold": "cold upgrade (dag.test)", "standby": "classic standby upgrade (dag.test)",
           "switchover-dag": "switchover upgrade (dag.test)", "switchover": "switchover step (no scheduler)",
           "sched-cold": "cold upgrade (real scheduler)", "sched-standby": "classic standby upgrade (real scheduler)",
           "sched-switchover": "switchover upgrade (real scheduler)", "stateful-bare": "stateful bare restart",
-          "sched-stateful": "stateful classic standby upgrade (real scheduler)"}
+          "sched-stateful": "stateful switchover upgrade, state seeded (real scheduler)"}
 SPLIT_LABEL = "the step's DowntimeSplit: "
-STATEFUL_PATH = "stateful upgrade path: classic standby (switchover with state seeding not built)"
+STATEFUL_PATH = "stateful upgrade path: switchover, the state seeded in the standby's session"
 
 
 def _scenarios(text: str) -> tuple[str, ...]:
@@ -482,7 +481,8 @@ def ratio_lines(median: Mapping[str, float], chosen: Sequence[str], switchover_d
              if scenario in chosen or (scenario in NEEDS_SWITCHOVER_DAG and not switchover_dag)]
     path = (f"switchover ({SWITCHOVER_DAG_ID})" if switchover_dag
             else f"classic standby (stream_upgrade; no DAG {SWITCHOVER_DAG_ID} in dags/)")
-    lines += [f"standby upgrade path (real scheduler): {path}", STATEFUL_PATH,
+    stateful = STATEFUL_PATH if switchover_dag else f"stateful upgrade path: none (no DAG {SWITCHOVER_DAG_ID} in dags/)"
+    lines += [f"standby upgrade path (real scheduler): {path}", stateful,
               f"downtime ratio standby/bare (real scheduler): {shown(standby_scenario(switchover_dag))}",
               f"downtime ratio stateful standby/bare (real scheduler): {shown('sched-stateful', 'stateful-bare')}"]
     return lines

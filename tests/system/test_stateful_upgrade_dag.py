@@ -1,13 +1,18 @@
-"""A stateful upgrade through the reference DAG, Spark 4.0 to Spark 4.2: every customer's running
-total is exact after it.
+"""A stateful upgrade through the reference DAG's switchover, Spark 4.0 to Spark 4.2: every
+customer's running total is exact after it.
 
 Version 1 on Spark 4.0 keeps ``sum(amount)`` and ``count`` per customer (streaming aggregation,
-HDFS-backed store) while a producer keeps sending purchases. The DAG (standby) stops it, hands
-over its offsets, exports its state at the handover batch with the new version's Spark 4.2
-(the provider's own), and releases version 2 on Spark 4.2 — a changed aggregation that seeds itself
-from the export. The producer goes on through the upgrade. After it, for EVERY customer, v2's
-total and count equal the sums over all purchases in the topic, computed from Kafka itself. The
-negative control — v2 started from the same handover without the export — fails the same check.
+HDFS-backed store) while a producer keeps sending purchases. ``stream_upgrade_switchover`` starts
+version 2 on Spark 4.2 as a standby — a changed aggregation that seeds itself from the old state —
+and switches inside the drivers: when v1 acknowledges its stop, the standby reads the handover and
+v1's state at the handover batch with Spark 4.2's state reader in its own session, and starts. The
+state export after the switch (spark-submit on Spark 4.2) must equal that seed store by store. The
+producer goes on through the upgrade. After it, for EVERY customer, v2's total and count equal the
+sums over all purchases in the topic, computed from Kafka itself. The negative control — v2 started
+from the same handover without the state — fails the same check.
+
+(The standby path's export before the release is the same export job: its seed is proven by
+tests/integration/test_state_seed.py and run at the DAG level by the fault-injection chain.)
 
 (RocksDB state checkpoint format v2 written by Spark 4.0 cannot be carried to Spark 4.2: Spark 4.2
 cannot read its snapshots, and the preflight refuses it; tests/integration/test_state_export_real.py.)
@@ -22,6 +27,8 @@ import pytest
 
 from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
+from airflow_ckpt_provider.spark.control import SWITCHOVER_HANDOVER
+from airflow_ckpt_provider.spark.switchover import SwitchoverHandover
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import CUSTOMERS, purchase
 from tests.harness.state_audit import compare_totals, kafka_totals, sink_totals
@@ -48,7 +55,7 @@ def test_stateful_upgrade_carries_every_customers_total(airflow_home, kafka, tmp
     demo = purchases_demo(kafka, tmp_path / "upgrade")
     try:
         v1 = demo.start(min_batches=3, timeout=600)
-        run = demo.upgrade_with_dag(v1, carry_state=True)
+        run = demo.upgrade_with_dag(v1, carry_state=True, dag_id="stream_upgrade_switchover")
         assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
         running_on(demo.new_cp, demo.new_spark)  # type: ignore[arg-type]
         report = read_dag_report(demo.archive_root, STREAM)
@@ -58,6 +65,15 @@ def test_stateful_upgrade_carries_every_customers_total(airflow_home, kafka, tmp
         assert export["batch_id"] == handover.batch_id and export["rows"] == CUSTOMERS, export
         manifest = json.loads((Path(export["location"]) / "state-manifest.json").read_text())
         assert manifest["spark_version"] == demo.new_spark.version  # type: ignore[union-attr]
+        # the standby seeded the same state in its own session, inside the downtime, with no export job
+        used = SwitchoverHandover.from_json((demo.new_cp / SWITCHOVER_HANDOVER).read_bytes())
+        seed = json.loads((Path(used.state_path) / "state-manifest.json").read_text())
+        assert Path(used.state_path).is_relative_to(demo.new_cp / "_ckpt") and used.state_rows == CUSTOMERS
+        assert [(s["rows"], s["checksum"]) for s in seed["stores"]] == [
+            (s["rows"], s["checksum"]) for s in manifest["stores"]], (seed["stores"], manifest["stores"])
+        split = report["switchover"]
+        assert split["state_wait_s"] is not None and split["downtime_s"] is not None, split
+        print(f"stateful switchover: downtime {split['downtime_s']} s, of which state wait {split['state_wait_s']} s")
         demo.drain(demo.new_cp)
         truth = kafka_totals(kafka.bootstrap_servers, demo.topic)
         result = compare_totals(truth, sink_totals(demo.sink, "v2"))

@@ -58,7 +58,7 @@ def test_scenarios_refused(given: str, says: str) -> None:
 def test_the_default_is_every_scenario() -> None:
     bench = _bench()
     assert bench._scenarios(",".join(bench.SCENARIOS)) == bench.SCENARIOS
-    assert set(bench.SCHEDULED) <= set(bench.DAG_IDS) and bench.DAG_IDS["sched-stateful"] == "stream_upgrade"
+    assert set(bench.SCHEDULED) <= set(bench.DAG_IDS) and bench.DAG_IDS["sched-stateful"] == bench.SWITCHOVER_DAG_ID
 
 
 @pytest.mark.parametrize(("switchover_dag", "runs", "missing"), [
@@ -139,7 +139,7 @@ def test_ratio_lines_end_with_the_two_headline_ratios_with_the_switchover_dag() 
         "downtime ratio classic standby/bare (real scheduler): 0.40",
         "downtime ratio switchover/bare (real scheduler): 0.15",
         "standby upgrade path (real scheduler): switchover (stream_upgrade_switchover)",
-        "stateful upgrade path: classic standby (switchover with state seeding not built)",
+        "stateful upgrade path: switchover, the state seeded in the standby's session",
         "downtime ratio standby/bare (real scheduler): 0.15",
         "downtime ratio stateful standby/bare (real scheduler): 0.40",
     ]
@@ -155,9 +155,9 @@ def test_ratio_lines_without_the_switchover_dag_take_the_classic_standby() -> No
         f"downtime ratio switchover/bare (real scheduler): {missing}",
         "standby upgrade path (real scheduler): classic standby (stream_upgrade; no DAG stream_upgrade_switchover "
         "in dags/)",
-        "stateful upgrade path: classic standby (switchover with state seeding not built)",
+        "stateful upgrade path: none (no DAG stream_upgrade_switchover in dags/)",
         "downtime ratio standby/bare (real scheduler): 0.40",
-        "downtime ratio stateful standby/bare (real scheduler): -",  # not run: no figure
+        f"downtime ratio stateful standby/bare (real scheduler): {missing}",
     ]
 
 
