@@ -265,6 +265,15 @@ def test_a_rocksdb_checkpoint_format_v2_state_is_exported_and_seeds_every_total(
     manifest = finish_export(fsspec.filesystem("file"), str(export), plan, result, uri=str(export),
                              upgrade_id="format-v2")
     assert manifest.checkpoint_format_version == 2 and sum(store.rows for store in manifest.stores) == 50
+    # a switchover's standby reads the same state in its own session: the format is set for the read
+    # only (the new query this session starts next keeps its own), and the seed is the export
+    from airflow_ckpt_provider.checkpoint.state import check_seeded_state
+    from airflow_ckpt_provider.spark.state_seed import seed_state
+
+    before = spark.conf.get(CHECKPOINT_FORMAT, None)
+    seed = seed_state(spark, reader.handover(), plan.batch_id, str(tmp_path / "seed"), upgrade_id="format-v2")
+    assert seed is not None and seed.checkpoint_format_version == 2 and spark.conf.get(CHECKPOINT_FORMAT, None) == before
+    check_seeded_state(seed, manifest, uri=str(tmp_path / "seed"))
     handover = reader.handover().kafka_offsets().to_json()
     produce(kafka, topic, 1200, 600)
 
