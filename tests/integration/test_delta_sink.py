@@ -37,7 +37,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.checkpoint import reconcile
-from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkNotDelivered
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, DeltaWritesSkipped, SinkNotDelivered
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
@@ -48,6 +48,8 @@ from airflow_ckpt_provider.spark import delta_txn_conf, delta_txn_options, forea
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
+from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
+from tests.integration.test_standby import hook  # noqa: F401 - the launcher's fixture
 
 pytestmark = pytest.mark.integration
 
@@ -508,3 +510,74 @@ def test_foreach_batch_merge_holds_each_keys_last_record(kafka, kafka_connection
             spark.sql(MERGE_SQL.format(table=table, view="replayed"))
         assert delta_versions(spark, table) == history, f"a MERGE as batch {batch} of {checkpoint.name} was skipped"
     spark.catalog.dropTempView("replayed")
+
+
+# -- a switchover on a busy Delta stream: the stop cuts a batch, the provider takes over ----------
+
+
+def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_tables_own_record(
+        kafka, kafka_connection, spark, start_job, hook, tmp_path) -> None:  # noqa: ANN001, F811
+    """Real drivers: version 1 streams into a Delta table on Spark's default trigger with slow
+    batches (one is almost always running), version 2 waits as a standby writing the SAME table.
+    The switchover's stop cuts the running batch (acknowledged ``interrupted``); the standby refuses
+    and the step takes over: the ledger reads the table's own record of the old query's batches
+    (``txn`` of its query id), hands over after the cut batch when Delta committed it, and releases
+    the standby there. With the producer running throughout, the table holds every Kafka
+    (partition, offset) exactly once."""
+    from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, TakenBy
+    from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+    from airflow_ckpt_provider.spark.control import STOP_ACK, StopAck
+    from tests.integration.test_launch_real import _TI, run_operator
+    from tests.integration.test_standby import START_TIMEOUT_S, launch_standby, wait_standby
+
+    launcher, handles = hook
+    old = start_job("busy-delta-cut", rate=100, partitions=2)
+    old.wait_for_batches(3, heartbeat=True)
+    table = str(old.sink)
+    new_cp = tmp_path / "v2-cp"
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, old.sink, delta=True)
+    wait_standby(new_cp, standby, launcher)
+    spec = SinkSpec(kind=SinkKind.DELTA, location=table)
+    step = StandbySwitchoverOperator(
+        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
+        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id=kafka_connection,
+        sink=spec.to_json())
+    step.__dict__["launcher_hook"] = launcher
+    old_query_id = CheckpointReader(str(old.checkpoint)).snapshot().query_id
+    try:
+        result = SwitchoverResult.from_json(run_operator(step, {"ti": _TI()}))
+    except Exception as exc:
+        raise AssertionError(f"{old.log.read_text()[-3000:]}\n--- standby ---\n"
+                             f"{launcher.log_tail(standby, 60)}") from exc
+    assert old.proc.wait(timeout=180) == 0
+    ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
+    taken = HandoverResult.from_json(result.handover)
+    if ack.outcome == "interrupted":  # the case this test is for (a batch runs almost all the time)
+        assert result.taken_by is TakenBy.PROVIDER and result.used["reason"] == "stop_not_clean", result
+        assert taken.sink is not None and taken.sink["exact"], taken.sink
+        in_table = DeltaLog(LOCAL, table).transactions()[old_query_id].version
+        assert taken.handover.batch_id == in_table, "handed over after the old query's last batch in the table"
+        print(f"cut batch {ack.last_planned_batch}: the table's own record says batch {in_table} is the last "
+              f"written; handed over after it ({taken.sink['disposition']})")
+    else:  # the stop found the gap between two batches after all: the standby took over by itself
+        print(f"the stop found a batch boundary ({ack.outcome}): the standby took over, no fallback this run")
+        assert result.taken_by is TakenBy.STANDBY, result
+    (initial,) = CheckpointReader(str(new_cp)).snapshot(include_initial=True).initial_sources
+    assert initial.kafka == taken.offsets(), "the standby started at the provider's handover"
+
+    old.producer.stop()  # type: ignore[union-attr]
+    ends = KafkaBroker(kafka.bootstrap_servers).view([old.topic]).partitions(old.topic)
+
+    def caught_up() -> bool:
+        try:
+            last = CheckpointReader(str(new_cp)).handover()
+        except CheckpointError:  # a batch file being written as we read
+            return False
+        return last.in_flight_batch is None and all(
+            last.kafka_offsets().get(old.topic, p) == end for p, (_, end) in ends.items())
+
+    wait_for(caught_up, "version 2 to commit the log end")
+    produced, lost, duplicated = audit(spark, table, kafka.bootstrap_servers, old.topic)
+    print(f"delta switchover: produced {produced}, lost {lost}, duplicated {duplicated}")
+    assert produced > 0 and (lost, duplicated) == (0, 0), (produced, lost, duplicated)

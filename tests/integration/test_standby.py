@@ -23,7 +23,7 @@ from airflow_ckpt_provider.checkpoint import LaunchHandle
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
-from airflow_ckpt_provider.local.spark import local_spark_conf
+from airflow_ckpt_provider.local.spark import delta_spark_conf, local_spark_conf
 from airflow_ckpt_provider.spark.control import (
     CONF_STANDBY,
     CONF_STANDBY_TIMEOUT_S,
@@ -57,12 +57,14 @@ def hook(tmp_path: Path) -> Iterator[tuple[SparkLauncherHook, list[LaunchHandle]
 
 
 def launch_standby(hook: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, topic: str,
-                   bootstrap: str, sink: Path, timeout_s: float = 600.0) -> LaunchHandle:
-    conf = local_spark_conf("standby-test")
+                   bootstrap: str, sink: Path, timeout_s: float = 600.0, *, delta: bool = False) -> LaunchHandle:
+    """jobs/kafka_to_parquet.py as a standby on ``checkpoint`` (``delta``: into a Delta table)."""
+    conf = local_spark_conf("standby-test", extra=delta_spark_conf() if delta else None)
     conf.pop("spark.app.name"), conf.pop("spark.master")
     conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
     conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{timeout_s:g}"})
-    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint), application_args=[bootstrap, topic, str(sink)],
+    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint),
+                         application_args=[bootstrap, topic, str(sink), *(["--delta"] if delta else [])],
                          conf=conf, name=f"standby-{checkpoint.name}", launch_id=uuid.uuid4().hex)
     handles.append(handle)
     return handle

@@ -730,13 +730,16 @@ def test_a_retry_after_the_provider_took_over_writes_no_second_release(
     assert (new / STANDBY_RELEASE).read_bytes() == written, "written from the note, never a new one"
 
 
-@pytest.mark.parametrize("case", ["another reason", "no kafka connection"])
+@pytest.mark.parametrize("case", ["another reason", "no kafka connection", "state to seed"])
 def test_other_refusals_fail_the_step(tmp_path: Path, journal: UpgradeJournal, case: str) -> None:  # noqa: F811
     new = tmp_path / "v2"
     operator, _, _, event = cut_world(tmp_path, journal)
     if case == "another reason":
         refusal = json.loads((new / SWITCHOVER_REFUSAL).read_text())
         put(new, SWITCHOVER_REFUSAL, json.dumps({**refusal, "reason": "plan_changed"}))
+    elif case == "state to seed":  # the state of a batch only the sink recorded is in no checkpoint
+        release = json.loads((new / SWITCHOVER_RELEASE).read_text())
+        put(new, SWITCHOVER_RELEASE, json.dumps({**release, "seed_state": True}))
     else:
         operator.kafka_conn_id = ""
     with pytest.raises(SwitchoverNotTaken):

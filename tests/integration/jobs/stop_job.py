@@ -11,7 +11,8 @@ GracefulStop: the stop holds the next batch at the sink instead of waiting for a
 ``busy-file`` is the same busy stream into the built-in file sink (no gate): the stop waits about
 two batches for a gap, then stops and may cut one, which the sink's own log decides; MODE
 ``busy-file-cut`` makes each batch slow (3 ms a record) and stops at once, cutting the batch that
-runs (acknowledged ``interrupted``).
+runs (acknowledged ``interrupted``); MODE ``busy-delta-cut`` does the same into Delta Lake's
+streaming sink (SINK is the table), whose own log records each batch with the query id.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from __future__ import annotations
 import sys
 import time
 
-from airflow_ckpt_provider.local.spark import local_spark_session
+from airflow_ckpt_provider.local.spark import delta_spark_conf, local_spark_session
 from airflow_ckpt_provider.spark import GracefulStop, foreach_batch
 
 
 def main() -> None:
     bootstrap, topic, checkpoint, sink, mode = sys.argv[1:6]
     interval = float(sys.argv[6]) if len(sys.argv) > 6 else 0.5
-    spark = local_spark_session(f"stop-job-{mode}")
+    delta = mode == "busy-delta-cut"
+    spark = local_spark_session(f"stop-job-{mode}", extra=delta_spark_conf() if delta else None)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -34,10 +36,11 @@ def main() -> None:
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
     )
-    if mode in ("busy", "busy-file", "busy-file-cut"):
+    cut = mode in ("busy-file-cut", "busy-delta-cut")
+    if mode in ("busy", "busy-file") or cut:
         reader = reader.option("maxOffsetsPerTrigger", 300)
     frame = reader.load().selectExpr("topic", "partition", "offset")
-    if mode == "busy-file-cut":  # batches that take a while: a stop request almost always finds one running
+    if cut:  # batches that take a while: a stop request almost always finds one running
         from pyspark.sql import functions as F  # noqa: N812
 
         @F.udf("long")
@@ -53,17 +56,18 @@ def main() -> None:
 
         query = frame.writeStream.foreachBatch(foreach_batch(append, checkpoint)) \
             .option("checkpointLocation", checkpoint).start()
-    elif mode in ("busy-file", "busy-file-cut"):
-        query = frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint).start()
+    elif mode in ("busy-file", "busy-file-cut", "busy-delta-cut"):
+        query = frame.writeStream.format("delta" if delta else "parquet").option("path", sink) \
+            .option("checkpointLocation", checkpoint).start()
     else:
         query = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
                  .trigger(processingTime="1 second").start())
     if mode == "ignore":
         query.awaitTermination()
         return
-    # busy-file-cut: stop at once, cutting the batch that runs (a built-in sink has no gate to hold it)
+    # busy-file-cut, busy-delta-cut: stop at once, cutting the batch that runs (a built-in sink has no gate to hold it)
     GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2,
-                 boundary_timeout=0.0 if mode == "busy-file-cut" else None).run()
+                 boundary_timeout=0.0 if cut else None).run()
     spark.stop()
 
 
