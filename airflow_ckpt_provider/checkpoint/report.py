@@ -156,11 +156,14 @@ class UpgradeReport:
                                        "an unknown number of records") + f" in {len(twice)} partition(s) / 0")))
         if self.state_export:
             export = self.state_export
+            seeded = DowntimeSplit.from_json(self.switchover).state_wait_s if self.switchover else None
             facts.append(("state carried", f"no: {export.get('skipped')}" if export.get("skipped") or not
                           export.get("location") else
                           f"after batch {export.get('batch_id')}: {export.get('stores', 0)} stores, "
                           f"{export.get('rows', 0):,} rows, {export.get('bytes', 0):,} bytes in "
-                          f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"))
+                          f"{export.get('seconds', 0):.1f} s, verified, at {export.get('location')}"
+                          + (f"; seeded by the standby in its own session in {seeded:.1f} s, before the export, "
+                             "which equals it store by store" if seeded is not None else "")))
         if self.switchover:
             facts.append(("switchover in the drivers", DowntimeSplit.from_json(self.switchover).describe()))
         if self.path:

@@ -174,3 +174,20 @@ def test_a_switchover_report_shows_where_the_downtime_went_in_the_drivers() -> N
     assert again.switchover == split.to_dict() and again.to_json() == report.to_json()
     assert "switchover" not in UpgradeReport(stream="orders", outcome="upgraded").to_dict(), \
         "written as the release before it wrote a report without one"
+
+
+def test_a_stateful_switchover_report_says_the_standby_seeded_the_state_the_export_equals() -> None:
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport
+    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
+
+    split = DowntimeSplit(stop_s=1.5, notice_s=0.2, handover_read_s=0.3, state_wait_s=1.25, query_start_s=0.0,
+                          first_batch_s=2.0, downtime_s=3.8)
+    export = {"location": "/arch/orders/_state/u", "batch_id": 70, "stores": 1, "rows": 50, "bytes": 2048,
+              "seconds": 31.0}
+    text = UpgradeReport(stream="orders", outcome="upgraded", switchover=split.to_dict(),
+                         state_export=export).to_markdown()
+    assert "after batch 70: 1 stores, 50 rows, 2,048 bytes in 31.0 s, verified, at /arch/orders/_state/u; seeded by " \
+           "the standby in its own session in 1.2 s, before the export, which equals it store by store" in text
+    assert "| state wait | 1.2 |" in text or "| state wait | 1.25 |" in text
+    classic = UpgradeReport(stream="orders", outcome="upgraded", state_export=export).to_markdown()
+    assert "seeded by the standby" not in classic, "the standby path's export is what the new version started from"
