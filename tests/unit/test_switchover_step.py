@@ -454,7 +454,7 @@ def test_downtime_split_from_iso_times() -> None:
 
 def test_downtime_split_with_times_missing() -> None:
     split = downtime_split(stop_requested_at="", stop_acknowledged_at=at(T0, 0), ack_seen_at="not a time",
-                           handover_read_at="2026-11-28T10:00:01", released_at=at(T0, 2), first_commit_at=None)
+                           handover_read_at="2026-11-28 10:00:01 UTC", released_at=at(T0, 2), first_commit_at=None)
     assert split == DowntimeSplit(stop_s=None, notice_s=None, handover_read_s=None, state_wait_s=None,
                                   query_start_s=None, first_batch_s=None, downtime_s=None)
     assert split.describe() == "downtime unknown"
