@@ -13,7 +13,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import fsspec
@@ -57,12 +57,12 @@ def hook(tmp_path: Path) -> Iterator[tuple[SparkLauncherHook, list[LaunchHandle]
 
 
 def launch_standby(hook: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, topic: str,
-                   bootstrap: str, sink: Path, timeout_s: float = 600.0) -> LaunchHandle:
+                   bootstrap: str, sink: Path, timeout_s: float = 600.0, args: Sequence[str] = ()) -> LaunchHandle:
     conf = local_spark_conf("standby-test")
     conf.pop("spark.app.name"), conf.pop("spark.master")
     conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
     conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{timeout_s:g}"})
-    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint), application_args=[bootstrap, topic, str(sink)],
+    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint), application_args=[bootstrap, topic, str(sink), *args],
                          conf=conf, name=f"standby-{checkpoint.name}", launch_id=uuid.uuid4().hex)
     handles.append(handle)
     return handle
