@@ -25,12 +25,13 @@ def utc_iso(moment: datetime | None = None, timespec: str = "auto") -> str:
 
 
 def epoch_seconds(iso: str | None) -> float | None:
-    """Epoch seconds of ISO-8601 text (a time without offset counts as UTC); None for ''/None
-    or text that is no ISO-8601 time."""
-    if not iso:
+    """Epoch seconds of ISO-8601 text (a time without offset counts as UTC; a trailing ``Z`` is
+    UTC on every supported Python, 3.10 included); None for ''/None, for anything not text, or
+    text that is no ISO-8601 time."""
+    if not iso or not isinstance(iso, str):
         return None
     try:
-        moment = datetime.fromisoformat(iso)
+        moment = datetime.fromisoformat(iso[:-1] + "+00:00" if iso.endswith(("Z", "z")) else iso)
     except ValueError:
         return None
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()

@@ -335,7 +335,8 @@ def switchover(demo: Any, v1: Any) -> tuple[float, dict[str, float | None], str]
     the step's DowntimeSplit in words): parts are the step's own DowntimeSplit and what lies around it."""
     from airflow_ckpt_provider.checkpoint import LaunchHandle
     from airflow_ckpt_provider.checkpoint.report import downtime_seconds
-    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, epoch_seconds
+    from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
+    from airflow_ckpt_provider.clock import epoch_seconds
     from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
     from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 

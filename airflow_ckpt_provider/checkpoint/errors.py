@@ -658,6 +658,19 @@ class LaunchFailed(CheckpointError):
                          detail=f"--- driver log tail ---\n{log_tail}" if log_tail else "")
 
 
+class SwitchoverStandbyDied(LaunchFailed):
+    """The new version's driver ended during a switchover: after the standby was released and
+    before its query's first commit. The message says whether the standby had taken the handover,
+    what its checkpoint holds and whether the old query stopped; ``action`` what the rollback does."""
+
+    summary = "the new version died during the switchover"
+    default_action = (
+        "The rollback restarts the old version from its own checkpoint if it stopped (the standby only "
+        "read it); nothing of the new checkpoint counts as a handover. Read the driver log tail, then "
+        "upgrade again onto a new, empty checkpoint location."
+    )
+
+
 class StandbyNotHonoured(CheckpointError):
     """A standby launch whose job started its query instead of waiting for the handover."""
 

@@ -11,26 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
 
-__all__ = ["DowntimeSplit", "SwitchoverResult", "TakenBy", "downtime_split", "epoch_seconds"]
-
-
-def epoch_seconds(moment: str) -> float | None:
-    """An ISO 8601 time (with its zone) as epoch seconds; None when empty or unreadable."""
-    try:
-        parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    except (AttributeError, ValueError):
-        return None
-    return parsed.timestamp() if parsed.tzinfo is not None else None
+__all__ = ["DowntimeSplit", "SwitchoverResult", "TakenBy", "downtime_split"]
 
 
 def _between(start: float | None, end: float | None) -> float | None:

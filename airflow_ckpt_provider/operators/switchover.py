@@ -19,10 +19,12 @@ from airflow.sdk import Context
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
+    NotACheckpoint,
     QueryNotRunning,
     StandbyNotWaiting,
     SwitchoverMismatch,
     SwitchoverNotTaken,
+    SwitchoverStandbyDied,
     SwitchoverUnsupported,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
@@ -106,9 +108,12 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     acknowledgement ``interrupted``). The step then takes the handover as the handover step does (the
     sink ledger reads what the ``sink`` holds of the cut batch; reconciled with the broker), releases
     the still-waiting standby at it with a standby release, and waits for its first commit; the
-    result says ``taken_by`` provider, and its split's handover read is the provider's. The driver
-    dying or no commit in time fail as a launch does
-    (:class:`LaunchFailed`, :class:`FirstCommitTimeout`). On any failure after the release, a stop
+    result says ``taken_by`` provider, and its split's handover read is the provider's. The new
+    version's driver dying after the switchover release fails with :class:`SwitchoverStandbyDied` (a
+    :class:`LaunchFailed`: whether the standby had taken the handover, what its checkpoint holds, an
+    uncommitted batch being no handover, and whether the old query stopped); after the provider's
+    own release, and no commit in time, fail as a launch does (:class:`LaunchFailed`,
+    :class:`FirstCommitTimeout`). On any failure after the release, a stop
     request the old query has not acknowledged is withdrawn (it goes on running), and the journal
     notes whether it stopped (acknowledged, or its driver gone: no live heartbeat): the reference
     DAG's rollback restarts the old version only then. With
@@ -396,7 +401,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             raise SwitchoverNotTaken(found=f"the standby refused its switchover release: {fired.evidence}",
                                      expected="the standby to start once the old query stopped clean",
                                      path=self.checkpoint_uri)
-        handle = self.first_commit(context, event)  # raises for a death or a timeout, as a launch does
+        if fired.reason is LaunchEvent.DIED and release is not None:
+            raise self._died(fired, release, new, old)
+        handle = self.first_commit(context, event)  # raises for a timeout, as a launch does
         used = new.record(SWITCHOVER_HANDOVER, SwitchoverHandover)
         if release is None or used is None or used.release_id != release.release_id:
             raise SwitchoverMismatch(found=f"the new query committed without {SWITCHOVER_HANDOVER} of release "
@@ -437,6 +444,45 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                 path=self.checkpoint_uri)
         self.log.info("the standby seeded %s rows of %d store(s) after batch %s at %s", f"{seed.rows:,}",
                       len(seed.stores), seed.batch_id, used.state_path)
+
+    def _died(self, fired: LaunchTriggerEvent, release: SwitchoverRelease, new: ControlFiles,
+              old: ControlFiles) -> SwitchoverStandbyDied:
+        """The error for the new version's driver ending after ``release`` and before its first
+        commit: whether the standby had taken the handover, what its checkpoint holds (an
+        uncommitted batch is no handover), and whether the old query stopped (what the rollback does)."""
+        used = new.record(SWITCHOVER_HANDOVER, SwitchoverHandover)
+        if used is not None and used.release_id == release.release_id:
+            took = f"after the standby took the handover (starting offsets {used.starting_offsets})"
+        else:
+            took = f"before the standby took the handover (no {SWITCHOVER_HANDOVER} of release {release.release_id})"
+        try:
+            snapshot = CheckpointReader(self.checkpoint_uri, fs=new.fs).snapshot()
+            holds = (f"batch {snapshot.in_flight_batch} planned and not committed"
+                     if snapshot.in_flight_batch is not None else "no batch planned")
+        except NotACheckpoint:
+            holds = "no Spark file (only the provider's _ckpt/)"
+        except (CheckpointError, OSError) as exc:
+            holds = f"what cannot be read ({exc})"
+        ack = old.ack()
+        if ack is not None and ack.request_id == release.stop_request_id:
+            old_state = (f"the old query had stopped (it acknowledged stop request {ack.request_id} {ack.outcome} at "
+                         f"batch {ack.last_committed_batch})")
+            action = (f"The old version is stopped: the rollback restarts it from {self.old_checkpoint_uri}, where it "
+                      "stopped (the standby only read that checkpoint). Nothing of the new checkpoint counts as a "
+                      "handover; leave it for inspection. Read the driver log tail for why the new version died, then "
+                      "upgrade again onto a new, empty checkpoint location.")
+        else:
+            old_state = f"the old query had not acknowledged stop request {release.stop_request_id}"
+            action = ("The stop request is withdrawn: an old query that still runs goes on, and the rollback stops "
+                      "only the standby (one whose driver is gone too is restarted; the journal notes which). Read "
+                      "the driver log tail, then upgrade again onto a new, empty checkpoint location.")
+        handle = self._standby_from(fired.handle) if fired.handle is not None else None
+        return SwitchoverStandbyDied(
+            found=f"the new version's driver ended ({fired.state.value}: {fired.evidence}) {took} and before its "
+                  f"first commit; its checkpoint holds {holds}; {old_state}",
+            expected=f"the new query's first committed batch in {self.checkpoint_uri}/commits",
+            log_tail=fired.log_tail or (self.launcher_hook.log_tail(handle, 60) if handle is not None else ""),
+            action=action, path=self.checkpoint_uri)
 
     def _stopped(self, old: ControlFiles, ack: StopAck, requested_at: float) -> StopResult:
         """The old query's stop result once it acknowledged ``ack`` (requested at ``requested_at``,

@@ -535,7 +535,7 @@ def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_table
     old.wait_for_batches(3, heartbeat=True)
     table = str(old.sink)
     new_cp = tmp_path / "v2-cp"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, old.sink, delta=True)
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, old.sink, args=["--delta"])
     wait_standby(new_cp, standby, launcher)
     spec = SinkSpec(kind=SinkKind.DELTA, location=table)
     step = StandbySwitchoverOperator(

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import fsspec
@@ -57,14 +57,14 @@ def hook(tmp_path: Path) -> Iterator[tuple[SparkLauncherHook, list[LaunchHandle]
 
 
 def launch_standby(hook: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, topic: str,
-                   bootstrap: str, sink: Path, timeout_s: float = 600.0, *, delta: bool = False) -> LaunchHandle:
-    """jobs/kafka_to_parquet.py as a standby on ``checkpoint`` (``delta``: into a Delta table)."""
-    conf = local_spark_conf("standby-test", extra=delta_spark_conf() if delta else None)
+                   bootstrap: str, sink: Path, timeout_s: float = 600.0, args: Sequence[str] = ()) -> LaunchHandle:
+    """jobs/kafka_to_parquet.py as a standby on ``checkpoint`` with ``args`` (``--delta``: into a Delta
+    table, with Delta's jars)."""
+    conf = local_spark_conf("standby-test", extra=delta_spark_conf() if "--delta" in args else None)
     conf.pop("spark.app.name"), conf.pop("spark.master")
     conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
     conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{timeout_s:g}"})
-    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint),
-                         application_args=[bootstrap, topic, str(sink), *(["--delta"] if delta else [])],
+    handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint), application_args=[bootstrap, topic, str(sink), *args],
                          conf=conf, name=f"standby-{checkpoint.name}", launch_id=uuid.uuid4().hex)
     handles.append(handle)
     return handle

@@ -14,19 +14,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, SwitchoverStandbyDied
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
+from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.rollback import rollback_result
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, TakenBy
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
+from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
 from airflow_ckpt_provider.spark.control import (
     STOP_ACK,
@@ -39,9 +47,14 @@ from airflow_ckpt_provider.spark.control import (
 from airflow_ckpt_provider.spark.switchover import SwitchoverHandover, SwitchoverRelease
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE, rollback_plan
 from airflow_ckpt_provider.upgrade.record import UpgradeIntent
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as UpgradePath
+from tests.dags.launch_verify import CONF
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records
+from tests.integration.test_graceful_stop import JOB as OLD_JOB
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
 from tests.integration.test_launch_real import _TI as TI
 from tests.integration.test_launch_real import run_operator
@@ -62,15 +75,17 @@ def _without_time(handover: Handover) -> dict[str, object]:
 
 
 def old_and_standby(start_job, hook, kafka, tmp_path: Path, mode: str,  # noqa: ANN001, F811
-                    batches: int = 2) -> tuple[Any, Any, Path, Path, Any]:
+                    batches: int = 2, standby_args: tuple[str, ...] = ()) -> tuple[Any, Any, Path, Path, Any]:
     """The old version (``jobs/stop_job.py`` in ``mode``, a producer at 100 records/s) with ``batches``
-    committed, and the new one waiting as a standby: (old job, launcher, new checkpoint, new sink,
-    standby handle)."""
+    committed, and the new one (``jobs/kafka_to_parquet.py`` with ``standby_args``) waiting as a
+    standby: (old job, launcher, new checkpoint, new sink, standby handle). The two drivers start
+    side by side: a standby needs nothing of the old query until it is released."""
     launcher, handles = hook
     old = start_job(mode, rate=100, partitions=2)
-    old.wait_for_batches(batches, heartbeat=True)
     new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink,
+                             args=standby_args)
+    old.wait_for_batches(batches, heartbeat=True)
     wait_standby(new_cp, standby, launcher)
     return old, launcher, new_cp, new_sink, standby
 
@@ -97,11 +112,8 @@ def at_log_end(checkpoint: Path, ranges: dict[tuple[str, int], tuple[int, int]])
 
 def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exactly_once(
         kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
-    launcher, handles = hook
-    old = start_job("graceful", rate=100, partitions=2)  # Kafka -> Parquet on a 1 s trigger, producer running
-    old.wait_for_batches(2, heartbeat=True)
-    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    # the old version: Kafka -> Parquet on a 1 s trigger, producer running; the standby beside it
+    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "graceful")
     run_id = wait_standby(new_cp, standby, launcher)
 
     # the provider's switchover step: the release (naming the stop request it sends next), then the stop request;
@@ -293,3 +305,121 @@ def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_with_the_sink_led
     seen.update((old.topic, p, o) for p, o in file_sink_rows(old.sink))  # what the old sink's log lists
     audited = audit(seen, ranges)
     assert audited.ok and audited.produced > 0, audited.to_dict()
+
+
+def spark_files_digest(checkpoint: Path) -> dict[str, bytes]:
+    """Every file Spark wrote in ``checkpoint`` (outside the provider's ``_ckpt/``) with its bytes."""
+    return {p.relative_to(checkpoint).as_posix(): p.read_bytes() for p in sorted(checkpoint.rglob("*"))
+            if p.is_file() and p.relative_to(checkpoint).parts[0] != "_ckpt"}
+
+
+def test_a_standby_killed_mid_switch_fails_the_step_and_the_old_version_resumes_from_its_untouched_checkpoint(
+        kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """The new version's driver is killed (SIGKILL to its process group) after it took the handover and
+    started its query, in its first batch: ``offsets/0`` planned, nothing written, no ``commits/0``
+    (``--hold-first-batch`` keeps batch 0 from ending). The step notices the driver is gone within
+    its wait and fails with SwitchoverStandbyDied saying so; the journal notes that the old query
+    stopped, so the rollback restarts it. The rollback's reading of the new checkpoint takes nothing
+    of the uncommitted batch as a handover (restore and forward both resume at the old checkpoint's
+    last commit), the old checkpoint is as the old query left it, and the old version restarted there
+    by the rollback's launch step reads on: with the producer running throughout, the sinks hold
+    every Kafka record exactly once."""
+    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "graceful",
+                                                               standby_args=("--hold-first-batch",))
+    journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
+    journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
+                               new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
+    step = StandbySwitchoverOperator(
+        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
+        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, journal=journal.path)
+    step.__dict__["launcher_hook"] = launcher
+    outcome: dict[str, Any] = {}
+
+    def run_step() -> None:
+        try:
+            outcome["result"] = run_operator(step, {"run_id": "run-1", "ti": TI(),
+                                                    "dag": SimpleNamespace(dag_id="upgrade")})
+        except Exception as exc:  # noqa: BLE001 - the failure is what this test looks at
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    def logs() -> str:
+        return f"{old.log.read_text()[-3000:]}\n--- standby ---\n{launcher.log_tail(standby, 60)}"
+
+    def in_first_batch() -> bool:  # took the handover, started its query, holds batch 0 uncommitted
+        return ((new_cp / SWITCHOVER_HANDOVER).exists() and Path(f"{new_sink}.holding").exists()
+                and (new_cp / "offsets" / "0").exists() and not (new_cp / "commits" / "0").exists())
+
+    worker = threading.Thread(target=run_step, name="switchover-step")
+    worker.start()
+    wait_for(lambda: in_first_batch() or "ended" in outcome, START_TIMEOUT_S,
+             "the standby to take over and hold its first batch", standby, launcher)
+    assert "ended" not in outcome, f"the step ended before the kill: {outcome}\n{logs()}"
+    os.killpg(int(standby.pid or 0), signal.SIGKILL)  # the new version's whole driver: supervisor, JVM, Python
+    killed = time.monotonic()
+    worker.join(timeout=step.stop_timeout + step.first_commit_timeout + 120)
+    assert not worker.is_alive(), f"the step did not end within its own wait\n{logs()}"
+
+    # the step: a typed error saying what happened, noticed well within its wait; the old query's stop noted
+    error = outcome.get("error")
+    assert isinstance(error, SwitchoverStandbyDied), f"{outcome}\n{logs()}"
+    print(f"the step noticed the killed standby {outcome['ended'] - killed:.1f} s after the kill")
+    assert outcome["ended"] - killed < step.first_commit_timeout, "noticed by its liveness, not by a timeout"
+    assert old.proc.wait(timeout=180) == 0, logs()
+    ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
+    release = SwitchoverRelease.from_json((new_cp / SWITCHOVER_RELEASE).read_bytes())
+    assert (ack.request_id, ack.outcome) == (release.stop_request_id, "clean"), ack
+    assert "after the standby took the handover" in error.found and "batch 0 planned and not committed" in error.found
+    assert f"acknowledged stop request {ack.request_id} clean at batch {ack.last_committed_batch}" in error.found
+    assert "the rollback restarts it from" in error.action, error.action
+    entry = journal.step("switchover")
+    assert entry is not None and entry.state == "failed" and entry.notes[OLD_STOPPED_NOTE] is True, entry
+    plan = rollback_plan(journal.read(), PATHS[UpgradePath.SWITCHOVER])
+    assert plan.restart_old and plan.stop_new, plan
+
+    # the dead standby's checkpoint: a query started at the handover, batch 0 planned and never committed
+    expected = CheckpointReader(str(old.checkpoint)).handover()
+    assert expected.batch_id == ack.last_committed_batch and expected.in_flight_batch is None
+    dead = CheckpointReader(str(new_cp)).snapshot(include_initial=True)
+    assert (dead.last_committed_batch, dead.in_flight_batch) == (None, 0), dead
+    (initial,) = dead.initial_sources
+    assert initial.kafka == expected.kafka_offsets(), "the standby started at the old last commit's end"
+    assert not any(read_sink_records(new_sink).values()), "the held batch wrote nothing"
+    untouched, left_behind = spark_files_digest(old.checkpoint), spark_files_digest(new_cp)
+
+    # the rollback: what the new version processed (nothing committed: the uncommitted batch is no
+    # handover, in either mode), then the old version restarted on its own checkpoint by the launch step
+    for mode, target in (("restore", old.checkpoint), ("forward", tmp_path / "rollback-cp")):
+        reading = rollback_result(run_operator(RollbackHandoverOperator(
+            task_id="rollback_handover", checkpoint_uri=str(new_cp), old_checkpoint_uri=str(old.checkpoint),
+            rollback_mode=mode, rollback_checkpoint_uri=str(target)), {"ti": TI()}))
+        assert getattr(reading, "resume", None) == expected.kafka_offsets(), (mode, reading)
+        assert (reading.new_committed_batch, reading.new_planned_batch) == (None, 0), (mode, reading)
+    assert spark_files_digest(old.checkpoint) == untouched, "the rollback's reading changed the old checkpoint"
+    query_id = CheckpointReader(str(old.checkpoint)).snapshot().query_id
+    launcher_handles = hook[1]
+    restart = StreamLaunchOperator(
+        task_id="rollback_restart_old", application=str(OLD_JOB),
+        application_args=[kafka.bootstrap_servers, old.topic, str(old.checkpoint), str(old.sink), "graceful"],
+        checkpoint_uri=str(old.checkpoint), allow_existing_checkpoint=True, conf=CONF, master="local[2]",
+        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, log_dir=str(tmp_path / "logs"))
+    ti = TI()
+    try:
+        run_operator(restart, {"ti": ti})
+    finally:
+        if "launch_handle" in ti.xcom:
+            launcher_handles.append(LaunchHandle.from_json(ti.xcom["launch_handle"]))
+    resumed = CheckpointReader(str(old.checkpoint)).snapshot()
+    assert resumed.query_id == query_id is not None, "the same query resumed on its own checkpoint"
+    assert resumed.last_committed_batch is not None and resumed.last_committed_batch > expected.batch_id
+
+    # every record once: the producer ran throughout; it stops, the restarted old version catches up
+    old.producer.stop()  # type: ignore[union-attr]
+    ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
+    wait_for(lambda: at_log_end(old.checkpoint, ranges), START_TIMEOUT_S, "the restarted old version to commit "
+             "the log end")
+    audited = audit(read_sink_records(old.sink, new_sink), ranges)
+    assert audited.ok and audited.produced > 0, audited.to_dict()
+    assert sum(end for _, end in ranges.values()) > expected.kafka_offsets().total(), "records came after the stop"
+    assert spark_files_digest(new_cp) == left_behind, "nothing ran on the dead standby's checkpoint again"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ckpt_provider import clock
-from airflow_ckpt_provider.clock import utc_iso, utc_now
+from airflow_ckpt_provider.clock import epoch_seconds, utc_iso, utc_now
 
 PACKAGE = Path(clock.__file__).parent
 
@@ -38,6 +38,17 @@ def test_utc_iso_defaults_to_now() -> None:
     assert stamp.tzinfo is not None and abs(stamp - datetime.now(timezone.utc)) < timedelta(seconds=5)
     with pytest.raises(ValueError):
         utc_iso(timespec="fortnights")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2026-03-01T12:00:00+00:00", 1772366400.0), ("2026-03-01T12:00:00.250Z", 1772366400.25),
+     ("2026-03-01T13:00:00+01:00", 1772366400.0), ("2026-03-01T12:00:00", 1772366400.0),  # no zone: UTC
+     ("", None), (None, None), ("yesterday", None), ("2026-03-01T12:00:00+00:00Z", None), (1772366400, None)],
+)
+def test_epoch_seconds_reads_every_recorded_time_and_nothing_else(text: object, seconds: float | None) -> None:
+    """The one reader of recorded times (the downtime split, stop timelines and reports all use it)."""
+    assert epoch_seconds(text) == seconds  # type: ignore[arg-type]
 
 
 def test_clock_imports_only_the_standard_library() -> None:

@@ -27,6 +27,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     StandbyNotWaiting,
     SwitchoverMismatch,
     SwitchoverNotTaken,
+    SwitchoverStandbyDied,
     SwitchoverUnsupported,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
@@ -478,7 +479,7 @@ def test_downtime_split_with_the_state_seeded() -> None:
 
 def test_downtime_split_with_times_missing() -> None:
     split = downtime_split(stop_requested_at="", stop_acknowledged_at=at(T0, 0), ack_seen_at="not a time",
-                           handover_read_at="2026-11-28T10:00:01", released_at=at(T0, 2), first_commit_at=None)
+                           handover_read_at="2026-11-28 10:00:01 UTC", released_at=at(T0, 2), first_commit_at=None)
     assert split == DowntimeSplit(stop_s=None, notice_s=None, handover_read_s=None, state_wait_s=None,
                                   query_start_s=None, first_batch_s=None, downtime_s=None)
     assert split.describe() == "downtime unknown"
@@ -632,6 +633,53 @@ def test_a_failure_before_the_old_query_acknowledged_withdraws_the_request(
     step = journal.step("switchover")
     assert step is not None and step.notes[OLD_STOPPED_NOTE] is stopped
     assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
+
+
+def died(handle: LaunchHandle) -> dict[str, Any]:
+    """The trigger's event for a standby whose driver ended before its first commit."""
+    return {**committed(handle), "reason": LaunchEvent.DIED.value, "batch": None, "state": "failed",
+            "log_tail": "Killed", "evidence": "the driver exited with code -9"}
+
+
+@pytest.mark.parametrize("when", ["after taking the handover", "before the old query stopped"])
+def test_a_standby_that_died_mid_switch_fails_saying_what_it_left_and_whether_the_old_query_stopped(
+        tmp_path: Path, journal: UpgradeJournal, when: str) -> None:  # noqa: F811 - the fixture
+    """The new version's driver dies after the release and before its first commit. After taking the
+    handover (the old query acknowledged; batch 0 planned, not committed): the error says so, the
+    uncommitted batch is no handover, and the journal notes the old query stopped (the rollback
+    restarts it from its own checkpoint). Before the old query stopped: nothing in the new checkpoint,
+    the request is withdrawn, the old query (alive) goes on and the journal says it did not stop."""
+    operator, _, handle, built = released(tmp_path, journal=journal.path)
+    new, old = tmp_path / "v2", tmp_path / "v1"
+    journal.begin("switchover", run_id="run-1")
+    if when == "after taking the handover":
+        used = standby_took_over(tmp_path, built)
+        (new / "commits" / "0").unlink()  # batch 0 planned, the driver killed before its commit
+    else:
+        put(old, HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
+                                      query_id="q-old", interval=600).to_json())
+    old_files = sorted((p.relative_to(old).as_posix(), p.read_bytes()) for p in old.rglob("*")
+                       if p.is_file() and p.relative_to(old).parts[0] != "_ckpt")
+    with pytest.raises(SwitchoverStandbyDied) as failed:
+        operator.execute_complete(context("run-1", TI()), died(handle))
+    error = failed.value
+    assert "code -9" in error.found and error.log_tail == "Killed" and error.path == str(new)
+    step = journal.step("switchover")
+    assert step is not None and step.state == "failed"
+    if when == "after taking the handover":
+        assert f"after the standby took the handover (starting offsets {used.starting_offsets})" in error.found
+        assert "its checkpoint holds batch 0 planned and not committed" in error.found
+        assert "the old query had stopped" in error.found and "at batch 2" in error.found
+        assert "the rollback restarts it from" in error.action and "counts as a handover" in error.action
+        assert step.notes[OLD_STOPPED_NOTE] is True
+        assert (old / STOP_ACK).exists()
+    else:
+        assert "before the standby took the handover" in error.found and "holds no Spark file" in error.found
+        assert "had not acknowledged stop request" in error.found and "withdrawn" in error.action
+        assert step.notes[OLD_STOPPED_NOTE] is False
+        assert not (old / STOP_REQUEST).exists(), "the request is withdrawn"
+    assert old_files == sorted((p.relative_to(old).as_posix(), p.read_bytes()) for p in old.rglob("*")
+                               if p.is_file() and p.relative_to(old).parts[0] != "_ckpt"), "old checkpoint untouched"
 
 
 def test_a_refusal_before_the_release_notes_nothing(tmp_path: Path, journal: UpgradeJournal) -> None:  # noqa: F811
