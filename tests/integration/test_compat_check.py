@@ -7,7 +7,8 @@ another copy of the real checkpoint — does it commit a new batch, or fail, wit
 error? The verdict must match that reality (and for a change Spark accepts silently though its
 guide forbids it, the verdict must name the rule while the restart runs). After every check the
 live checkpoint's files (names, sizes, sha256) are unchanged and the trial files are gone.
-One broker, each old version's checkpoint written once, ``local[1]`` and 1 shuffle partition.
+One broker, each old version's checkpoint written once (the three side by side), ``local[1]`` and 1
+shuffle partition.
 
 One real restart per verdict of the guide's table, not per change: the two changes Spark allows
 (a filter added, a projection changed with the same schema) are one new version; the
@@ -125,31 +126,36 @@ def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkLaunch
 
 @pytest.fixture(scope="module")
 def old_versions(kafka, hook, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:  # noqa: ANN001
-    """Lazily, once per old variant: (its stopped checkpoint, its topic)."""
-    return {}
+    """Every old variant's stopped checkpoint and its topic, written side by side by one driver each
+    (a driver's start is mostly waiting; on 2 cores three at once take little more than one)."""
+    return old_checkpoints(sorted({case.old for case in CASES}), kafka, hook, tmp_path_factory.getbasetemp())
 
 
-def old_checkpoint(variant: str, cache: dict[str, tuple[Path, str]], kafka: Any, hook: Any,
-                   root: Path) -> tuple[Path, str]:
-    if variant in cache:
-        return cache[variant]
+def old_checkpoints(variants: list[str], kafka: Any, hook: Any, root: Path) -> dict[str, tuple[Path, str]]:
+    """Run each of ``variants`` (at once) until it consumed its topic's records and recorded its
+    plan's stateful operators, stop it, then add records it has not read: (checkpoint, topic) each."""
     launcher, handles = hook
-    topic = f"compat-{variant}-{uuid.uuid4().hex[:6]}"
-    kafka.create_topic(topic, 2)
-    produce_records(kafka.bootstrap_servers, topic, RECORDS)
-    checkpoint, sink = root / f"{variant}-checkpoint", root / f"{variant}-sink"
-    handle = launcher.launch(str(JOB), checkpoint_uri=str(checkpoint), conf=spark_conf(),
-                             application_args=[variant, kafka.bootstrap_servers, topic, str(sink)],
-                             starting_offsets="earliest", name=f"compat-old-{variant}")
-    handles.append(handle)
-    # a running version records its plan's stateful operators after its first batch
-    wait_for(lambda: consumed(checkpoint) >= RECORDS and (checkpoint / "_ckpt" / "stateful-operators.json").exists(),
-             f"old version {variant} consumes {RECORDS} records", launcher, handle)
-    launcher.kill(handle)
-    # records the old version has not read yet: a trial or a restart has a batch to run
-    produce_records(kafka.bootstrap_servers, topic, 20, start=RECORDS)
-    cache[variant] = (checkpoint, topic)
-    return cache[variant]
+    running = {}
+    for variant in variants:
+        topic = f"compat-{variant}-{uuid.uuid4().hex[:6]}"
+        kafka.create_topic(topic, 2)
+        produce_records(kafka.bootstrap_servers, topic, RECORDS)
+        checkpoint, sink = root / f"{variant}-checkpoint", root / f"{variant}-sink"
+        handle = launcher.launch(str(JOB), checkpoint_uri=str(checkpoint), conf=spark_conf(),
+                                 application_args=[variant, kafka.bootstrap_servers, topic, str(sink)],
+                                 starting_offsets="earliest", name=f"compat-old-{variant}")
+        handles.append(handle)
+        running[variant] = (checkpoint, topic, handle)
+    written = {}
+    for variant, (checkpoint, topic, handle) in running.items():
+        # a running version records its plan's stateful operators after its first batch
+        wait_for(lambda cp=checkpoint: consumed(cp) >= RECORDS and (cp / "_ckpt" / "stateful-operators.json").exists(),
+                 f"old version {variant} consumes {RECORDS} records", launcher, handle)
+        launcher.kill(handle)
+        # records the old version has not read yet: a trial or a restart has a batch to run
+        produce_records(kafka.bootstrap_servers, topic, 20, start=RECORDS)
+        written[variant] = (checkpoint, topic)
+    return written
 
 
 @dataclass
@@ -190,7 +196,7 @@ def restart_outcome(launcher: SparkLauncherHook, reality: Reality, variant: str)
 def test_verdict_matches_what_a_restart_does(case: Case, kafka, hook, old_versions,  # noqa: ANN001
                                              tmp_path_factory: pytest.TempPathFactory) -> None:
     launcher, handles = hook
-    checkpoint, topic = old_checkpoint(case.old, old_versions, kafka, hook, tmp_path_factory.getbasetemp())
+    checkpoint, topic = old_versions[case.old]
     before = file_digests(checkpoint)
     trial_root = tmp_path_factory.mktemp("trials")
     reality = start_reality(launcher, handles, checkpoint, case.new, kafka.bootstrap_servers, topic,
@@ -237,7 +243,7 @@ def test_refusals_start_nothing(kafka, hook, old_versions, tmp_path: Path,  # no
     """A trial location inside the live checkpoint, and a job without the trial contract, are
     refused before anything starts; the checkpoint is unchanged."""
     launcher, _ = hook
-    checkpoint, topic = old_checkpoint("stateless", old_versions, kafka, hook, tmp_path_factory.getbasetemp())
+    checkpoint, topic = old_versions["stateless"]
     before = file_digests(checkpoint)
     args = ["stateless", kafka.bootstrap_servers, topic, str(tmp_path / "sink")]
     with pytest.raises(TrialRefused, match="overlaps the old checkpoint"):
