@@ -78,13 +78,14 @@ def old_and_standby(start_job, hook, kafka, tmp_path: Path, mode: str,  # noqa: 
                     batches: int = 2, standby_args: tuple[str, ...] = ()) -> tuple[Any, Any, Path, Path, Any]:
     """The old version (``jobs/stop_job.py`` in ``mode``, a producer at 100 records/s) with ``batches``
     committed, and the new one (``jobs/kafka_to_parquet.py`` with ``standby_args``) waiting as a
-    standby: (old job, launcher, new checkpoint, new sink, standby handle)."""
+    standby: (old job, launcher, new checkpoint, new sink, standby handle). The two drivers start
+    side by side: a standby needs nothing of the old query until it is released."""
     launcher, handles = hook
     old = start_job(mode, rate=100, partitions=2)
-    old.wait_for_batches(batches, heartbeat=True)
     new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
     standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink,
                              args=standby_args)
+    old.wait_for_batches(batches, heartbeat=True)
     wait_standby(new_cp, standby, launcher)
     return old, launcher, new_cp, new_sink, standby
 
@@ -111,11 +112,8 @@ def at_log_end(checkpoint: Path, ranges: dict[tuple[str, int], tuple[int, int]])
 
 def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exactly_once(
         kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
-    launcher, handles = hook
-    old = start_job("graceful", rate=100, partitions=2)  # Kafka -> Parquet on a 1 s trigger, producer running
-    old.wait_for_batches(2, heartbeat=True)
-    new_cp, new_sink = tmp_path / "v2-cp", tmp_path / "v2-sink"
-    standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, new_sink)
+    # the old version: Kafka -> Parquet on a 1 s trigger, producer running; the standby beside it
+    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "graceful")
     run_id = wait_standby(new_cp, standby, launcher)
 
     # the provider's switchover step: the release (naming the stop request it sends next), then the stop request;
