@@ -384,14 +384,24 @@ def test_file_sink_with_spark_metadata_is_refused(kafka, shared: Stream, conn, t
 # -- a query that still runs ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def running_job(kafka, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Stream]]:  # noqa: ANN001
-    """A real query under GracefulStop (10 s heartbeat), started with umask 0, committed once."""
+#: The test that needs a running query; its driver starts with the module (see running_driver).
+RUNNING_QUERY_TEST = "test_archive_of_a_running_query_is_refused"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def running_driver(request: pytest.FixtureRequest, kafka,  # noqa: ANN001
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[bytes], Stream] | None]:
+    """A real query under GracefulStop (10 s heartbeat), started with umask 0 as soon as the module's
+    first test starts, so that its driver's start (a JVM of its own) runs beside the tests before the
+    one that uses it; None when that test was not collected."""
+    if not any(item.name == RUNNING_QUERY_TEST and getattr(item, "module", None) is request.module
+               for item in request.session.items):
+        yield None
+        return
     topic = f"bad-run-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, 2)
     produce_records(kafka.bootstrap_servers, topic, 50)
-    base = tmp_path / "job"
-    base.mkdir()
+    base = tmp_path_factory.mktemp("running-job")
     stream = Stream(topic, base / "cp", base / "sink", 2)
     with (base / "job.log").open("wb") as log:
         proc = subprocess.Popen(
@@ -400,19 +410,27 @@ def running_job(kafka, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes]
             start_new_session=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, umask=0,
         )
     try:
-        deadline = time.monotonic() + 180
-        beat = stream.checkpoint / HEARTBEAT
-        while not (beat.exists() and (stream.checkpoint / "commits" / "0").exists()):
-            assert proc.poll() is None, f"exit {proc.returncode}:\n" + "\n".join(
-                line for line in (base / "job.log").read_text().splitlines()
-                if "ERROR" in line or "Error:" in line or "Exception:" in line)[:4000]
-            assert time.monotonic() < deadline, "the job did not commit and heartbeat within 180 s"
-            time.sleep(0.2)
         yield proc, stream
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def running_job(running_driver) -> tuple[subprocess.Popen[bytes], Stream]:  # noqa: ANN001
+    """The module's running query (:func:`running_driver`) once it committed and heartbeats."""
+    assert running_driver is not None
+    proc, stream = running_driver
+    deadline = time.monotonic() + 180
+    beat = stream.checkpoint / HEARTBEAT
+    while not (beat.exists() and (stream.checkpoint / "commits" / "0").exists()):
+        assert proc.poll() is None, f"exit {proc.returncode}:\n" + "\n".join(
+            line for line in (stream.checkpoint.parent / "job.log").read_text().splitlines()
+            if "ERROR" in line or "Error:" in line or "Exception:" in line)[:4000]
+        assert time.monotonic() < deadline, "the job did not commit and heartbeat within 180 s"
+        time.sleep(0.2)
+    return proc, stream
 
 
 def test_archive_of_a_running_query_is_refused(running_job, tmp_path: Path) -> None:  # noqa: ANN001
