@@ -531,11 +531,11 @@ def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_table
     from tests.integration.test_standby import START_TIMEOUT_S, launch_standby, wait_standby
 
     launcher, handles = hook
-    old = start_job("busy-delta-cut", rate=100, partitions=2)
-    old.wait_for_batches(3, heartbeat=True)
-    table = str(old.sink)
-    new_cp = tmp_path / "v2-cp"
+    old = start_job("busy-delta-cut", rate=50, partitions=2)
+    table, new_cp = str(old.sink), tmp_path / "v2-cp"
+    # side by side: the standby needs nothing of the old query (nor of the table) until it is released
     standby = launch_standby(launcher, handles, new_cp, old.topic, kafka.bootstrap_servers, old.sink, args=["--delta"])
+    old.wait_for_batches(3, heartbeat=True)
     wait_standby(new_cp, standby, launcher)
     spec = SinkSpec(kind=SinkKind.DELTA, location=table)
     step = StandbySwitchoverOperator(

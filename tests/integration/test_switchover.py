@@ -8,6 +8,8 @@ running); the new one is the standby of tests/integration/test_standby.py
 (:class:`StandbySwitchoverOperator`): it writes the switchover release in the new checkpoint, then
 the stop request in the old one, and nothing else before the standby started; its result (the
 handover it re-derived, the stop, the downtime split) is checked against the test's own reading.
+The provider's take-over after a stop that cut a batch runs on a busy Delta stream, where users meet
+it: tests/integration/test_delta_sink.py.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.rollback import rollback_result
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, TakenBy
+from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
@@ -40,7 +42,6 @@ from airflow_ckpt_provider.spark.control import (
     STOP_ACK,
     STOP_REQUEST,
     SWITCHOVER_HANDOVER,
-    SWITCHOVER_REFUSAL,
     SWITCHOVER_RELEASE,
     StopAck,
 )
@@ -249,61 +250,6 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
     wait_for(lambda: at_log_end(new_cp, ranges), START_TIMEOUT_S, "the new version to commit the log end", standby,
              launcher)
     audited = audit(read_sink_records(old.sink, new_sink), ranges)
-    assert audited.ok and audited.produced > 0, audited.to_dict()
-
-
-def test_a_stop_that_cut_a_batch_is_taken_over_by_the_provider_with_the_sink_ledger(
-        kafka, start_job, hook, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001, F811
-    """The old query writes Spark's file sink (no gate) on the default trigger, batches back to back,
-    and its stop cuts the batch that runs (acknowledged ``interrupted``): the standby refuses its
-    switchover. The provider takes over in the same step: its sink ledger reads the file sink's own
-    log for the cut batch, it releases the still-waiting standby at that handover, and the two sinks
-    (the old one as its log lists it) hold every record once."""
-    from tests.integration.test_graceful_stop import file_sink_rows
-
-    old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "busy-file-cut", 3)
-    kafka_connection(monkeypatch, kafka)
-    step = StandbySwitchoverOperator(
-        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
-        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
-        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id=KAFKA_CONN,
-        sink={"kind": "file", "location": str(old.sink)})
-    step.__dict__["launcher_hook"] = launcher
-
-    def in_flight() -> bool:  # a batch planned and not committed: the stop cuts it
-        planned, committed = control(old.checkpoint).batch_state().last_planned_batch, max(old.committed(), default=-1)
-        return planned is not None and planned > committed
-
-    wait_for(in_flight, START_TIMEOUT_S, "a batch in flight on the old query")
-    try:
-        result = SwitchoverResult.from_json(run_operator(step, {"ti": TI()}))
-    except Exception as exc:
-        raise AssertionError(f"{old.log.read_text()[-3000:]}\n--- standby ---\n"
-                             f"{launcher.log_tail(standby, 60)}") from exc
-    assert old.proc.wait(timeout=180) == 0
-    ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
-    stop = StopResult.from_json(result.stop)
-    assert stop.ack is not None and stop.ack["request_id"] == ack.request_id
-    if ack.outcome == "interrupted":  # the case this test is for (a batch runs almost all the time)
-        assert result.taken_by is TakenBy.PROVIDER, result
-        assert result.used["reason"] == "stop_not_clean" and (new_cp / SWITCHOVER_REFUSAL).exists()
-        assert not (new_cp / SWITCHOVER_HANDOVER).exists(), "the standby did not start by itself"
-        taken = HandoverResult.from_json(result.handover)
-        assert taken.sink is not None and taken.sink["exact"], taken.sink
-    else:  # the stop found the gap between two batches after all: the standby took over by itself
-        print(f"the stop found a batch boundary ({ack.outcome}): the standby took over, no fallback this run")
-        assert result.taken_by is TakenBy.STANDBY, result
-    taken = HandoverResult.from_json(result.handover)
-    (initial,) = CheckpointReader(str(new_cp)).snapshot(include_initial=True).initial_sources
-    assert initial.kafka == taken.offsets(), "the standby started at the provider's handover"
-
-    old.producer.stop()  # type: ignore[union-attr]
-    ranges = broker_ranges(kafka.bootstrap_servers, [old.topic])
-    wait_for(lambda: at_log_end(new_cp, ranges), START_TIMEOUT_S, "the new version to commit the log end", standby,
-             launcher)
-    seen = read_sink_records(new_sink)
-    seen.update((old.topic, p, o) for p, o in file_sink_rows(old.sink))  # what the old sink's log lists
-    audited = audit(seen, ranges)
     assert audited.ok and audited.produced > 0, audited.to_dict()
 
 
