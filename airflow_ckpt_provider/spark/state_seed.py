@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,7 +39,7 @@ from airflow_ckpt_provider.spark.state_export import STATE_PARTITIONS_CONF, expo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SEED_STATE_DIR", "seed_location", "seed_state"]
+__all__ = ["SEED_STATE_DIR", "seed_location", "seed_state", "session_conf"]
 
 #: Where a standby writes the state it seeds, under the new checkpoint: one folder per release.
 SEED_STATE_DIR = "_ckpt/seed-state"
@@ -51,10 +51,15 @@ def seed_location(new_checkpoint: str, release_id: str) -> str:
 
 
 @contextmanager
-def _session_conf(spark: Any, *keys: str) -> Iterator[None]:
-    """Restore ``keys`` of the session's conf on the way out: the state reader's settings must not
-    reach the new query this session starts next (its own state format, its partitions)."""
-    saved = {key: spark.conf.get(key, None) for key in keys}
+def session_conf(spark: Any, settings: Mapping[str, str] | None = None, *,
+                 restore: Iterable[str] = ()) -> Iterator[None]:
+    """Set ``settings`` on the session for the block, then put back what was there (unset what was
+    not set), for those keys and the ``restore`` keys the block may set itself: here, the state
+    reader's settings never reach the new query this session starts next (its own state format,
+    its partitions)."""
+    saved = {key: spark.conf.get(key, None) for key in (*(settings or {}), *restore)}
+    for key, value in (settings or {}).items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
@@ -84,7 +89,7 @@ def seed_state(spark: Any, handover: Handover, batch: int | None, target: str, *
     started = time.monotonic()
     log.info("seeding the old query's state: reading operators %s of %s after batch %d (format v%d) in this "
              "session", ", ".join(map(str, operators)), checkpoint, batch, format_version)
-    with _session_conf(spark, CONF_CHECKPOINT_FORMAT, STATE_PARTITIONS_CONF):
+    with session_conf(spark, restore=(CONF_CHECKPOINT_FORMAT, STATE_PARTITIONS_CONF)):
         if format_version >= 2:
             use_checkpoint_format(spark, format_version)
         result = export_state(spark, checkpoint, batch, target)

@@ -4,27 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
-@contextmanager
-def spark_conf(spark: Any, settings: Mapping[str, str] | None) -> Iterator[None]:
-    """Set ``settings`` on the shared session for the block, then put back what was there (unset
-    what was not set): a test's session settings never leak into the next test."""
-    previous = {key: spark.conf.get(key, None) for key in (settings or {})}
-    for key, value in (settings or {}).items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+from airflow_ckpt_provider.spark.state_seed import session_conf as spark_conf  # noqa: F401 - the tests' name for it
 
 
 def kafka_reader(spark: Any, bootstrap: str, topics: list[str], starting_offsets: str = "earliest",
