@@ -32,12 +32,14 @@ from typing import IO, Any
 
 import pytest
 
+from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import list_journals
 from airflow_ckpt_provider.storage.state import read_manifest
 from airflow_ckpt_provider.storage.stop import ControlFiles
-from tests.harness.upgrade_demo import STREAM, V1, V2, UpgradeDemo
+from tests.harness.upgrade_demo import STREAM, V1, V2, UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system
 
@@ -45,6 +47,8 @@ REPO = Path(__file__).resolve().parents[2]
 CRASHING_V2 = Path(__file__).parent / "jobs" / "crash_after_release.py"
 STATELESS_V1 = Path(__file__).parent / "jobs" / "stateless_v1.py"
 SWITCHOVER_DAG = "stream_upgrade_switchover"
+#: The switchover chain's stream: records/s, on Spark's default trigger (batches back to back).
+BUSY_RATE = 400.0
 #: The Kafka connection of these runs carries a secret (its SASL password; the local broker speaks
 #: PLAINTEXT and never uses it): it must not show up in any log, XCom, journal, manifest or report.
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
@@ -267,13 +271,11 @@ def kill_chain(runner: DagRunner, demo: UpgradeDemo, conf: dict[str, Any], work:
 
 
 @pytest.fixture(autouse=True)
-def no_job_left_behind(demo: UpgradeDemo) -> Any:
-    """Kill whatever job this test's DAG runs started, however the test ended."""
+def no_job_left_behind(tmp_path: Path) -> Any:
+    """Kill whatever job this test's DAG runs started (under its demo's folder), however the test ended."""
     yield
-    import signal
-
-    for group in {*spark_jobs(V1, demo.work), *spark_jobs(V2, demo.work), *spark_jobs(CRASHING_V2, demo.work),
-                  *spark_jobs(STATELESS_V1, demo.work)}:
+    for group in {group for application in (V1, V2, CRASHING_V2, STATELESS_V1)
+                  for group in spark_jobs(application, tmp_path)}:
         try:
             os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
@@ -283,9 +285,10 @@ def no_job_left_behind(demo: UpgradeDemo) -> Any:
 @pytest.mark.timeout(RUNS_TIMEOUT_S)
 def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: UpgradeDemo, tmp_path: Path,  # noqa: ANN001
                                                        dag_runner: Callable[[str], DagRunner]) -> None:
+    runner = dag_runner("stream_upgrade")  # it imports Airflow while v1 starts
     v1 = demo.start()
     conf = demo.dag_conf(v1, carry_state=True)  # the export runs, and is killed once
-    killed, final = kill_chain(dag_runner("stream_upgrade"), demo, conf, tmp_path, UPGRADE_FAULTS, V2)
+    killed, final = kill_chain(runner, demo, conf, tmp_path, UPGRADE_FAULTS, V2)
 
     assert final.returncode == 0, final.tail()
     assert final.result is not None and final.result["state"] == "success", final.result
@@ -327,9 +330,10 @@ def test_upgrade_converges_after_a_kill_at_every_step(airflow_home, demo: Upgrad
 @pytest.mark.timeout(RUNS_TIMEOUT_S)
 def test_rollback_converges_after_a_kill_at_its_steps(airflow_home, demo: UpgradeDemo, tmp_path: Path,  # noqa: ANN001
                                                       dag_runner: Callable[[str], DagRunner]) -> None:
+    runner = dag_runner("stream_upgrade")  # it imports Airflow while v1 starts
     v1 = demo.start()
     conf = demo.dag_conf(v1, new_application=str(CRASHING_V2))
-    killed, final = kill_chain(dag_runner("stream_upgrade"), demo, conf, tmp_path, ROLLBACK_FAULTS, CRASHING_V2)
+    killed, final = kill_chain(runner, demo, conf, tmp_path, ROLLBACK_FAULTS, CRASHING_V2)
 
     assert final.returncode == 1 and final.result is not None, final.tail()
     assert final.result["tasks"]["report"] == "failed"  # a rolled-back upgrade fails the run loudly
@@ -355,12 +359,19 @@ def committed_on(checkpoint: Path) -> bool:
 
 
 @pytest.mark.timeout(RUNS_TIMEOUT_S)
-def test_switchover_converges_after_a_kill_at_every_step(airflow_home, demo: UpgradeDemo, tmp_path: Path,  # noqa: ANN001
+def test_switchover_converges_after_a_kill_at_every_step(airflow_home, make_demo: Callable[..., UpgradeDemo],  # noqa: ANN001
+                                                         tmp_path: Path,
                                                          dag_runner: Callable[[str], DagRunner]) -> None:
-    """The switchover DAG on the demo's steady stream (stateless v1), killed at every point of its
-    switchover step and of the steps all paths share. After every kill the stream has a query: v1
-    runs on, or (the stop requested before the kill) the standby took over by itself; it is never
-    left stopped with nothing started."""
+    """The switchover DAG on a stateless v1 under Spark's DEFAULT trigger with the producer at a
+    burst's rate (batches back to back), killed at every point of its switchover step and of the
+    steps all paths share. After every kill the stream has a query: v1 runs on, or (the stop
+    requested before the kill) the standby took over by itself; it is never left stopped with
+    nothing started. The clean run converges: the standby took over inside the drivers the moment
+    v1 acknowledged its stop (held at the sink gate or clean), with no Airflow task in between; the
+    provider re-derived the handover and it matched; the report splits the downtime; the sink
+    holds every offset once."""
+    runner = dag_runner(SWITCHOVER_DAG)  # it imports Airflow while v1 starts
+    demo = make_demo(rate=BUSY_RATE, trigger="default")
     v1 = demo.start(application=STATELESS_V1)
     conf = demo.dag_conf(v1, old_application=str(STATELESS_V1))
 
@@ -368,21 +379,22 @@ def test_switchover_converges_after_a_kill_at_every_step(airflow_home, demo: Upg
         assert wait_until(lambda: alive_on(demo.old_cp) or committed_on(demo.new_cp), 300), \
             f"after {fault}: v1 stopped and no new query committed"
 
-    killed, final = kill_chain(dag_runner(SWITCHOVER_DAG), demo, conf, tmp_path, SWITCHOVER_FAULTS, V2,
+    killed, final = kill_chain(runner, demo, conf, tmp_path, SWITCHOVER_FAULTS, V2,
                                old_application=STATELESS_V1, after_kill=a_query_runs)
 
     assert final.returncode == 0, final.tail()
     assert final.result is not None and final.result["state"] == "success", final.result
-    assert final.result["tasks"]["switchover"] == "success", final.result
+    got = final.result["tasks"]
+    assert [got[name] for name in ("start_standby", "switchover", "verify", "archive")] == ["success"] * 4, got
     # exactly one query, the new version, on the new checkpoint
     assert alive_on(demo.new_cp) and not alive_on(demo.old_cp)
     assert len(spark_jobs(V2, demo.work)) == 1 and spark_jobs(STATELESS_V1, demo.work) == []
     # one archive, one journal that saw every run, closed, the stream unlocked
-    archives = [p for p in (demo.archive_root / STREAM).iterdir() if not p.name.startswith("_")]
+    archives = [p for p in (demo.archive_root / demo.stream).iterdir() if not p.name.startswith("_")]
     assert len(archives) == 1, archives
-    (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), STREAM)
+    (journal,) = list_journals(__import__("fsspec").filesystem("file"), str(demo.archive_root), demo.stream)
     assert journal.outcome == "upgraded" and len(journal.runs) == len(SWITCHOVER_FAULTS) + 1
-    assert not (demo.archive_root / STREAM / "_upgrades" / "LOCK.json").exists()
+    assert not (demo.archive_root / demo.stream / "_upgrades" / "LOCK.json").exists()
     # each shared step killed twice ran three times; the switchover, killed at three points, four times
     assert {name: journal.steps[name].attempts for name in ("start_standby", "verify", "archive")} == \
         {"start_standby": 3, "verify": 3, "archive": 3}, journal.steps
@@ -392,9 +404,26 @@ def test_switchover_converges_after_a_kill_at_every_step(airflow_home, demo: Upg
     assert switched.taken_by.value == "standby" and switched.used["release_id"] == \
         journal.steps["switchover"].notes["released"], (switched.used, journal.steps["switchover"].notes)
 
+    # v1's stop on the busy stream: acknowledged at a batch boundary, not escalated; the handover the
+    # standby took is the provider's reading of the old checkpoint, and the report's
+    report = read_dag_report(demo.archive_root, demo.stream)
+    assert report is not None and report["outcome"] == "upgraded", report
+    stop = StopResult.from_json(switched.stop)
+    assert stop.outcome.value == "graceful" and stop.escalation is None, stop
+    assert stop.ack is not None and stop.ack["outcome"] in ("held", "clean"), stop.ack
+    handover = CheckpointReader(str(demo.old_cp)).handover()
+    assert report["handover"]["batch_id"] == handover.batch_id == stop.last_committed_batch, (report, stop)
+    assert switched.used["handover_json"] and report["starting_offsets"] == switched.used["starting_offsets"]
+    split = report["switchover"]
+    assert all(split[part] is not None and split[part] >= 0 for part in
+               ("notice_s", "handover_read_s", "query_start_s", "first_batch_s", "downtime_s")), split
+    stored = Path(report["archive"]) / "report" / "upgrade-report.md"
+    assert "## The switchover inside the drivers" in stored.read_text()
+
     audit = demo.finish(demo.new_cp)
     print(f"faults injected {len(killed)}, survived {len(killed)}; produced {audit.produced}, "
           f"lost {audit.lost}, duplicated {audit.duplicated}")
-    assert audit.produced > 1000
+    assert audit.produced > 2000, "the producer must have run through the upgrade"
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples
+    assert audit.unexpected == 0
