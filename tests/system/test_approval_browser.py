@@ -24,11 +24,13 @@ import json
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_ckpt_provider.checkpoint import LaunchHandle
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
@@ -182,11 +184,10 @@ def check_report_page(pages: BrowserPages, archive_root: Path) -> Path:
     return shot
 
 
-def roll_back_a_crashing_version(af: LocalAirflow, second: UpgradeDemo) -> None:
+def roll_back_a_crashing_version(af: LocalAirflow, second: UpgradeDemo, v1: LaunchHandle) -> None:
     """A new version that crashes once released, approval off: rolled back, v1 runs again on its
     checkpoint, nothing lost or duplicated."""
     logs = f"logs: {af.home}"
-    v1 = second.start(timeout=600)
     last_before = CheckpointReader(str(second.old_cp)).snapshot().last_committed_batch
     assert last_before is not None
     run_id = af.trigger(DAG_ID, second.dag_conf(v1, stream_name=ROLLBACK_STREAM, require_approval=False,
@@ -211,43 +212,50 @@ def roll_back_a_crashing_version(af: LocalAirflow, second: UpgradeDemo) -> None:
 def test_reject_then_approve_in_the_browser_then_a_rollback_with_the_triggerer_in_its_own_pid_namespace(
         kafka: LocalKafka, demo: UpgradeDemo, browser_pages: BrowserPages, tmp_path: Path) -> None:
     pages = browser_pages
-    v1 = demo.start(timeout=600)
     env = {"AIRFLOW_CONN_KAFKA_DEFAULT": demo.kafka_connection()}
     second = UpgradeDemo(tmp_path / "demo-rollback", kafka=kafka, rate=80.0)
+    af = LocalAirflow(tmp_path / "airflow", DAGS, env=env, isolate_triggerer=True, preload=PRELOAD,
+                      startup_timeout=600)
     try:
-        with LocalAirflow(tmp_path / "airflow", DAGS, env=env, isolate_triggerer=True, preload=PRELOAD,
-                          startup_timeout=600) as af:
-            logs = f"logs: {af.home}"
-            assert_own_pid_namespace(af)
-            log_in(pages, af)
+        with ThreadPoolExecutor(1) as pool:  # Airflow starts while v1 does
+            airflow_up = pool.submit(af.start)
+            v1 = demo.start(timeout=600)
+            airflow_up.result()
+        logs = f"logs: {af.home}"
+        assert_own_pid_namespace(af)
+        log_in(pages, af)
 
-            # (1) Reject: the upgrade is skipped, the run succeeds, v1 keeps committing
-            rejected = af.trigger(DAG_ID, demo.dag_conf(v1), timeout=600)
-            answer_in_ui(pages, af, rejected, "Reject", await_approval(af, rejected), "reject")
-            assert af.wait_for_run(DAG_ID, rejected, timeout=RUN_TIMEOUT_S) == "success", logs
-            assert af.task_state(DAG_ID, rejected, "graceful_stop") == "skipped"
-            assert af.task_state(DAG_ID, rejected, "report") == "success"
-            before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
-            demo.wait_for_batch(demo.old_cp, (before or 0) + 3, timeout=600, handle=v1)
-            assert not demo.new_cp.exists()
+        # (1) Reject: the upgrade is skipped, the run succeeds, v1 keeps committing
+        rejected = af.trigger(DAG_ID, demo.dag_conf(v1), timeout=600)
+        answer_in_ui(pages, af, rejected, "Reject", await_approval(af, rejected), "reject")
+        assert af.wait_for_run(DAG_ID, rejected, timeout=RUN_TIMEOUT_S) == "success", logs
+        assert af.task_state(DAG_ID, rejected, "graceful_stop") == "skipped"
+        assert af.task_state(DAG_ID, rejected, "report") == "success"
+        before = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+        demo.wait_for_batch(demo.old_cp, (before or 0) + 3, timeout=600, handle=v1)
+        assert not demo.new_cp.exists()
 
-            # (2) Approve: upgraded and verified, with the triggerer unable to see the jobs' processes
-            approved = af.trigger(DAG_ID, demo.dag_conf(v1), timeout=600)
-            answer_in_ui(pages, af, approved, "Approve", await_approval(af, approved), "approve")
-            assert af.wait_for_run(DAG_ID, approved, timeout=RUN_TIMEOUT_S) == "success", \
-                (task_states(af, approved), logs)
-            assert af.task_state(DAG_ID, approved, "verify") == "success"
-            report = read_dag_report(demo.archive_root)
-            assert report is not None and report["outcome"] == "upgraded", report
-            check_report_page(pages, demo.archive_root)
+        # (2) Approve: upgraded and verified, with the triggerer unable to see the jobs' processes
+        approved = af.trigger(DAG_ID, demo.dag_conf(v1), timeout=600)
+        answer_in_ui(pages, af, approved, "Approve", await_approval(af, approved), "approve")
+        assert af.wait_for_run(DAG_ID, approved, timeout=RUN_TIMEOUT_S) == "success", \
+            (task_states(af, approved), logs)
+        assert af.task_state(DAG_ID, approved, "verify") == "success"
+        report = read_dag_report(demo.archive_root)
+        assert report is not None and report["outcome"] == "upgraded", report
+        check_report_page(pages, demo.archive_root)
+        with ThreadPoolExecutor(1) as pool:  # the second stream's v1 starts while the first is audited
+            second_up = pool.submit(second.start, timeout=600)
             audit = demo.finish(demo.new_cp)
-            assert audit.produced > 500, "the producer must have run through the upgrade"
-            assert audit.lost == 0, audit.lost_examples
-            assert audit.duplicated == 0, audit.duplicated_examples
+            v1_again = second_up.result()
+        assert audit.produced > 500, "the producer must have run through the upgrade"
+        assert audit.lost == 0, audit.lost_examples
+        assert audit.duplicated == 0, audit.duplicated_examples
 
-            # (3) a new version that crashes once released, on the same isolated triggerer: rolled back
-            roll_back_a_crashing_version(af, second)
-            assert_own_pid_namespace(af)  # the same isolated triggerer served every run
+        # (3) a new version that crashes once released, on the same isolated triggerer: rolled back
+        roll_back_a_crashing_version(af, second, v1_again)
+        assert_own_pid_namespace(af)  # the same isolated triggerer served every run
     finally:
+        af.stop()
         second.close()
         stop_jobs_under(demo.work, second.work)
