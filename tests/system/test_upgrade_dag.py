@@ -1,18 +1,20 @@
-"""The reference DAG, end to end, with producers running: the exactly-once proof and its control.
+"""The reference DAG, end to end, with producers running: the exactly-once proof.
 
 Every Kafka (partition, offset) the broker holds once producers stopped is looked up in the sink
 that v1 and then v2 appended to: lost == 0 and duplicated == 0, for the standby upgrade
-(``stream_upgrade``; the cold one, ``stream_upgrade_cold``, is the Spark upgrade's system test).
-The negative control runs the same harness with a naive relaunch and must show loss, proving the
-check can fail. A second run of the standby upgrade with the same conf does nothing and leaves the
-first report byte-identical. Then what happens when it goes wrong (a v2 that crashes once released
-is rolled back in the fault-injection and isolated-triggerer tests): a v2 that cannot start
-(refused by the compatibility check before the stop), a stop that fails while the standby waits
-(the standby exits, v1 runs on untouched), and a rollback after v2 committed batches: restored,
-the sink's duplicates are exactly the offsets the report predicted; forward (stateless v1 on a
-fresh checkpoint from v2's handover), nothing lost and nothing twice. With ``mode="auto"`` and a
-change Spark allows on the same checkpoint, the upgrade is a plain restart on the old checkpoint,
-with the same proof.
+(``stream_upgrade``, on a busy bursty stream; the cold one, ``stream_upgrade_cold``, is the Spark
+upgrade's system test). The negative control (tests/integration/test_naive_relaunch.py) runs the
+same harness with a naive relaunch and must show loss, proving the check can fail. A second run of
+the standby upgrade with the same conf does nothing and leaves the first report byte-identical.
+Then what happens when it goes wrong (a v2 that crashes once released is rolled back in the
+fault-injection and browser tests): a v2 that cannot start (refused by the compatibility check
+before the stop), a stop that fails while the standby waits (the standby exits, v1 runs on
+untouched), and a rollback after v2 committed batches: restored, the sink's duplicates are exactly
+the offsets the report predicted; forward (stateless v1 on a fresh checkpoint from v2's handover),
+nothing lost and nothing twice. With ``mode="auto"`` and a change Spark allows on the same
+checkpoint, the upgrade is a plain restart on the old checkpoint, with the same proof. The
+switchover DAG on a busy default-trigger stream is proved, with a kill at each of its steps, in
+tests/system/test_fault_injection.py.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
 from airflow_ckpt_provider.spark.control import parse_time
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
@@ -57,44 +58,6 @@ def spark_files(checkpoint: Path) -> list[str]:
     """What Spark wrote in a checkpoint: everything outside the provider's ``_ckpt/`` folder."""
     return sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")
                   if p.relative_to(checkpoint).parts[0] != "_ckpt") if checkpoint.exists() else []
-
-
-def test_upgrade_loses_and_duplicates_nothing(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
-    """The standby upgrade (the cold one runs in tests/system/test_spark_upgrade_dag.py)."""
-    dag_id = "stream_upgrade"
-    first_steps = ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
-                   "archive"]
-    v1 = demo.start()
-    run = demo.upgrade_with_dag(v1, dag_id=dag_id, carry_state=True)  # the export runs (v2 does not read it)
-    assert run.state == "success", states(run)
-    report = read_dag_report(demo.archive_root)
-    assert report is not None and report["outcome"] == "upgraded"
-    a_second_run_is_already_done(demo, v1, dag_id, Path(report["archive"]) / "report")
-    audit = demo.finish(demo.new_cp)  # v2 was not disturbed by the second run either
-
-    assert audit.produced > 1000, "the producer must have run through the upgrade"
-    assert audit.lost == 0, audit.lost_examples
-    assert audit.duplicated == 0, audit.duplicated_examples
-    assert audit.unexpected == 0
-
-    handover = CheckpointReader(str(demo.old_cp)).handover()
-    assert report["handover"]["batch_id"] == handover.batch_id
-    assert report["downtime_s"] is not None and report["downtime_s"] > 0
-    done = [s["name"] for s in report["steps"]
-            if s["state"] == "success" and s["name"] not in ("approve", "compatibility_check", "choose_path")]
-    assert done[:len(first_steps) + 1] == ["preflight", *first_steps], done  # in the order of the mode
-    started = {s["name"]: s["started_at"] for s in report["steps"]}
-    assert sorted(first_steps, key=lambda name: started[name]) == first_steps, "steps ran in this order"
-    down = report["downtime_by_step"]
-    assert abs(sum(down.values()) - report["downtime_s"]) < 0.01 and down.get("graceful_stop", 0) > 0, down
-    assert any(note.startswith("graceful_stop: driver saw the request") for note in report["notes"]), report["notes"]
-    # v1 deduplicates (a stateful query): its state after the handover batch was exported, verified
-    export = report["state_export"]
-    assert export["batch_id"] == handover.batch_id and export["rows"] > 0 and not export["skipped"], export
-    assert (Path(export["location"]) / "state-manifest.json").exists()
-    stored = Path(report["archive"]) / "report"
-    assert (stored / "timeline.png").read_bytes()[:4] == b"\x89PNG"
-    assert "upgraded" in (stored / "upgrade-report.md").read_text()
 
 
 def test_an_idle_topic_upgrades_without_a_batch_then_reads_what_comes_exactly_once(airflow_home,  # noqa: ANN001
@@ -177,19 +140,6 @@ def a_second_run_is_already_done(demo: UpgradeDemo, v1, dag_id: str, stored: Pat
            (journal_before.steps, journal_before.outcome, journal_before.closed_at, journal_before.runs)
     assert journal_after.run_log[:len(journal_before.run_log)] == journal_before.run_log
     assert {entry["run_id"] for entry in journal_after.run_log[len(journal_before.run_log):]} == {again.run_id}
-
-
-def test_naive_relaunch_is_caught(demo: UpgradeDemo) -> None:
-    """Negative control: the same audit fails when v2 starts from latest (Spark's default for a new
-    checkpoint): records are lost. The audit's duplicate count fails where records are processed
-    twice: the restore rollback below and the rewind (tests/system/test_rewind_dag.py) expect
-    exactly the duplicates their reports predict."""
-    v1 = demo.start()
-    demo.naive_upgrade(v1, "latest")
-    audit = demo.finish(demo.new_cp)
-    assert audit.produced > 500
-    assert audit.lost > 0, audit
-    assert not audit.ok
 
 
 def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_home,  # noqa: ANN001
@@ -356,12 +306,18 @@ def burst_through_the_stop(demo: UpgradeDemo, producer: ContinuousProducer, done
         done.wait(0.05)
 
 
-def test_a_busy_bursty_default_trigger_stream_is_stopped_mid_burst(airflow_home, make_demo) -> None:  # noqa: ANN001
-    """Spark's DEFAULT trigger (the next batch as soon as one commits) and bursty traffic: bursts
-    that keep batches back to back, silences that leave the stream idle. The upgrade's stop lands
-    in a burst: the driver acknowledges it (held at the sink gate, or clean), never escalated, and
-    the upgrade loses and duplicates nothing. The checkpoint's own batch times show the shape:
-    back to back in the bursts, idle in a silence."""
+def test_the_standby_upgrade_of_a_busy_bursty_stream_stops_mid_burst_and_loses_and_duplicates_nothing(
+        airflow_home, make_demo) -> None:  # noqa: ANN001
+    """The standby upgrade (the cold one runs in tests/system/test_spark_upgrade_dag.py) of a stateful
+    v1, its state exported, on Spark's DEFAULT trigger (the next batch as soon as one commits) and
+    bursty traffic: bursts that keep batches back to back, silences that leave the stream idle. The
+    upgrade's stop lands in a burst: the driver acknowledges it (held at the sink gate, or clean),
+    never escalated, and the upgrade loses and duplicates nothing. The checkpoint's own batch times
+    show the shape: back to back in the bursts, idle in a silence. A second run with the same conf
+    does nothing."""
+    dag_id = "stream_upgrade"
+    first_steps = ["start_standby", "graceful_stop", "extract_handover", "export_state", "relaunch", "verify",
+                   "archive"]
     demo = make_demo(rate=BURST_RATE, trigger="default", bursts=(BURST_S, SILENCE_S))
     v1 = demo.start()
     producer = demo.producer
@@ -379,20 +335,38 @@ def test_a_busy_bursty_default_trigger_stream_is_stopped_mid_burst(airflow_home,
     watcher = threading.Thread(target=burst_through_the_stop, args=(demo, producer, done, seen), daemon=True)
     watcher.start()
     try:
-        run = demo.upgrade_with_dag(v1)
+        run = demo.upgrade_with_dag(v1, dag_id=dag_id, carry_state=True)  # the export runs (v2 does not read it)
     finally:
         done.set()
         watcher.join(timeout=10)
     assert run.state == "success", states(run)
-    report = read_dag_report(demo.archive_root)
+    report = read_dag_report(demo.archive_root, demo.stream)
     assert report is not None and report["outcome"] == "upgraded", report
+
+    handover = CheckpointReader(str(demo.old_cp)).handover()
+    assert report["handover"]["batch_id"] == handover.batch_id
+    assert report["downtime_s"] is not None and report["downtime_s"] > 0
+    done_steps = [s["name"] for s in report["steps"]
+                  if s["state"] == "success" and s["name"] not in ("approve", "compatibility_check", "choose_path")]
+    assert done_steps[:len(first_steps) + 1] == ["preflight", *first_steps], done_steps  # in the order of the mode
+    started = {s["name"]: s["started_at"] for s in report["steps"]}
+    assert sorted(first_steps, key=lambda name: started[name]) == first_steps, "steps ran in this order"
+    down = report["downtime_by_step"]
+    assert abs(sum(down.values()) - report["downtime_s"]) < 0.01 and down.get("graceful_stop", 0) > 0, down
+    assert any(note.startswith("graceful_stop: driver saw the request") for note in report["notes"]), report["notes"]
+    # v1 deduplicates (a stateful query): its state after the handover batch was exported, verified
+    export = report["state_export"]
+    assert export["batch_id"] == handover.batch_id and export["rows"] > 0 and not export["skipped"], export
+    assert (Path(export["location"]) / "state-manifest.json").exists()
+    stored = Path(report["archive"]) / "report"
+    assert (stored / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert "upgraded" in (stored / "upgrade-report.md").read_text()
 
     # the stop: acknowledged by the driver, not escalated (the journal's record of the step)
     (journal_path,) = (demo.archive_root / demo.stream / "_upgrades").glob("up-*.json")
     stop = StopResult.from_json(JournalRecord.from_json(journal_path.read_text()).steps["graceful_stop"].result)
     assert stop.outcome.value == "graceful" and stop.escalation is None, stop
     assert stop.ack is not None and stop.ack["outcome"] in ("held", "clean"), stop.ack
-    handover = CheckpointReader(str(demo.old_cp)).handover()
     assert stop.last_committed_batch == stop.ack["last_committed_batch"] == handover.batch_id, (stop, handover)
     if stop.ack["outcome"] == "held":
         assert stop.interrupted_batch == handover.batch_id + 1 == stop.ack["last_planned_batch"], stop
@@ -417,44 +391,8 @@ def test_a_busy_bursty_default_trigger_stream_is_stopped_mid_burst(airflow_home,
     took = parse_time(stop.ack["boundary_at"]).timestamp() - requested
     assert took <= 2 * max(durations) + 2.0, f"the stop took {took:.1f} s; batches took up to {max(durations):.1f} s"
 
-    audit = demo.finish(demo.new_cp)
-    assert audit.produced > 2000, "the producer must have run through the upgrade"
-    assert audit.lost == 0, audit.lost_examples
-    assert audit.duplicated == 0, audit.duplicated_examples
-    assert audit.unexpected == 0
-
-
-def test_the_switchover_dag_on_a_busy_default_trigger_stream_loses_and_duplicates_nothing(
-        airflow_home, make_demo) -> None:  # noqa: ANN001
-    """``stream_upgrade_switchover`` on a stateless v1 under Spark's DEFAULT trigger with the producer
-    at a burst's rate (batches back to back): the standby takes over inside the drivers the moment v1
-    acknowledges its stop (held at the sink gate or clean), with no Airflow task in between; the
-    provider re-derives the handover and it matches; the report splits the downtime; the sink holds
-    every offset once."""
-    demo = make_demo(rate=BURST_RATE, trigger="default")
-    v1 = demo.start(application=STATELESS_V1)
-    run = demo.upgrade_with_dag(v1, dag_id="stream_upgrade_switchover", old_application=str(STATELESS_V1))
-    assert run.state == "success", states(run)
-    got = states(run)
-    assert [got[name] for name in ("start_standby", "switchover", "verify", "archive")] == ["success"] * 4, got
-    report = read_dag_report(demo.archive_root)
-    assert report is not None and report["outcome"] == "upgraded", report
-
-    (journal_path,) = (demo.archive_root / demo.stream / "_upgrades").glob("up-*.json")
-    switched = SwitchoverResult.from_json(JournalRecord.from_json(journal_path.read_text()).steps["switchover"].result)
-    stop = StopResult.from_json(switched.stop)
-    assert stop.outcome.value == "graceful" and stop.escalation is None, stop
-    assert stop.ack is not None and stop.ack["outcome"] in ("held", "clean"), stop.ack
-    handover = CheckpointReader(str(demo.old_cp)).handover()
-    assert report["handover"]["batch_id"] == handover.batch_id == stop.last_committed_batch, (report, stop)
-    assert switched.used["handover_json"] and report["starting_offsets"] == switched.used["starting_offsets"]
-    split = report["switchover"]
-    assert all(split[part] is not None and split[part] >= 0 for part in
-               ("notice_s", "handover_read_s", "query_start_s", "first_batch_s", "downtime_s")), split
-    stored = Path(report["archive"]) / "report" / "upgrade-report.md"
-    assert "## The switchover inside the drivers" in stored.read_text()
-
-    audit = demo.finish(demo.new_cp)
+    a_second_run_is_already_done(demo, v1, dag_id, stored)
+    audit = demo.finish(demo.new_cp)  # v2 was not disturbed by the second run either
     assert audit.produced > 2000, "the producer must have run through the upgrade"
     assert audit.lost == 0, audit.lost_examples
     assert audit.duplicated == 0, audit.duplicated_examples
