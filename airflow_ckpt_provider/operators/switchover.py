@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ from airflow_ckpt_provider.spark.control import (
     parse_time,
     pending_request,
 )
+from airflow_ckpt_provider.spark.state_seed import SEED_STATE_DIR
 from airflow_ckpt_provider.spark.switchover import (
     RefusalReason,
     SwitchoverHandover,
@@ -425,8 +427,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                 used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
 
     def _check_seed(self, release: SwitchoverRelease, used: SwitchoverHandover) -> None:
-        """The standby seeded the state the release asked for, where it says: its manifest is there
-        with the rows it recorded (the state export after the switch compares every store)."""
+        """The standby seeded the state the release asked for, in the release's folder under the new
+        checkpoint (a location elsewhere is never read), its manifest there with the rows it recorded
+        (the state export after the switch compares every store)."""
         if not release.seed_state:
             return
         if not used.state_seeded_at:
@@ -436,6 +439,12 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             self.log.info("the standby seeded no state: it starts before the old query's first committed batch")
             return
         fs, root = self.storage_hook.filesystem(used.state_path)
+        _, new_root = self.storage_hook.filesystem(self.checkpoint_uri)
+        expected = posixpath.join(new_root.rstrip("/"), SEED_STATE_DIR, release.release_id)
+        if posixpath.normpath(root) != expected:  # never read (nor let the export read) outside the new checkpoint
+            raise SwitchoverMismatch(found=f"a seed recorded at {used.state_path}",
+                                     expected=f"the seed of release {release.release_id} under the new checkpoint's "
+                                              f"{SEED_STATE_DIR}/", path=self.checkpoint_uri)
         seed = read_manifest(fs, root, uri=used.state_path)
         if seed is None or seed.rows != used.state_rows:
             raise SwitchoverMismatch(

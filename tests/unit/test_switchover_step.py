@@ -795,3 +795,30 @@ def test_other_refusals_fail_the_step(tmp_path: Path, journal: UpgradeJournal, c
     assert not (new / STANDBY_RELEASE).exists()
     step = journal.step("switchover")
     assert step is not None and step.notes[OLD_STOPPED_NOTE] is True, "it acknowledged: the rollback restarts it"
+
+
+@pytest.mark.parametrize("seed", ["its folder", "outside the new checkpoint", "no manifest"])
+def test_the_seed_is_read_only_where_the_release_put_it(tmp_path: Path, seed: str) -> None:
+    from tests.unit.test_switchover import seeded_manifest
+
+    operator, _, handle, built = released(tmp_path)
+    new = tmp_path / "v2"
+    release = read_switchover_release(new)
+    assert release is not None
+    put(new, SWITCHOVER_RELEASE, json.dumps({**json.loads(release.to_json()), "seed_state": True}))
+    used = standby_took_over(tmp_path, built)
+    folder = (tmp_path / "elsewhere") if seed == "outside the new checkpoint" else \
+        new / "_ckpt" / "seed-state" / release.release_id
+    if seed != "no manifest":
+        put(folder, "state-manifest.json", seeded_manifest(2).to_json())
+    put(new, SWITCHOVER_HANDOVER, json.dumps({**json.loads(used.to_json()), "state_path": str(folder),
+                                              "state_rows": 50, "state_seeded_at": at(now(), -9.3)}))
+    if seed == "its folder":
+        result = SwitchoverResult.from_json(operator.execute_complete({"ti": TI()}, committed(handle)))
+        assert result.used["state_path"] == str(folder)
+        assert DowntimeSplit.from_json(result.downtime).state_wait_s is not None
+        return
+    with pytest.raises(SwitchoverMismatch) as mismatch:
+        operator.execute_complete({"ti": TI()}, committed(handle))
+    assert ("a seed recorded at" if seed == "outside the new checkpoint" else "no seed manifest") in \
+        mismatch.value.found
