@@ -103,7 +103,9 @@ class HadoopFiles:
 
     def read(self, rel: str) -> bytes | None:
         """The file's bytes, or None when it does not exist."""
-        path = self.path(rel)
+        return self._read(self.path(rel))
+
+    def _read(self, path: Any) -> bytes | None:
         try:
             stream = self.fs.open(path)
         except Exception as exc:  # noqa: BLE001 - py4j wraps java.io.FileNotFoundException
@@ -123,7 +125,8 @@ class HadoopFiles:
     def write(self, rel: str, data: bytes) -> None:
         """Write whole: on an object store one object, which appears whole when the stream closes
         (S3A's rename is a copy that refuses an existing target); elsewhere a temporary file in
-        the same folder, then a rename over the target."""
+        the same folder, then a rename over the target (:meth:`_settle` when that returns false).
+        Raises OSError when the target cannot be put in place; the temporary file is removed."""
         target = self.path(rel)
         if self.object_store:
             out = self.fs.create(target, True)
@@ -132,18 +135,70 @@ class HadoopFiles:
             finally:
                 out.close()
             return
-        parent = target.getParent()
-        tmp = self._Path(parent, f".{target.getName()}.{uuid.uuid4().hex}.tmp")
+        tmp = self._Path(target.getParent(), f".{target.getName()}.{uuid.uuid4().hex}.tmp")
         out = self.fs.create(tmp, True)
         try:
             out.write(bytearray(data))
         finally:
             out.close()
-        if not self.fs.rename(tmp, target):  # stores whose rename does not replace
-            self.fs.delete(target, False)
-            if not self.fs.rename(tmp, target):
-                self.fs.delete(tmp, False)
-                raise OSError(f"could not write {target.toString()}")
+        renamed = False
+        try:
+            renamed = bool(self.fs.rename(tmp, target))
+            if not renamed:
+                self._settle(tmp, target, data)
+        finally:
+            if not renamed:
+                self._discard(tmp)
+
+    def _settle(self, tmp: Any, target: Any, data: bytes) -> None:
+        """Finish a write whose rename of ``tmp`` over ``target`` returned false, never deleting
+        a target that holds ``data`` nor losing the old one. Hadoop returns false both when the
+        data moved but its ``.crc`` side file did not (ChecksumFileSystem) and when the target
+        exists (HDFS; Hive's ProxyLocalFileSystem, which Spark's Hive jars register for file:)."""
+        name = target.toString()
+        if not self.fs.exists(tmp):
+            try:
+                found = self._read(target)
+            except Exception as exc:  # noqa: BLE001 - py4j wraps e.g. a ChecksumException
+                found, seen = None, f"an unreadable file ({exc})"
+            else:
+                seen = "nothing" if found is None else f"{len(found)} other bytes"
+            if found == data:
+                log.debug("rename to %s returned false but moved the file; kept", name)
+                return
+            raise OSError(f"could not write {name}: the rename returned false and the temporary file is gone, but "
+                          f"{name} holds {seen} instead of the {len(data)} bytes written; another process may be "
+                          "writing the same file: run one driver per checkpoint")
+        if not self.fs.exists(target):
+            raise OSError(f"could not write {name}: Hadoop refused to rename {tmp.toString()} to it and it does "
+                          f"not exist; check that the driver can write in {target.getParent().toString()}")
+        log.debug("rename refused the existing %s; moving it aside to replace it", name)
+        old = self._Path(target.getParent(), f".{target.getName()}.{uuid.uuid4().hex}.old")
+        if not self._move(target, old):
+            raise OSError(f"could not write {name}: the store does not rename over an existing file and moving "
+                          f"the old one aside to {old.toString()} failed; {name} is unchanged; check that the "
+                          "driver can rename files there")
+        if self._move(tmp, target):
+            self._discard(old)
+            return
+        kept = f"{name} keeps its previous content" if self._move(old, target) else \
+            f"its previous content is in {old.toString()}: rename that back to {name}"
+        raise OSError(f"could not write {name}: the rename of the new file failed after the old one was moved "
+                      f"aside; {kept}")
+
+    def _move(self, src: Any, dst: Any) -> bool:
+        """Rename ``src`` to a free ``dst``: true when it moved, even if Hadoop returned false."""
+        return bool(self.fs.rename(src, dst)) or (not self.fs.exists(src) and bool(self.fs.exists(dst)))
+
+    def _discard(self, path: Any) -> None:
+        """Remove ``path`` and its ``.crc`` side file (ChecksumFileSystem's name for it) if they are
+        left; failures only logged (never hide the error being raised)."""
+        for stray in (path, self._Path(path.getParent(), f".{path.getName()}.crc")):
+            try:
+                if self.fs.exists(stray):
+                    self.fs.delete(stray, False)
+            except Exception as exc:  # noqa: BLE001 - best effort, like a temporary file left behind
+                log.debug("could not remove %s: %s", stray.toString(), exc)
 
     def last_batch(self, folder: str) -> int | None:
         """Highest batch id named in ``folder`` (offsets/ or commits/) by the name rule of

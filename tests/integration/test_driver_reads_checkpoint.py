@@ -271,3 +271,16 @@ def test_a_link_swapped_in_after_the_listing_is_refused_by_the_open(written: Wri
 
 def test_a_missing_checkpoint(spark, tmp_path: Path) -> None:  # noqa: ANN001
     same_error(spark, str(tmp_path / "nowhere"), CheckpointNotFound, f"{tmp_path}/nowhere")
+
+
+def test_the_driver_rewrites_a_control_file_in_place_through_hadoop(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """Spark's Hive jars make ``file:`` Hive's ProxyLocalFileSystem, whose rename refuses an
+    existing file: every rewrite goes through HadoopFiles' replace path, which leaves the new
+    bytes, their checksum and nothing else."""
+    from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
+    files = HadoopFiles(spark, str(tmp_path))
+    for data in (b'{"n": 1}', b'{"n": 22}'):
+        files.write("_ckpt/heartbeat.json", data)
+        assert files.read("_ckpt/heartbeat.json") == data
+    assert sorted(os.listdir(tmp_path / "_ckpt")) == [".heartbeat.json.crc", "heartbeat.json"]

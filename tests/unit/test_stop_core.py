@@ -454,6 +454,161 @@ def test_driver_side_last_batch_uses_the_shared_name_rule(names: list[str] | Non
     assert files.last_batch("commits") == last  # a zero-padded name is skipped here, never raised
 
 
+class _HPath:
+    """Hadoop's Path, as py4j hands it over: enough for HadoopFiles.write."""
+
+    def __init__(self, parent: Any, name: str | None = None) -> None:
+        self.s = str(parent) if name is None else f"{parent}/{name}"
+
+    def __str__(self) -> str:
+        return self.s
+
+    def toString(self) -> str:  # noqa: N802 - the Java name
+        return self.s
+
+    def getParent(self) -> _HPath:  # noqa: N802
+        return _HPath(self.s.rsplit("/", 1)[0])
+
+    def getName(self) -> str:  # noqa: N802
+        return self.s.rsplit("/", 1)[1]
+
+    def toUri(self) -> Any:  # noqa: N802
+        scheme = self.s.split(":", 1)[0]
+        return type("URI", (), {"getScheme": lambda _self: scheme})()
+
+
+def _crc(path: _HPath) -> str:
+    """ChecksumFileSystem's side file of ``path``."""
+    return f"{path.getParent()}/.{path.getName()}.crc"
+
+
+class _HadoopRenames:
+    """Hadoop's FileSystem at the py4j boundary, with the rename outcomes HadoopFiles.write meets:
+    ``replace`` (POSIX), ``crc`` (ChecksumFileSystem: the data moved, its .crc did not, false),
+    ``no_replace`` (false while the target exists: HDFS, Hive's ProxyLocalFileSystem) and
+    ``broken`` (no_replace, and a temporary file never moves). Deletes take the .crc along."""
+
+    def __init__(self, mode: str, files: dict[str, bytes]) -> None:
+        self.mode, self.files = mode, dict(files)
+        self.calls: list[tuple[str, str]] = []
+
+    def create(self, path: _HPath, overwrite: bool) -> Any:
+        fs = self
+
+        class Out:
+            def write(self, data: bytearray) -> None:
+                fs.files[str(path)] = bytes(data)
+                fs.files[_crc(path)] = b"crc"
+
+            def close(self) -> None:
+                pass
+
+        return Out()
+
+    def open(self, path: _HPath) -> Any:
+        if str(path) not in self.files:
+            raise RuntimeError(f"java.io.FileNotFoundException: {path}")
+        return type("In", (), {"data": self.files[str(path)], "close": lambda _self: None})()
+
+    def exists(self, path: _HPath) -> bool:
+        return str(path) in self.files
+
+    def delete(self, path: _HPath, recursive: bool) -> bool:
+        self.calls.append(("delete", str(path)))
+        self.files.pop(_crc(path), None)
+        return self.files.pop(str(path), None) is not None
+
+    def rename(self, src: _HPath, dst: _HPath) -> bool:
+        self.calls.append(("rename", f"{src} -> {dst}"))
+        if str(src) not in self.files or (self.mode == "broken" and str(src).endswith(".tmp")):
+            return False
+        if self.mode in ("no_replace", "broken") and str(dst) in self.files:
+            return False
+        self.files[str(dst)] = self.files.pop(str(src))
+        if self.mode == "crc":
+            return False  # the data file moved; its .crc side file is left behind
+        if _crc(src) in self.files:
+            self.files[_crc(dst)] = self.files.pop(_crc(src))
+        return True
+
+
+def _hadoop_files(fs: _HadoopRenames) -> Any:
+    from types import SimpleNamespace
+
+    from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
+    files = object.__new__(HadoopFiles)
+    files.fs = fs
+    files._Path = _HPath
+    files.root_path = _HPath("file:/cp")
+    io_utils = SimpleNamespace(IOUtils=SimpleNamespace(toByteArray=lambda stream: stream.data))
+    files._jvm = SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(commons=SimpleNamespace(io=io_utils))))
+    return files
+
+
+HB = "file:/cp/_ckpt/heartbeat.json"
+
+
+def _left(fs: _HadoopRenames) -> dict[str, bytes]:
+    """The files left, crc side files aside."""
+    return {k: v for k, v in fs.files.items() if not k.endswith(".crc")}
+
+
+@pytest.mark.parametrize("mode", ["replace", "crc", "no_replace"])
+def test_a_control_file_write_puts_the_new_bytes_in_place_whatever_the_rename_returns(mode: str) -> None:
+    fs = _HadoopRenames(mode, {HB: b"old"})
+    _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    assert _left(fs) == {HB: b"new"}  # no temporary or moved-aside file left
+    assert not [k for k in fs.files if k.endswith(".tmp.crc") or ".old" in k]
+    assert ("delete", HB) not in fs.calls  # the target is never deleted, only moved aside to be replaced
+
+
+def test_a_false_rename_that_moved_the_data_keeps_the_new_target_untouched() -> None:
+    """ChecksumFileSystem's false after the data moved: the old code deleted the new target."""
+    fs = _HadoopRenames("crc", {HB: b"old"})
+    _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    assert fs.files[HB] == b"new"
+    assert fs.calls[0][0] == "rename"  # then only the temporary file's stray crc is removed
+    assert all(op == "delete" and path.endswith(".tmp.crc") for op, path in fs.calls[1:])
+
+
+def test_a_rename_that_does_not_replace_moves_the_old_target_aside() -> None:
+    fs = _HadoopRenames("no_replace", {HB: b"old"})
+    _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    renames = [c[1] for c in fs.calls if c[0] == "rename"]
+    assert len(renames) == 3 and renames[1].startswith(f"{HB} -> file:/cp/_ckpt/.heartbeat.json.")
+    assert fs.files[HB] == b"new"
+
+
+def test_a_new_file_that_cannot_be_put_in_place_leaves_the_old_one_and_says_so() -> None:
+    fs = _HadoopRenames("broken", {HB: b"old"})
+    with pytest.raises(OSError, match=r"heartbeat.json keeps its previous content"):
+        _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    assert fs.files == {HB: b"old"}  # temporary file and its crc removed; the old target back in place
+
+
+def test_a_moved_temporary_file_whose_target_holds_other_bytes_is_an_error() -> None:
+    class Overwritten(_HadoopRenames):
+        """The data moved, then another writer's rename landed on the target."""
+
+        def rename(self, src: _HPath, dst: _HPath) -> bool:
+            super().rename(src, dst)
+            self.files[str(dst)] = b"theirs"
+            return False
+
+    fs = Overwritten("crc", {HB: b"old"})
+    with pytest.raises(OSError, match=r"holds 6 other bytes instead of the 3 bytes written.*one driver"):
+        _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    assert fs.files == {HB: b"theirs"}
+
+
+def test_a_new_control_file_refused_by_the_store_is_an_error_without_leftovers() -> None:
+    fs = _HadoopRenames("broken", {})
+    with pytest.raises(OSError, match=r"does not exist; check that the driver can write in file:/cp/_ckpt"):
+        _hadoop_files(fs).write("_ckpt/heartbeat.json", b"new")
+    assert fs.files == {}
+
+
 # -- ckpt stop without Spark ----------------------------------------------------------------------
 
 
