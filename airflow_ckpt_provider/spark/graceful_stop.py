@@ -88,15 +88,27 @@ OBJECT_STORE_SCHEMES = frozenset({"s3a", "s3", "s3n", "gs", "abfs", "abfss", "wa
 class HadoopFiles:
     """Small whole-file reads and writes under one directory through Hadoop's FileSystem (JVM)."""
 
+    #: Hadoop's raw local file system when the directory is on file: (see ``__init__``), else None.
+    _raw: Any = None
+
     def __init__(self, spark: Any, root: str) -> None:
         jvm = spark._jvm
         self._jvm = jvm
         self._Path = jvm.org.apache.hadoop.fs.Path
         self.root = root.rstrip("/")
         root_path = self._Path(self.root)
-        self.fs = root_path.getFileSystem(spark._jsc.hadoopConfiguration())
+        conf = spark._jsc.hadoopConfiguration()
+        self.fs = root_path.getFileSystem(conf)
         # Spark may not have created the checkpoint yet; qualify the path the way Spark does
         self.root_path = self.fs.makeQualified(root_path)
+        #: writes to file: go through Hadoop's raw local file system, whose rename replaces the
+        #: target atomically: readers never see a control file missing while it is rewritten (Hive's
+        #: ProxyLocalFileSystem, which Spark's Hive jars register for file:, refuses to rename over
+        #: an existing file, and a checksummed rename moves a .crc side file after the data)
+        if str(self.root_path.toUri().getScheme() or "").lower() == "file":
+            raw = jvm.org.apache.hadoop.fs.RawLocalFileSystem()
+            raw.initialize(jvm.java.net.URI.create("file:///"), conf)
+            self._raw = raw
 
     def path(self, rel: str) -> Any:
         return self._Path(self.root_path, rel)
@@ -125,7 +137,8 @@ class HadoopFiles:
     def write(self, rel: str, data: bytes) -> None:
         """Write whole: on an object store one object, which appears whole when the stream closes
         (S3A's rename is a copy that refuses an existing target); elsewhere a temporary file in
-        the same folder, then a rename over the target (:meth:`_settle` when that returns false).
+        the same folder, then a rename over the target (:meth:`_settle` when that returns false);
+        on file: both through the raw local file system (atomic replace, no ``.crc`` side file).
         Raises OSError when the target cannot be put in place; the temporary file is removed."""
         target = self.path(rel)
         if self.object_store:
@@ -136,14 +149,19 @@ class HadoopFiles:
                 out.close()
             return
         tmp = self._Path(target.getParent(), f".{target.getName()}.{uuid.uuid4().hex}.tmp")
-        out = self.fs.create(tmp, True)
+        fs = self._raw if self._raw is not None else self.fs
+        out = fs.create(tmp, True)
         try:
             out.write(bytearray(data))
         finally:
             out.close()
+        if self._raw is not None:  # a .crc of an earlier checksummed write would not match the new bytes
+            crc = self._Path(target.getParent(), f".{target.getName()}.crc")
+            if self._raw.exists(crc):
+                self._raw.delete(crc, False)
         renamed = False
         try:
-            renamed = bool(self.fs.rename(tmp, target))
+            renamed = bool(fs.rename(tmp, target))
             if not renamed:
                 self._settle(tmp, target, data)
         finally:

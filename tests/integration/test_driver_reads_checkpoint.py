@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -273,14 +274,33 @@ def test_a_missing_checkpoint(spark, tmp_path: Path) -> None:  # noqa: ANN001
     same_error(spark, str(tmp_path / "nowhere"), CheckpointNotFound, f"{tmp_path}/nowhere")
 
 
-def test_the_driver_rewrites_a_control_file_in_place_through_hadoop(spark, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_control_file_rewritten_by_the_driver_is_never_missing_for_a_reader(spark, tmp_path: Path) -> None:  # noqa: ANN001
     """Spark's Hive jars make ``file:`` Hive's ProxyLocalFileSystem, whose rename refuses an
-    existing file: every rewrite goes through HadoopFiles' replace path, which leaves the new
-    bytes, their checksum and nothing else."""
+    existing file: HadoopFiles writes local control files through the raw local file system, whose
+    rename replaces the target atomically. A reader polling while the driver rewrites a heartbeat
+    300 times never finds it missing, and only the file is left (no temporary, no stale .crc)."""
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
     files = HadoopFiles(spark, str(tmp_path))
-    for data in (b'{"n": 1}', b'{"n": 22}'):
-        files.write("_ckpt/heartbeat.json", data)
-        assert files.read("_ckpt/heartbeat.json") == data
-    assert sorted(os.listdir(tmp_path / "_ckpt")) == [".heartbeat.json.crc", "heartbeat.json"]
+    heartbeat = tmp_path / "_ckpt" / "heartbeat.json"
+    files.write("_ckpt/heartbeat.json", b'{"n": 0}')
+    (tmp_path / "_ckpt" / ".heartbeat.json.crc").write_bytes(b"a checksum of other bytes")
+    writing, missing, polls = True, 0, 0
+
+    def poll() -> None:
+        nonlocal missing, polls
+        while writing:
+            polls += 1
+            missing += not heartbeat.exists()
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for n in range(1, 301):
+            files.write("_ckpt/heartbeat.json", b'{"n": %d}' % n)
+    finally:
+        writing = False
+        reader.join()
+    assert polls > 300 and missing == 0
+    assert files.read("_ckpt/heartbeat.json") == b'{"n": 300}'
+    assert sorted(os.listdir(tmp_path / "_ckpt")) == ["heartbeat.json"]
