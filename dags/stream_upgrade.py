@@ -3,7 +3,8 @@ version, with nothing lost and nothing duplicated, and prove it.
 
 Standby (``relaunch_mode="standby"``, the default: ``stream_upgrade``): preflight -> compatibility
 check (the new version tried on copies of the old checkpoint, in place and migrated with the state
-``carry_state`` carries; a new version that does not start is refused here, before anything stops;
+``carry_state`` carries; a new version that does not start is refused here, before anything stops:
+the upgrade ends ``refused``, its journal closed and the stream's lock released;
 ``check_compatibility`` param) -> approval (HITL, can be switched off) -> start the new version as
 a standby (its session is ready, its query waits) -> graceful stop of the old version -> handover
 -> state export -> release the standby at the handover (relaunch) -> verify -> archive of the old

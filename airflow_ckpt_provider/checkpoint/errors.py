@@ -68,6 +68,11 @@ class ProviderError(Exception):
     def _where(self) -> str:
         return f" ({shorten(self.path)})" if self.path else ""
 
+    def reason(self) -> str:
+        """What went wrong in one line for people, without the expectation, the action or the
+        detail: ``"<summary>: <found>"`` (credentials masked), e.g. the reason a refusal records."""
+        return redact_location(f"{self.summary}: {shorten(self.found)}")
+
     def full_text(self) -> str:
         """The message with no field cut (for the log; :meth:`__str__` is what users see); locations'
         credentials masked like every error line (:func:`~airflow_ckpt_provider.checkpoint.secrets.redact_location`)."""
@@ -801,6 +806,17 @@ class InvalidUpgradeReport(CheckpointError, ValueError):
 class UpgradeFailed(CheckpointError):
     summary = "upgrade did not complete"
     default_action = "Read the upgrade report and the failed step's log; the old version's state is in the report."
+
+
+class UpgradeRefused(UpgradeFailed):
+    """A decision before any side effect (the compatibility check, the path choice) refused the
+    upgrade: it ended ``refused``, its journal closed and the stream's lock released."""
+
+    summary = "upgrade refused before anything changed"
+    default_action = ("Nothing was stopped, copied or started: the old version runs on as before. The upgrade's "
+                      "journal is closed (outcome refused) and the stream's lock released. Fix what the refusing "
+                      "step's log names (for the compatibility check: the new version's driver error and log tail) "
+                      "and trigger the upgrade again.")
 
 
 # -- state export (checkpoint/state.py, storage/state.py) ---------------------------------------------

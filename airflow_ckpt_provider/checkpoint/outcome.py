@@ -26,6 +26,9 @@ class UpgradeOutcome(StrEnum):
     UPGRADED = "upgraded"
     ROLLED_BACK = "rolled back"
     REJECTED = "rejected"
+    #: a decision before any side effect (the compatibility check, the path choice) refused the
+    #: upgrade: nothing was stopped, copied or started (the journal is closed, the stream unlocked)
+    REFUSED = "refused"
     FAILED = "failed"
     #: the old version was stopped, the upgrade failed, and the rollback could not restart it:
     #: NO version runs (the journal stays open and the stream locked; the report says what to do)
@@ -38,6 +41,7 @@ class UpgradeOutcome(StrEnum):
 UPGRADED, ROLLED_BACK, REJECTED, FAILED = (UpgradeOutcome.UPGRADED, UpgradeOutcome.ROLLED_BACK,
                                            UpgradeOutcome.REJECTED, UpgradeOutcome.FAILED)
 ALREADY_DONE = UpgradeOutcome.ALREADY_DONE
+REFUSED = UpgradeOutcome.REFUSED
 ROLLBACK_FAILED = UpgradeOutcome.ROLLBACK_FAILED
 
 

@@ -51,7 +51,10 @@ class CompatibilityCheckOperator(BaseOperator):
     returns :class:`~airflow_ckpt_provider.checkpoint.compat.CompatibilitySkipped` (``{"skipped":
     <why>, "summary_md": ""}``), logs why and leaves the journal as it is (the
     first run's verdict stays the upgrade's). Otherwise ``enabled`` decides, and the verdict, the
-    refusal or the switch-off goes in the journal's ``planning``.
+    refusal or the switch-off goes in the journal's ``planning``. A refusal recorded there (nothing
+    stopped yet) ends the upgrade ``refused``
+    (:func:`~airflow_ckpt_provider.upgrade.planner.refusal`): the steps after it skip themselves,
+    and the report closes the journal with the refusal's reason and releases the stream's lock.
 
     :param old_checkpoint_uri: the running (old) version's checkpoint
     :param new_application: the new version (``.py`` or jar)
@@ -196,7 +199,9 @@ class UpgradePathOperator(BaseOperator):
     ``journal`` a resumed upgrade goes on along the path its journal records
     (:func:`~airflow_ckpt_provider.checkpoint.path.resumed_path`: one of ``in_place_steps``
     recorded: in place; another step: the migration). The choice is not a side effect: it goes in
-    the journal's ``planning``, which a rejected upgrade's next run starts afresh. Returns (XCom)
+    the journal's ``planning``, which a rejected upgrade's next run starts afresh; a failure recorded
+    there (an unknown mode, an unreadable verdict) ends the upgrade ``refused``, as the check's
+    refusal does. Returns (XCom)
     :meth:`PathChoice.to_dict`
     plus ``summary_md`` (a line for the approval). Raises ``ValueError`` for an unknown mode.
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from airflow.sdk import Context
 
-from airflow_ckpt_provider.checkpoint.errors import shorten
+from airflow_ckpt_provider.checkpoint.errors import ProviderError, shorten
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
@@ -255,19 +255,32 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
     """Run the decision ``action`` (a step before any side effect: the compatibility check, the
     path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
     of its result and what it ``said`` to the approver (Markdown, noted as
-    :data:`~airflow_ckpt_provider.upgrade.planner.SUMMARY_NOTE`), or ``failed`` with its error
-    (then re-raised). Without a journal it only runs."""
+    :data:`~airflow_ckpt_provider.upgrade.planner.SUMMARY_NOTE`), or ``failed`` with its error and
+    why in one line (:func:`refusal_reason`, noted as
+    :data:`~airflow_ckpt_provider.upgrade.planner.REFUSAL_NOTE`), then re-raised: the planner reads
+    that failure as the upgrade's refusal (:func:`~airflow_ckpt_provider.upgrade.planner.refusal`).
+    Without a journal it only runs."""
     run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
     if journal is None:
         return action()
     return recorded(
         action,
         failed=lambda exc: journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED,
-                                                   error=exc),
+                                                   error=exc, notes={planner.REFUSAL_NOTE: refusal_reason(exc)}),
         finished=lambda result: journal.record_planning(name, run_id=run_id, started_at=started_at,
                                                         result=summary(result),
                                                         notes={planner.SUMMARY_NOTE: said(result)}))
 
 
+def refusal_reason(error: BaseException) -> str:
+    """Why a decision failed, in one line for people: a typed error's summary and what it found
+    (:meth:`~airflow_ckpt_provider.checkpoint.errors.ProviderError.reason`), else the error's type
+    and the first line of its message."""
+    if isinstance(error, ProviderError):
+        return error.reason()
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return shorten(f"{type(error).__name__}: {first}" if first else type(error).__name__)
+
+
 __all__ = ["JOURNAL_FIELDS", "WAIT_IN_TASK_S", "JournaledStep", "LookingTrigger", "control_flow", "decided", "given",
-           "journal_at", "recorded"]
+           "journal_at", "recorded", "refusal_reason"]

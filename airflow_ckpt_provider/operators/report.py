@@ -15,9 +15,17 @@ from airflow_ckpt_provider.checkpoint.errors import (
     InvalidRollbackHandover,
     InvalidVerdict,
     UpgradeFailed,
+    UpgradeRefused,
 )
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
-from airflow_ckpt_provider.checkpoint.outcome import ALREADY_DONE, REJECTED, ROLLBACK_FAILED, UPGRADED, TaskState
+from airflow_ckpt_provider.checkpoint.outcome import (
+    ALREADY_DONE,
+    REFUSED,
+    REJECTED,
+    ROLLBACK_FAILED,
+    UPGRADED,
+    TaskState,
+)
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
 from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread, rollback_result
 from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
@@ -48,7 +56,9 @@ class UpgradeReportOperator(BaseOperator):
     before its archive), into ``<journal without .json>/`` next to the upgrade journal. A stored
     report is never replaced: a later run of the same upgrade adds ``report/run-<n>/``. Fails
     with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
-    rolled-back or broken upgrade fails the DAG run loudly. Returns the report as a dict (XCom).
+    rolled-back or broken upgrade fails the DAG run loudly; a ``refused`` one (the compatibility
+    check or the path choice failed before any side effect) with :class:`UpgradeRefused`, once its
+    journal is closed. Returns the report as a dict (XCom).
 
     ``path`` (:class:`~airflow_ckpt_provider.upgrade.steps.PathSteps`) names the path's steps:
     its stop's StopResult gives the notes on where the stop's time went, its handover and archive
@@ -61,7 +71,9 @@ class UpgradeReportOperator(BaseOperator):
 
     The report lists the upgrade id, its runs and the steps taken over from earlier runs, then
     closes the journal with the outcome and where the report is stored; a final outcome
-    (upgraded, rejected, rolled back) releases the stream's lock. Without a journal (the
+    (upgraded, rejected, refused, rolled back) releases the stream's lock. A refusal's reason (the
+    refusing step's error, in the user's words) is the report's first note and the journal's
+    closing entry: nothing was stopped, copied or started. Without a journal (the
     preflight refused the upgrade before opening one: nothing was changed) the outcome is
     ``failed`` and the report is only logged.
 
@@ -126,6 +138,7 @@ class UpgradeReportOperator(BaseOperator):
         path = self.in_place if in_place and self.in_place is not None else self.path
         new_checkpoint = self.old_checkpoint_uri if in_place else self.new_checkpoint_uri
         outcome = planner.outcome(record, path)
+        refused = planner.refusal(record) if outcome == REFUSED else None
         if record is None:
             notes.append("no upgrade journal: the preflight refused the upgrade before opening one (nothing was "
                          "stopped, copied or started); its log says why")
@@ -133,6 +146,10 @@ class UpgradeReportOperator(BaseOperator):
         archive = _mapping(planner.result_of(record, path.archive))
         archive_uri = str(archive.get("location", ""))
         notes.extend(f"{name} failed: {error}" for name, error in planner.errors(record, self.step_names).items())
+        if refused is not None:
+            notes.insert(0, f"{refused.describe()}; nothing was stopped, copied or started (the old version runs on "
+                            "as before): the upgrade ends refused, its journal closed and the stream's lock released")
+            self.log.warning("%s", notes[0])
         if outcome == ROLLBACK_FAILED:
             notes.insert(0, self._no_version_runs())
             self.log.error("%s", notes[0])
@@ -150,10 +167,10 @@ class UpgradeReportOperator(BaseOperator):
         if in_place:  # one checkpoint, read once: the new version's batches are those after the handover's
             last_old = _mapping(handover.get("handover")).get("batch_id")
             cut = last_old if isinstance(last_old, int) else max((b.batch_id for b in old_batches), default=-1)
-            new_batches = [b for b in old_batches if b.batch_id > cut] if outcome != REJECTED else []
+            new_batches = [b for b in old_batches if b.batch_id > cut] if outcome not in (REJECTED, REFUSED) else []
             old_batches = [b for b in old_batches if b.batch_id <= cut]
         else:
-            new_batches = self._history(storage, new_checkpoint, notes) if outcome != REJECTED else []
+            new_batches = self._history(storage, new_checkpoint, notes) if outcome not in (REJECTED, REFUSED) else []
         timed = {s.name: s for s in steps}
         stopped, launched = timed.get(path.stop), timed.get(path.launch)
         stop_requested_at = epoch_seconds(stopped.started_at) if stopped and stopped.started_at else None
@@ -188,7 +205,11 @@ class UpgradeReportOperator(BaseOperator):
         folder = self._store(report, where) if where else ""
         fault_point(f"{self.task_id}:stored")
         if journal is not None and record is not None:
-            journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder)
+            journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder,
+                          reason=refused.reason if refused is not None else "")
+        if refused is not None:
+            raise UpgradeRefused(found=f"outcome '{REFUSED.value}': {refused.describe()}",
+                                 expected="outcome 'upgraded'", path=journal.uri if journal is not None else None)
         if outcome == ROLLBACK_FAILED:
             raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded', or 'rolled back' with the old version running",

@@ -23,12 +23,12 @@ why it was refused; the run that closes it names its stored report), and nothing
 earlier step's record. A re-run of a closed upgrade is decided by
 :func:`~airflow_ckpt_provider.upgrade.record.rerun_of`: a rolled-back one is refused in the
 preflight (:class:`UpgradeRolledBack`, naming the ``upgrade_id`` to change), a finished one is
-already done (nothing runs again, nothing is closed again), a rejected one (nothing was stopped)
-starts afresh, keeping its ``run_log``.
+already done (nothing runs again, nothing is closed again), a rejected or refused one (nothing was
+stopped) starts afresh, keeping its ``run_log``.
 
 The lock makes one upgrade per stream at a time: :class:`UpgradeInProgress` names the holder.
 It is re-entrant for the same upgrade id and is released when the journal is closed with a
-final outcome (upgraded, rejected, rolled back). A lock whose journal is already closed is
+final outcome (upgraded, rejected, refused, rolled back). A lock whose journal is already closed is
 stale (a crash between closing and unlocking) and is taken over.
 
 Writes go through a temporary name and a rename on local disks (with fsync), and as one object
@@ -282,12 +282,14 @@ class UpgradeJournal:
         self._write(record)
         return record
 
-    def close(self, outcome: str, *, run_id: str = "", report: str = "") -> JournalRecord:
-        """Record the outcome, with a ``run_log`` entry naming the run and its stored ``report``;
-        a final one (:data:`~airflow_ckpt_provider.upgrade.record.FINAL_OUTCOMES`) releases the stream's lock."""
+    def close(self, outcome: str, *, run_id: str = "", report: str = "", reason: str = "") -> JournalRecord:
+        """Record the outcome, with a ``run_log`` entry naming the run, its stored ``report`` and,
+        when given, the ``reason`` in the user's words (a refusal's); a final one
+        (:data:`~airflow_ckpt_provider.upgrade.record.FINAL_OUTCOMES`) releases the stream's lock."""
         record = self.read()
         at = self.clock().isoformat()
-        entry = {"run_id": run_id, "at": at, "what": f"ended {outcome}", "outcome": outcome, "report": report}
+        entry = {"run_id": run_id, "at": at, "what": f"ended {outcome}" + (f": {reason}" if reason else ""),
+                 "outcome": outcome, "report": report, **({"reason": reason} if reason else {})}
         record = replace(record, outcome=outcome, closed_at=at, run_log=(*record.run_log, entry))
         if outcome not in FINAL_OUTCOMES:
             record = replace(record, outcome=None)

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.outcome import (
+    REFUSED,
     REJECTED,
     ROLLBACK_FAILED,
     ROLLED_BACK,
@@ -44,6 +45,7 @@ from airflow_ckpt_provider.upgrade.steps import (
     PATHS,
     PLANNING,
     PREFLIGHT,
+    REFUSING,
     REJECT,
     ROLLBACK,
     ROLLBACK_SEQUENCE,
@@ -93,6 +95,37 @@ def rejected(record: JournalRecord | None) -> bool:
     return approval_answer(record) == REJECT and not (record is not None and record.started_side_effects)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A decision before any side effect (``step``: the compatibility check, the path choice) that
+    refused the upgrade, and why in the user's words (``reason``: what it noted as
+    :data:`REFUSAL_NOTE`, else the first line of its recorded error; the whole error, a driver's log
+    tail with it, is in the journal's planning and the step's log)."""
+
+    step: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.step} refused the upgrade before anything was stopped: {self.reason}"
+
+
+def refusal(record: JournalRecord | None) -> Refusal | None:
+    """The refusal that ends the upgrade: the first of :data:`~airflow_ckpt_provider.upgrade.steps.REFUSING`
+    recorded ``failed`` in the planning while no step with a side effect began (nothing was stopped,
+    copied or started); None otherwise (a failure once the upgrade is under way is not a refusal)."""
+    if record is None or record.started_side_effects:
+        return None
+    for name in REFUSING:
+        entry = record.planning.get(name)
+        if entry is not None and entry.state == FAILED:
+            noted = entry.notes.get(REFUSAL_NOTE)
+            lines = [line.strip() for line in entry.error.splitlines() if line.strip()]
+            reason = noted if isinstance(noted, str) and noted.strip() else \
+                lines[0] if lines else "its error was not recorded; see its log"
+            return Refusal(name, reason.strip())
+    return None
+
+
 def needs_approval(record: JournalRecord | None, *, require_approval: bool) -> bool:
     """Ask a person unless approval is off or a step with a side effect began: a resumed upgrade
     was approved before its stop, and asking again could not undo it. A journal where nothing
@@ -102,6 +135,9 @@ def needs_approval(record: JournalRecord | None, *, require_approval: bool) -> b
 
 #: The note in which a decision records what it says to the approver (Markdown).
 SUMMARY_NOTE = "summary_md"
+#: The note in which a decision that failed records why, in one line for people (a typed error's
+#: summary and what it found): a refusal's reason (:func:`refusal`).
+REFUSAL_NOTE = "refusal"
 
 
 def approval_text(record: JournalRecord | None) -> str:
@@ -155,12 +191,15 @@ def rollback_plan(record: JournalRecord | None, path: PathSteps,
 
 
 def outcome(record: JournalRecord | None, path: PathSteps) -> UpgradeOutcome:
-    """``rejected`` (the recorded answer was "Reject"), ``upgraded`` (every step of ``path``
-    done), ``rolled back`` (the upgrade needed a rollback and a restart of the old version is
-    done), ``rollback failed`` (it needed one and no restart is done: no version runs), else
-    ``failed`` (the old version was not stopped by this upgrade)."""
+    """``rejected`` (the recorded answer was "Reject"), ``refused`` (a decision before any side
+    effect failed: :func:`refusal`), ``upgraded`` (every step of ``path`` done), ``rolled back``
+    (the upgrade needed a rollback and a restart of the old version is done), ``rollback failed``
+    (it needed one and no restart is done: no version runs), else ``failed`` (the old version was
+    not stopped by this upgrade)."""
     if rejected(record):
         return REJECTED
+    if refusal(record) is not None:
+        return REFUSED
     if all(status_of(record, step) is StepStatus.DONE for step in path.steps):
         return UPGRADED
     if rollback_plan(record, path).restart_old:
@@ -181,14 +220,17 @@ _STATE_OF = {StepStatus.DONE: TaskState.SUCCESS, StepStatus.FAILED: TaskState.FA
 
 def timings(record: JournalRecord | None, names: Iterable[str], *, answer_state: bool = True) -> list[StepTiming]:
     """Each of ``names`` as the journal records it: its state in the report's words (``success``,
-    ``failed``, ``not run``; the approval ``rejected`` when its answer was "Reject"), its first
-    start, its end and the seconds between."""
+    ``failed``, ``not run``; the approval ``rejected`` when its answer was "Reject", the decision
+    that refused the upgrade ``refused``), its first start, its end and the seconds between."""
     rows = []
+    refused = refusal(record)
     for name in names:
         entry = _entry(record, name)
         state = _STATE_OF[status_of(record, name)].value
         if answer_state and name == APPROVAL and approval_answer(record) == REJECT:
             state = "rejected"
+        if refused is not None and name == refused.step:
+            state = REFUSED.value
         started = entry.started_at if entry is not None and entry.started_at else None
         ended = entry.finished_at if entry is not None and entry.finished_at else None
         seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds() \
@@ -285,16 +327,18 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     """What step ``step`` (its name in the step table, :mod:`~airflow_ckpt_provider.upgrade.steps`)
     does now, decided from the record alone:
 
-    - ``skip`` every step once the upgrade ended (the journal is closed: upgraded, rejected, rolled back);
+    - ``skip`` every step once the upgrade ended (the journal is closed: upgraded, rejected, refused,
+      rolled back);
     - ``skip`` the compatibility check once a step with a side effect began (an upgrade under way
       tried its new version before its stop; nothing is tried again);
     - ``reuse`` its recorded result when it is done (a retried task, a re-triggered run);
     - ``run`` without a journal (an operator used on its own), or for a step the table does not
       name (another DAG's journaled task: only the reuse rule applies);
-    - ``skip`` when a person rejected the upgrade, when the approval was asked and has no answer,
-      when the upgrade takes another path (in place or the migration), when an earlier step of
-      its path is not done (it failed, or never ran), and for a rollback step the rollback plan
-      does not call for (:func:`rollback_plan` in the recorded rollback mode: nothing to roll
+    - ``skip`` when a person rejected the upgrade, when a decision before any side effect refused it
+      (:func:`refusal`: the compatibility check or the path choice failed), when the approval was
+      asked and has no answer, when the upgrade takes another path (in place or the migration),
+      when an earlier step of its path is not done (it failed, or never ran), and for a rollback
+      step the rollback plan does not call for (:func:`rollback_plan` in the recorded rollback mode: nothing to roll
       back, the other mode's restart, or the step before it in the rollback not done).
 
     Otherwise ``run``. A step of an upgrade that is rolling back is not decided here: the
@@ -324,6 +368,9 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
         return NextAction(Act.RUN, f"{step} is not a step of the reference upgrade: it decides for itself")
     if rejected(record):
         return NextAction(Act.SKIP, "the approval answered Reject: nothing is stopped or started")
+    refused = refusal(record)
+    if refused is not None:
+        return NextAction(Act.SKIP, f"{refused.describe()}; nothing is stopped or started")
     approval = record.planning.get(APPROVAL)
     if approval is not None and approval.state != DONE and not record.started_side_effects:
         return NextAction(Act.SKIP, f"the approval is {approval.state} without an answer: nothing runs before one")
@@ -357,7 +404,7 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     return NextAction(Act.RUN, f"the rollback calls for it ({plan.mode.value})")
 
 
-__all__ = ["OLD_STOPPED_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Part", "StepStatus", "approval_answer",
-           "approval_text", "completed", "errors", "needs_approval", "next_action", "old_stopped", "outcome",
-           "part_of", "path_taken", "recorded_rollback_mode", "rejected", "restart_attempted", "result_of",
-           "rollback_plan", "status_of", "timings"]
+__all__ = ["OLD_STOPPED_NOTE", "REFUSAL_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Part", "Refusal", "StepStatus",
+           "approval_answer", "approval_text", "completed", "errors", "needs_approval", "next_action", "old_stopped",
+           "outcome", "part_of", "path_taken", "recorded_rollback_mode", "refusal", "rejected", "restart_attempted",
+           "result_of", "rollback_plan", "status_of", "timings"]

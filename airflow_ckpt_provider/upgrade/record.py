@@ -13,8 +13,8 @@ rollback step starts, the record's phase is ``rollback``.
 A record only grows in meaning: every run adds an entry to its ``run_log`` (what it did or why it
 was refused; the run that closes it names its stored report), and nothing rewrites an earlier
 step's record. What a re-run of an upgrade id meets is decided by :func:`rerun_of`: a rolled-back
-one is refused, a finished one is already done, a rejected one (nothing was stopped) starts
-afresh, an unfinished one resumes.
+one is refused, a finished one is already done, a rejected or refused one (nothing was stopped)
+starts afresh, an unfinished one resumes.
 
 The record names its format (:data:`FORMAT`) and the release that wrote it; a record of another
 format is refused (:class:`~airflow_ckpt_provider.checkpoint.errors.JournalOfAnotherRelease`),
@@ -52,7 +52,7 @@ class StepState(StrEnum):
 STARTED, DONE, FAILED = StepState.STARTED, StepState.DONE, StepState.FAILED
 UPGRADE_PHASE, ROLLBACK_PHASE = "upgrade", "rollback"
 #: Outcomes that end an upgrade and free its stream for the next one.
-FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "rolled back"})
+FINAL_OUTCOMES = frozenset({"upgraded", "rejected", "refused", "rolled back"})
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def derive_upgrade_id(intent: UpgradeIntent) -> str:
 class Rerun(StrEnum):
     """What a run of an upgrade id meets in its journal (:func:`rerun_of`)."""
 
-    NEW = "new"  # no journal, or one where no step with a side effect began (a rejection): start afresh
+    NEW = "new"  # no journal, or one where no step with a side effect began (a rejection, a refusal): start afresh
     RESUME = "resume"  # steps started and the upgrade is not closed: finish it (or its rollback)
     ROLLED_BACK = "rolled back"  # closed after a rollback: never goes forward again
     UPGRADED = "upgraded"  # closed after a finished upgrade: already done

@@ -54,6 +54,9 @@ class PathSteps:
 #: preflight (it records the relaunch and rollback modes), the compatibility check, the path, the approval.
 PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE = "preflight", "compatibility_check", "choose_path"
 PLANNING = (PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE, APPROVAL)
+#: The decisions after the preflight opened the journal whose failure refuses the upgrade: before any
+#: side effect, so it ends ``refused`` (the journal closed, the stream unlocked), never left open.
+REFUSING = (COMPATIBILITY_CHECK, PATH_CHOICE)
 
 
 class Path(StrEnum):
@@ -121,4 +124,5 @@ def all_steps(path: Path) -> tuple[str, ...]:
 
 
 __all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING",
-           "PREFLIGHT", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "Path", "PathSteps", "all_steps"]
+           "PREFLIGHT", "REFUSING", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "Path", "PathSteps",
+           "all_steps"]

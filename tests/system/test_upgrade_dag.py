@@ -20,6 +20,7 @@ tests/system/test_fault_injection.py.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -32,8 +33,9 @@ from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.spark.control import parse_time
 from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.journal import LOCK, UpgradeJournal
 from airflow_ckpt_provider.storage.stop import ControlFiles
-from airflow_ckpt_provider.upgrade.record import JournalRecord
+from airflow_ckpt_provider.upgrade.record import JournalRecord, UpgradeIntent
 from tests.harness.audit import broker_ranges, read_sink_records
 from tests.harness.records import ContinuousProducer
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
@@ -146,7 +148,9 @@ def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_h
                                                                        demo: UpgradeDemo) -> None:
     """With the check on, a v2 that crashes on start fails its trials on copies: the DAG stops at
     the check, before the approval and the standby; v1 was never asked to stop and keeps
-    committing; its checkpoint holds no trial file; the report names the failure."""
+    committing; its checkpoint holds no trial file; the report names the failure. The upgrade
+    ends refused: its journal closed with the driver's error as the reason, no step with a side
+    effect recorded, and the stream's lock released, so the next upgrade of the stream takes it."""
     v1 = demo.start()
     run = demo.upgrade_with_dag(v1, new_application=str(CRASHING_IN_TRIAL), check_compatibility=True)
 
@@ -159,6 +163,22 @@ def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_h
     report = read_dag_report(demo.archive_root)
     assert report is not None and any("compatibility_check failed" in n and "does not start" in n
                                       and "orders.currency is not set" in n for n in report["notes"]), report["notes"]
+    assert report["outcome"] == "refused" and got["report"] == "failed", (report["outcome"], got)
+    assert got["rollback_stop_new"] == got["rollback_restart_old"] == "skipped", got
+    (journal_path,) = (demo.archive_root / demo.stream / "_upgrades").glob("up-*.json")
+    journal = JournalRecord.from_json(journal_path.read_text())
+    closing = journal.closing_entry()
+    assert journal.outcome == "refused" and closing is not None and closing["run_id"] == run.run_id, journal.run_log
+    assert "does not start" in closing["reason"] and "orders.currency is not set" in closing["reason"], closing
+    assert journal.steps == {}, "no step with a side effect began"
+    lock = journal_path.parent / LOCK
+    assert not lock.exists(), f"the stream's lock is released, not {lock.read_text()}"
+    # the next upgrade of the stream (a fixed new version: another upgrade id) takes the lock
+    fixed = UpgradeIntent(**{**journal.intent.__dict__, "new_application": f"{CRASHING_IN_TRIAL}.fixed"})
+    UpgradeJournal(fsspec.filesystem("file"), str(journal_path.parent / "up-next.json")).open(
+        fixed, "up-next", run_id="next")
+    assert json.loads(lock.read_text())["upgrade_id"] == "up-next"
+    lock.unlink()
     last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
     demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
     audit = demo.finish(demo.old_cp)

@@ -182,6 +182,24 @@ def test_a_rejected_upgrade_starts_afresh(root: tuple[Any, str]) -> None:
     assert record.runs == ("run-2",) and record.outcome is None and not record.steps
 
 
+def test_a_refused_upgrade_is_closed_with_its_reason_and_frees_the_stream(root: tuple[Any, str]) -> None:
+    """A refusal is a final outcome: the closing entry says why, the lock goes, another upgrade of
+    the stream takes it, and the refused one triggered again starts afresh."""
+    fs, _ = root
+    journal = journal_for(root)
+    uid = derive_upgrade_id(INTENT)
+    journal.open(INTENT, uid, run_id="run-1")
+    closed = journal.close("refused", run_id="run-1", report="/r", reason="the new version does not start: boom")
+    assert closed.closed and closed.outcome == "refused" and not fs.exists(journal.lock_path)
+    closing = closed.closing_entry()
+    assert closing is not None and closing["reason"] == "the new version does not start: boom"
+    assert closing["what"] == "ended refused: the new version does not start: boom"
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_application": "v3.py"})
+    journal_for(root, other).open(other, derive_upgrade_id(other), run_id="run-2")
+    assert json.loads(fs.cat_file(journal.lock_path))["upgrade_id"] == derive_upgrade_id(other)
+    assert "reason" not in (journal_for(root, other).close("upgraded").closing_entry() or {"reason": 1})
+
+
 def test_a_journal_of_another_intent_under_the_same_id_is_refused(root: tuple[Any, str]) -> None:
     journal = journal_for(root, upgrade_id="fixed")
     journal.open(INTENT, "fixed", run_id="run-1")
@@ -280,6 +298,7 @@ def _closed(root: tuple[Any, str], outcome: str, *, steps: bool = True) -> Upgra
     ("rolled back", True, Rerun.ROLLED_BACK),
     ("upgraded", True, Rerun.UPGRADED),
     ("rejected", False, Rerun.NEW),  # nothing was stopped: may be triggered again
+    ("refused", False, Rerun.NEW),  # the compatibility check refused it before anything was stopped
 ])
 def test_rerun_of_a_journal(root: tuple[Any, str], outcome: str, steps: bool, rerun: Rerun) -> None:
     assert rerun_of(_closed(root, outcome, steps=steps).read()) is rerun

@@ -475,3 +475,104 @@ def test_an_attempt_decides_once_when_its_templates_render(tmp_path: Path, journ
     again = GracefulStopOperator(task_id="graceful_stop", checkpoint_uri=str(tmp_path / "v2"), journal=journal.path)
     assert again.execute(context("run-3")) == {"outcome": "graceful", "last_committed_batch": 7}
     assert len(reads) == 4, "without rendering: its own decision, then the start"
+
+
+# -- a refusal before any side effect ends the upgrade: refused, its journal closed, the stream free ----
+
+
+def _fresh_preflight(tmp_path: Path, new_application: str) -> UpgradePreflightOperator:
+    """The reference upgrade's preflight (standby) of a new upgrade, Kafka faked at its hook."""
+    from airflow_ckpt_provider.checkpoint import BrokerView
+    from tests.unit.test_rollback import FakeKafkaHook
+
+    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+                                  new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
+                                  new_application=new_application, relaunch_mode="standby")
+    op.kafka_hook = FakeKafkaHook(BrokerView({"events": {p: (0, 1000) for p in range(4)}}))  # type: ignore[assignment]
+    return op
+
+
+def test_a_compatibility_refusal_ends_the_upgrade_refused_and_frees_the_stream(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference upgrade's decisions, run as its tasks run: the preflight opens the journal and
+    takes the lock, the check's trials (faked at the hook boundary) say the new version does not
+    start. The steps after it skip themselves with the refusal; the report closes the journal
+    ``refused`` with the verdict's reason, releases the lock and fails with UpgradeRefused; nothing
+    on the old checkpoint changed, and the next upgrade of the stream is accepted."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart, UpgradeRefused
+    from airflow_ckpt_provider.operators.compat import CompatibilityCheckOperator, UpgradePathOperator
+    from airflow_ckpt_provider.operators.report import UpgradeReportOperator
+    from airflow_ckpt_provider.storage.journal import read_lock
+    from tests.unit.test_compat import CRASH, fake_check
+
+    write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    old_files = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "v1").rglob("*") if p.is_file()}
+    uri = _fresh_preflight(tmp_path, "v2.py").execute(context("run-1"))["journal"]  # type: ignore[arg-type]
+    journal = UpgradeJournal(fsspec.filesystem("file"), uri)
+    assert read_lock(journal.fs, journal.lock_path) is not None
+
+    calls = fake_check(monkeypatch, CRASH, "airflow_ckpt_provider.operators.compat")
+    check = CompatibilityCheckOperator(task_id="compatibility_check", old_checkpoint_uri=str(tmp_path / "v1"),
+                                       new_application="v2.py", journal=uri)
+    with pytest.raises(NewVersionDoesNotStart, match="deliberate crash"):
+        check.execute(context("run-1"))  # type: ignore[arg-type]
+    assert len(calls) == 1
+    refused = journal.read().planning["compatibility_check"]
+    assert refused.state == "failed" and refused.notes["refusal"] == \
+        "the new version does not start: v2.py fails in its trial: driver failed RuntimeError: deliberate crash"
+
+    # the steps after it: an upgrade step and a rollback step (all_done) skip themselves, saying why
+    for step in (GracefulStopOperator(task_id="start_standby", checkpoint_uri=str(tmp_path / "v2"), journal=uri),
+                 GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri=str(tmp_path / "v2"), journal=uri,
+                                      journal_phase=ROLLBACK_PHASE)):
+        with pytest.raises(AirflowSkipException, match="compatibility_check refused the upgrade before anything was "
+                                                       "stopped: the new version does not start"):
+            step.execute(context("run-1"))  # type: ignore[arg-type]
+    assert journal.read().steps == {}, "no step with a side effect began"
+
+    report = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+                                   new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.STANDBY],
+                                   in_place=PATHS[StepPath.IN_PLACE], journal=uri)
+    with pytest.raises(UpgradeRefused) as failed:
+        report.execute(context("run-1", ReportTI({})))  # type: ignore[arg-type]
+    text = str(failed.value)
+    assert "found outcome 'refused': compatibility_check refused the upgrade" in text
+    assert "the stream's lock released" in text and "trigger the upgrade again" in text
+
+    record = journal.read()
+    closing = record.closing_entry()
+    assert record.outcome == "refused" and record.closed and closing is not None
+    assert closing["run_id"] == "run-1" and closing["reason"] == refused.notes["refusal"]
+    assert closing["what"] == f"ended refused: {refused.notes['refusal']}"
+    assert read_lock(journal.fs, journal.lock_path) is None, "the stream's lock is released"
+    stored = Path(closing["report"]) / "upgrade-report.json"
+    import json
+
+    shown = json.loads(stored.read_text())
+    assert shown["outcome"] == "refused" and shown["new_batches"] == []
+    assert shown["notes"][0].startswith("compatibility_check refused the upgrade before anything was stopped: the "
+                                        "new version does not start: v2.py fails in its trial")
+    assert "nothing was stopped, copied or started" in shown["notes"][0]
+    assert {s["name"]: s["state"] for s in shown["steps"]}["compatibility_check"] == "refused"
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "v1").rglob("*") if p.is_file()} \
+        == old_files, "the old checkpoint is untouched"
+    assert not (tmp_path / "v2").exists()
+
+    # the stream is free: the next upgrade (a fixed new version, another upgrade id) takes it
+    fixed = _fresh_preflight(tmp_path, "v3.py").execute(context("run-2"))  # type: ignore[arg-type]
+    assert fixed["upgrade_id"] != record.upgrade_id and not fixed["resuming"]
+    held = read_lock(journal.fs, journal.lock_path)
+    assert held is not None and held.upgrade_id == fixed["upgrade_id"]
+
+    # a path choice that fails before any side effect is the same refusal
+    path = UpgradePathOperator(task_id="choose_path", mode="sideways", verdict=None, journal=fixed["journal"])
+    with pytest.raises(ValueError, match="sideways"):
+        path.execute(context("run-2"))  # type: ignore[arg-type]
+    second = UpgradeJournal(fsspec.filesystem("file"), fixed["journal"])
+    with pytest.raises(UpgradeRefused, match="choose_path refused the upgrade"):
+        UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+                              new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.STANDBY],
+                              journal=fixed["journal"]).execute(context("run-2", ReportTI({})))  # type: ignore[arg-type]
+    assert second.read().outcome == "refused" and read_lock(second.fs, second.lock_path) is None

@@ -16,7 +16,15 @@ from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.planner import StepStatus
-from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, JournalRecord, JournalStep, UpgradeIntent
+from airflow_ckpt_provider.upgrade.record import (
+    DONE,
+    FAILED,
+    FINAL_OUTCOMES,
+    STARTED,
+    JournalRecord,
+    JournalStep,
+    UpgradeIntent,
+)
 from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, PLANNING, ROLLBACK, Path, PathSteps, all_steps
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
@@ -425,3 +433,93 @@ def test_the_switchover_holds_the_stop_the_handover_and_the_handle() -> None:
 def test_a_switchover_step_must_be_the_stop_the_handover_and_the_launch() -> None:
     with pytest.raises(ValueError, match="stop, handover and launch"):
         PathSteps(steps=("a", "b", "c"), stop="a", handover="a", archive="b", launch="b", verify="c", switchover="a")
+
+
+# -- a refusal before any side effect -------------------------------------------------------------
+
+#: what the compatibility check records when the new version does not start (its whole error: the
+#: expectation, the action and the driver's log tail after the first line)
+DOES_NOT_START = ("the new version does not start (v2.py): found v2.py fails in its trial: AnalysisException x; "
+                  "expected the new version to run its trial batches. Fix the new version.\n"
+                  "--- driver log tail ---\nTraceback ...")
+
+
+def refused_at(step: str, *, error: str = DOES_NOT_START, notes: Mapping[str, Any] | None = None,
+               **steps: str) -> JournalRecord:
+    """The record of a standby upgrade whose decision ``step`` failed (after the preflight), with ``steps``."""
+    rec = record(steps, planning={"preflight": {"resuming": False, "relaunch_mode": "standby",
+                                                "rollback_mode": "restore"}})
+    failed = JournalStep(name=step, state=FAILED, run_id="run-1", started_at="2026-01-01T00:00:01+00:00",
+                         finished_at="2026-01-01T00:00:02+00:00", error=error, notes=dict(notes or {}))
+    return replace(rec, planning={**rec.planning, step: failed})
+
+
+@pytest.mark.parametrize("step", ["compatibility_check", "choose_path"])
+def test_a_decision_that_failed_before_any_side_effect_refuses_the_upgrade(step: str) -> None:
+    """The outcome is refused (a final one: the report closes the journal and frees the stream),
+    nothing is rolled back, every step after it skips itself saying why, the refusing decision is
+    ``refused`` in the report, and a retry of the decision itself decides again."""
+    noted = "the new version does not start: v2.py fails in its trial: AnalysisException x"
+    rec = refused_at(step, notes={planner.REFUSAL_NOTE: noted})
+    found = planner.refusal(rec)
+    assert found == planner.Refusal(step, noted)
+    assert found.describe() == f"{step} refused the upgrade before anything was stopped: {noted}"
+    for path in Path:
+        assert planner.outcome(rec, PATHS[path]) == "refused"
+        assert planner.rollback_plan(rec, PATHS[path]) == RollbackPlan(False, False)
+    for name in (*PATHS[Path.STANDBY].steps, *PATHS[Path.IN_PLACE].steps, *ROLLBACK, *IN_PLACE_ROLLBACK):
+        decision = planner.next_action(rec, name)
+        assert decision.act is SKIP, name
+        assert decision.reason == f"{found.describe()}; nothing is stopped or started", name
+    assert planner.next_action(rec, step).act is RUN  # Airflow's retry of the decision tries again
+    assert {t.name: t.state for t in planner.timings(rec, PLANNING)} == {
+        "preflight": "success", "compatibility_check": "refused" if step == "compatibility_check" else "not run",
+        "choose_path": "refused" if step == "choose_path" else "not run", "approve": "not run"}
+    assert "refused" in FINAL_OUTCOMES
+
+
+def test_a_refusals_reason_is_its_noted_line_else_its_errors_first_line() -> None:
+    assert planner.refusal(refused_at("compatibility_check")) == planner.Refusal(
+        "compatibility_check", DOES_NOT_START.splitlines()[0])
+    assert planner.refusal(refused_at("choose_path", error="")) == planner.Refusal(
+        "choose_path", "its error was not recorded; see its log")
+    assert planner.refusal(record(planning={"preflight": {}})) is None  # nothing failed
+    assert planner.refusal(None) is None
+
+
+def test_a_decision_failed_once_a_side_effect_began_is_no_refusal() -> None:
+    """A resumed upgrade whose standby began is under way: a failure of its path choice then is a
+    failure (the standby is stopped), never a clean refusal that frees the stream."""
+    rec = refused_at("choose_path", start_standby=DONE)
+    assert planner.refusal(rec) is None
+    assert planner.outcome(rec, PATHS[Path.STANDBY]) == "failed"
+    assert planner.rollback_plan(rec, PATHS[Path.STANDBY]).stop_new
+    # a person's Reject stays the outcome it is
+    rejected = replace(refused_at("compatibility_check"), planning={
+        **refused_at("compatibility_check").planning,
+        "approve": JournalStep(name="approve", state=DONE, result={"chosen": "Reject"})})
+    assert planner.outcome(rejected, PATHS[Path.STANDBY]) == "rejected"
+
+
+def test_a_decisions_failure_notes_why_in_one_line(tmp_path: Any) -> None:  # noqa: ANN401
+    """``decided`` records the failure and the reason the planner reads: a typed error's summary and
+    what it found (no expectation, action or log tail), another error's type and first line."""
+    from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
+    from airflow_ckpt_provider.operators.journaled import decided, refusal_reason
+
+    journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "_upgrades" / "u.json"))
+    journal.open(INTENT, "u", run_id="r1")
+
+    def crash() -> None:
+        raise NewVersionDoesNotStart(found="v2.py fails in its trial: AnalysisException x",
+                                     expected="the new version to run its trial batches", log_tail="Traceback ...")
+
+    with pytest.raises(NewVersionDoesNotStart):
+        decided(journal, "compatibility_check", {"run_id": "r1"}, crash)  # type: ignore[arg-type]
+    entry = journal.read().planning["compatibility_check"]
+    assert entry.state == FAILED and "Traceback ..." in entry.error
+    assert entry.notes[planner.REFUSAL_NOTE] == \
+        "the new version does not start: v2.py fails in its trial: AnalysisException x"
+    assert planner.refusal(journal.read()) == planner.Refusal("compatibility_check", entry.notes[planner.REFUSAL_NOTE])
+    assert refusal_reason(ValueError("unknown mode 'x'\nmore")) == "ValueError: unknown mode 'x'"
+    assert refusal_reason(KeyError()) == "KeyError"
