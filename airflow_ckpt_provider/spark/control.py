@@ -68,6 +68,9 @@ CONF_STANDBY = "spark.ckpt.standby"
 #: Seconds a standby waits for its release before it exits (default :data:`DEFAULT_STANDBY_TIMEOUT_S`).
 CONF_STANDBY_TIMEOUT_S = "spark.ckpt.standbyTimeoutS"
 DEFAULT_STANDBY_TIMEOUT_S = 3600.0
+#: ``false``: a standby warms up with a batch read only, without its rehearsal (a short stateful
+#: streaming query and a state read, :mod:`airflow_ckpt_provider.spark.rehearsal`); default ``true``.
+CONF_STANDBY_REHEARSAL = "spark.ckpt.standbyRehearsal"
 
 
 class HeartbeatState(StrEnum):

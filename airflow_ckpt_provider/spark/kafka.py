@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -80,19 +81,39 @@ def _topics(topics: str | Iterable[str]) -> list[str]:
     return [n.strip() for n in names]
 
 
+#: How far back a standby's rehearsal starts reading, and how many records its first batch takes at most.
+REHEARSAL_LOOKBACK_MS = 30_000
+REHEARSAL_MAX_RECORDS = 500
+
+
 def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], options: dict[str, Any]) -> None:
-    """A standby's warm-up: the session's own tiny job, then a bounded batch read of the topics
-    (at most 100 records per partition, into Spark's no-op sink) with the job's ``kafka.*``
-    options, so the Kafka consumer and the code for Kafka rows are ready at the release."""
+    """A standby's warm-up, with the job's ``kafka.*`` options: the session's own tiny job, then a
+    rehearsal (:func:`~airflow_ckpt_provider.spark.rehearsal.rehearse_query`): a stateful streaming
+    query of the topics' last 30 s (at most 500 records) and a read of its state, so the Kafka
+    consumers, the micro-batch engine, the state store and the code for Kafka rows are ready at the
+    release. With ``spark.ckpt.standbyRehearsal=false``, a bounded batch read of the topics (at
+    most 100 records per partition, into Spark's no-op sink) instead."""
+    from airflow_ckpt_provider.spark.rehearsal import rehearsal_enabled, rehearse_query
+
     warm_up_session(spark)
-    reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
-    reader = reader.option("subscribe", ",".join(names))
-    for key, value in options.items():
-        if key.startswith("kafka."):
-            reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
+    kafka_options = {key: value if isinstance(value, str) else json.dumps(value)
+                     for key, value in options.items() if key.startswith("kafka.")}
+    if rehearsal_enabled(spark):
+        def recent() -> DataFrame:
+            since_ms = int(time.time() * 1000) - REHEARSAL_LOOKBACK_MS
+            return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+                    .option("subscribe", ",".join(names)).options(**kafka_options)
+                    .option("startingTimestamp", str(since_ms)).option("startingOffsetsByTimestampStrategy", "latest")
+                    .option("maxOffsetsPerTrigger", str(REHEARSAL_MAX_RECORDS)).option("failOnDataLoss", "false")
+                    .load())
+
+        rehearse_query(spark, recent)
+        return
     try:
-        frame = reader.load().selectExpr("topic", "partition", "offset", "CAST(key AS STRING) AS key",
-                                         "CAST(value AS STRING) AS value", "timestamp")
+        frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+                 .option("subscribe", ",".join(names)).options(**kafka_options).load())
+        frame = frame.selectExpr("topic", "partition", "offset", "CAST(key AS STRING) AS key",
+                                 "CAST(value AS STRING) AS value", "timestamp")
         frame.limit(100).write.format("noop").mode("overwrite").save()
     except Exception as exc:  # noqa: BLE001 - a warm-up never fails the job; its query will say what is wrong
         log.warning("standby warm-up read of %s failed: %s", ",".join(names), exc)

@@ -232,6 +232,9 @@ def await_handover(
         timeout = timeout_s if timeout_s is not None else float(
             spark.conf.get(CONF_STANDBY_TIMEOUT_S, str(DEFAULT_STANDBY_TIMEOUT_S)))
         if warm_up is not None:
+            from airflow_ckpt_provider.spark.graceful_stop import driver_logging
+
+            driver_logging()  # the warm-up's lines too
             started = time.monotonic()
             warm_up(spark)
             log.info("standby warm-up done in %.1f s", time.monotonic() - started)

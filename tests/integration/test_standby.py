@@ -26,6 +26,7 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.local.spark import delta_spark_conf, local_spark_conf
 from airflow_ckpt_provider.spark.control import (
     CONF_STANDBY,
+    CONF_STANDBY_REHEARSAL,
     CONF_STANDBY_TIMEOUT_S,
     STANDBY_RELEASE,
     DriverStatus,
@@ -57,13 +58,16 @@ def hook(tmp_path: Path) -> Iterator[tuple[SparkLauncherHook, list[LaunchHandle]
 
 
 def launch_standby(hook: SparkLauncherHook, handles: list[LaunchHandle], checkpoint: Path, topic: str,
-                   bootstrap: str, sink: Path, timeout_s: float = 600.0, args: Sequence[str] = ()) -> LaunchHandle:
+                   bootstrap: str, sink: Path, timeout_s: float = 600.0, args: Sequence[str] = (),
+                   rehearsal: bool = False) -> LaunchHandle:
     """jobs/kafka_to_parquet.py as a standby on ``checkpoint`` with ``args`` (``--delta``: into a Delta
-    table, with Delta's jars)."""
+    table, with Delta's jars); its rehearsal only when ``rehearsal`` (the tests that measure no
+    downtime skip it: a few seconds per launch)."""
     conf = local_spark_conf("standby-test", extra=delta_spark_conf() if "--delta" in args else None)
     conf.pop("spark.app.name"), conf.pop("spark.master")
     conf["spark.pyspark.python"] = conf["spark.pyspark.driver.python"] = sys.executable
-    conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{timeout_s:g}"})
+    conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{timeout_s:g}",
+                 CONF_STANDBY_REHEARSAL: str(rehearsal).lower()})
     handle = hook.launch(str(JOB), checkpoint_uri=str(checkpoint), application_args=[bootstrap, topic, str(sink), *args],
                          conf=conf, name=f"standby-{checkpoint.name}", launch_id=uuid.uuid4().hex)
     handles.append(handle)
@@ -101,6 +105,14 @@ def wait_standby(checkpoint: Path, handle: LaunchHandle, hook: SparkLauncherHook
     return beat.run_id
 
 
+def rehearsal_scratch(hook: SparkLauncherHook, handle: LaunchHandle, outcome: str) -> str:
+    """The scratch folder the standby's rehearsal line names in its driver log; that line says
+    ``outcome``."""
+    lines = [line for line in hook.log_tail(handle, 50_000).splitlines() if "standby rehearsal in " in line]
+    assert len(lines) == 1 and outcome in lines[0], lines
+    return lines[0].split("standby rehearsal in ", 1)[1].split(":", 1)[0]
+
+
 def standby_beats(checkpoint: Path, beats: int, handle: LaunchHandle, hook: SparkLauncherHook) -> None:
     """Until the standby has written ``beats`` heartbeats after now and is still a standby: it kept
     waiting that long by its own clock (its wait loop looks for a release every 0.2 s beside the
@@ -134,8 +146,12 @@ def test_standby_waits_writes_nothing_then_starts_exactly_at_the_release(kafka, 
     topic = new_topic(2)
     produce_records(kafka.bootstrap_servers, topic, 60)
     checkpoint, sink = tmp_path / "cp", tmp_path / "sink"
-    handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink)
+    handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink, rehearsal=True)
     run_id = wait_standby(checkpoint, handle, launcher)
+    # its rehearsal ran a stateful query on the recent records and read its state, in a scratch
+    # folder that is gone: nothing of it under the checkpoint or in the sink
+    scratch = rehearsal_scratch(launcher, handle, "state reader read")
+    assert not Path(scratch).exists()
 
     # waiting: not a file of Spark's, however long records keep arriving
     produce_records(kafka.bootstrap_servers, topic, 40, start=60)
@@ -192,8 +208,11 @@ def test_standby_never_released_exits_at_its_timeout(kafka, new_topic, hook, tmp
     launcher, handles = hook
     topic = new_topic(1)
     checkpoint, sink = tmp_path / "cp", tmp_path / "sink"
-    handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink, timeout_s=4)
+    handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink, timeout_s=4,
+                            rehearsal=True)
     assert driver_exit(checkpoint, handle, launcher) == EXIT_STANDBY_TIMEOUT
+    # an idle topic: the rehearsal's first batch had no record, and its state read found none
+    assert not Path(rehearsal_scratch(launcher, handle, "to batch 0, state reader read 0 rows")).exists()
     beat = control(checkpoint).heartbeat()
     assert beat is not None and beat.state == "stopped"
     assert spark_files(checkpoint) == [] and not sink.exists()

@@ -9,6 +9,7 @@ files are real files. The real path runs in tests/integration/test_standby.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,7 @@ from airflow_ckpt_provider.spark.control import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
     CONF_STANDBY,
+    CONF_STANDBY_REHEARSAL,
     CONF_STANDBY_TIMEOUT_S,
     CONF_STARTING_OFFSETS,
     DRIVER,
@@ -845,3 +847,29 @@ def test_a_standby_that_never_exits_is_not_launched_beside(tmp_path: Path) -> No
     with pytest.raises(QueryStillRunning, match="still running"):
         operator.execute({"ti": TI()})
     assert read_release(cp) is None and fake.launches == []
+
+
+def test_the_rehearsal_is_on_unless_the_conf_says_false() -> None:
+    from airflow_ckpt_provider.spark.rehearsal import rehearsal_enabled
+
+    assert rehearsal_enabled(FakeSpark({}))
+    assert rehearsal_enabled(FakeSpark({CONF_STANDBY_REHEARSAL: "true"}))
+    assert not rehearsal_enabled(FakeSpark({CONF_STANDBY_REHEARSAL: " False "}))
+
+
+def test_a_failed_rehearsal_is_logged_never_raised_and_leaves_no_scratch_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A source that cannot be built (no connector, a bad option) fails the rehearsal only: the
+    standby goes on to wait, and the scratch folder it made is removed."""
+    from airflow_ckpt_provider.spark import rehearsal
+
+    monkeypatch.setattr(rehearsal.tempfile, "tempdir", str(tmp_path))
+
+    def no_source() -> Any:  # noqa: ANN401
+        raise RuntimeError("Failed to find data source: kafka")
+
+    with caplog.at_level(logging.WARNING, logger=rehearsal.__name__):
+        rehearsal.rehearse_query(FakeSpark({}), no_source)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == rehearsal.__name__]
+    assert "standby rehearsal in" in line and "failed after" in line and "Failed to find data source: kafka" in line
+    assert list(tmp_path.iterdir()) == []
