@@ -114,10 +114,16 @@ def spark42() -> object:
 def make_demo(kafka, tmp_path: Path) -> Iterator[Callable[..., UpgradeDemo]]:  # noqa: ANN001
     """``make_demo(**options)``: an :class:`UpgradeDemo` on the session's broker (a fresh topic,
     producer, sink and checkpoints; v1 not started yet). Every Spark job running on its checkpoints
-    is killed at the end (a failed test leaves none)."""
+    is killed at the end (a failed test leaves none). Its standbys skip their rehearsal (a few
+    seconds of each launch, before the stop) unless ``rehearsal=True``: these tests measure no
+    downtime; the stateful switchover's system test and the standby's integration tests rehearse."""
+    from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
+
     made: list[UpgradeDemo] = []
 
-    def make(**options: Any) -> UpgradeDemo:
+    def make(*, rehearsal: bool = False, **options: Any) -> UpgradeDemo:
+        if not rehearsal:
+            options["conf"] = {CONF_STANDBY_REHEARSAL: "false", **(options.get("conf") or {})}
         stack = UpgradeDemo(tmp_path / ("demo" if not made else f"demo-{len(made)}"), kafka=kafka, **options)
         made.append(stack)
         return stack

@@ -8,8 +8,9 @@ Spark's state reader. The rehearsal does all of that once, before the standby he
 in the downtime), on a copy of the job's source:
 
 * ``source``, a streaming DataFrame of recent records (at most a few hundred: the Kafka warm-up
-  starts it at a timestamp a little in the past), is deduplicated within a watermark and
-  aggregated (two stateful operators, the session's state store provider), and written by a
+  starts it at a timestamp a little in the past), with a file stream of one Parquet row unioned
+  to it (as a seeded job unions its seed), is deduplicated within a watermark and aggregated
+  (two stateful operators, the session's state store provider), and written by a
   ``foreachBatch`` as Parquet; the query stops after its first batch (on an idle topic an empty
   one: Spark runs batch 0 of a new query whatever its source has);
 * the state after that batch is read back with the state export's own code
@@ -63,12 +64,16 @@ def _first_batch_done(query: Any) -> bool:  # noqa: ANN401 - a StreamingQuery
     return bool(status.get("message") == _WAITING_FOR_DATA and not status.get("isTriggerActive"))
 
 
-def _rehearse_stream(source: Any, scratch: Path, limit_s: float) -> int | None:  # noqa: ANN401 - a DataFrame
-    """Run the rehearsal query on ``source`` under ``scratch``; the last committed batch id (None: none)."""
+def _rehearse_stream(spark: Any, source: Any, scratch: Path, limit_s: float) -> int | None:  # noqa: ANN401
+    """Run the rehearsal query on ``source`` (and a file stream of one Parquet row, as a seeded job
+    reads its seed) under ``scratch``; the last committed batch id (None: none)."""
     from pyspark.sql import functions as F
 
-    out = (scratch / "out").as_uri()
+    out, seed = (scratch / "out").as_uri(), (scratch / "seed").as_uri()
     rows = source.select("partition", "offset", "timestamp")
+    spark.range(1).select(F.lit(-1).cast("int").alias("partition"), F.lit(-1).cast("long").alias("offset"),
+                          F.current_timestamp().alias("timestamp")).write.parquet(seed)
+    rows = rows.unionByName(spark.readStream.schema(rows.schema).parquet(seed))
     unique = rows.withWatermark("timestamp", "1 minute").dropDuplicates(["partition", "offset", "timestamp"])
     counted = unique.groupBy("partition").agg(F.count(F.lit(1)).alias("records"), F.max("offset").alias("last"))
 
@@ -108,7 +113,7 @@ def rehearse_query(spark: Any, source: Callable[[], Any], *,  # noqa: ANN401 - a
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="ckpt-standby-rehearsal-"))
     try:
-        batch = _rehearse_stream(source(), scratch, limit_s)
+        batch = _rehearse_stream(spark, source(), scratch, limit_s)
         streamed = time.monotonic()
         if batch is None:
             log.info("standby rehearsal in %s: streaming query ran %.1f s and committed no batch; the state "

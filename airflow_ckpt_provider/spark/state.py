@@ -72,20 +72,25 @@ def initial_state_path(spark: SparkSession) -> str | None:
 
 
 def read_state_manifest(spark: SparkSession, path: str | None = None) -> dict[str, Any]:
-    """The export's ``state-manifest.json`` (read through Spark: any store it reads);
-    :class:`StateNotExported` when there is no export."""
+    """The export's ``state-manifest.json`` (read through the session's Hadoop FileSystem: any
+    store Spark reads, without a Spark job); :class:`StateNotExported` when there is no export."""
     root = path or initial_state_path(spark)
     if not root:
         raise StateNotExported(f"found no {CONF_INITIAL_STATE_PATH} and no path; expected the location of a state "
                                "export. The upgrade carried no state (a stateless old query, or carry_state off): "
                                "start empty, or export it with `ckpt export-state` and pass the path.")
+    from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
+
     try:
-        rows = spark.read.text(f"{root.rstrip('/')}/{MANIFEST}", wholetext=True).collect()
-    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException for a missing path
-        raise StateNotExported(f"found no readable {MANIFEST} under {root} ({type(exc).__name__}); expected a "
-                               "complete, verified export (its manifest is written last). Run the export "
-                               "again.") from None
-    manifest: dict[str, Any] = json_limits.loads(rows[0].value, what=MANIFEST)
+        data = HadoopFiles(spark, root).read(MANIFEST)
+    except Exception as exc:  # noqa: BLE001 - py4j wraps the file system's errors
+        data, found = None, f"an unreadable {MANIFEST} ({type(exc).__name__})"
+    else:
+        found = f"no {MANIFEST}"
+    if data is None:
+        raise StateNotExported(f"found {found} under {root}; expected a complete, verified export (its manifest "
+                               "is written last). Run the export again.")
+    manifest: dict[str, Any] = json_limits.loads(data.decode("utf-8"), what=MANIFEST)
     manifest["location"] = root.rstrip("/")
     return manifest
 

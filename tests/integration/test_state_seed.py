@@ -194,7 +194,7 @@ def test_aggregate_buffers_map_to_user_columns(spark, kafka, upgraded, tmp_path:
         aggregate_state(spark, [("total", "sum"), ("n", "count")], path=str(export))
     with pytest.raises(StateNotExported, match="0/nope"):
         initial_state(spark, store="nope", path=str(export))
-    with pytest.raises(StateNotExported, match="no readable state-manifest.json"):
+    with pytest.raises(StateNotExported, match="found no state-manifest.json under"):
         initial_state(spark, path=str(tmp_path / "missing"))
     assert state_watermark_ms(spark, path=str(export)) == 0
 

@@ -32,6 +32,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import LaunchHandle
 from airflow_ckpt_provider.local.kafka import LocalKafka
+from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
 from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report, stop_jobs_under
@@ -213,7 +214,8 @@ def test_reject_then_approve_in_the_browser_then_a_rollback_with_the_triggerer_i
         kafka: LocalKafka, demo: UpgradeDemo, browser_pages: BrowserPages, tmp_path: Path) -> None:
     pages = browser_pages
     env = {"AIRFLOW_CONN_KAFKA_DEFAULT": demo.kafka_connection()}
-    second = UpgradeDemo(tmp_path / "demo-rollback", kafka=kafka, rate=80.0)
+    second = UpgradeDemo(tmp_path / "demo-rollback", kafka=kafka, rate=80.0,
+                         conf={CONF_STANDBY_REHEARSAL: "false"})  # no downtime measured: no rehearsal
     af = LocalAirflow(tmp_path / "airflow", DAGS, env=env, isolate_triggerer=True, preload=PRELOAD,
                       startup_timeout=600)
     try:

@@ -19,6 +19,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
 from airflow_ckpt_provider.storage.journal import list_journals
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from tests.harness.s3 import REGION
@@ -63,7 +64,8 @@ def s3_demo(kafka, s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
                         ("AWS_ENDPOINT_URL", s3.endpoint_url), ("AWS_DEFAULT_REGION", REGION)):
         monkeypatch.setenv(name, value)
     bucket = s3.create_bucket(f"upgrade-{uuid.uuid4().hex[:8]}")
-    stack = S3UpgradeDemo(tmp_path / "demo", s3=s3, bucket=bucket, kafka=kafka, rate=80.0)
+    stack = S3UpgradeDemo(tmp_path / "demo", s3=s3, bucket=bucket, kafka=kafka, rate=80.0,
+                          conf={CONF_STANDBY_REHEARSAL: "false"})  # no downtime measured: no rehearsal
     yield stack
     stack.close()
     stop_jobs_under(stack.work)
