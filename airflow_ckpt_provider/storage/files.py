@@ -238,16 +238,32 @@ OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "
 
 
 def is_object_store(fs: AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return any(p in OBJECT_STORE_PROTOCOLS for p in protocols)
+    return any(p in OBJECT_STORE_PROTOCOLS for p in _protocols(fs))
+
+
+def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
+    return tuple(fs.protocol) if isinstance(fs.protocol, (tuple, list)) else (str(fs.protocol),)
+
+
+def _move_over(fs: AbstractFileSystem, temp: str, path: str) -> bool:
+    """Move ``temp`` onto ``path``, replacing it; whether it moved. WebHDFS: a RENAME with
+    ``renameoptions=OVERWRITE`` (the NameNode's atomic rename2), because HDFS's plain rename refuses
+    an existing target and WebHDFS answers that with ``{"boolean": false}``, not an error (fsspec's
+    ``mv`` does not look). Elsewhere ``fs.mv``. Either way the temporary name must be gone after."""
+    if any(p in ("webhdfs", "swebhdfs") for p in _protocols(fs)):
+        fs._call("RENAME", method="put", path=temp, destination=path, renameoptions="OVERWRITE")
+    else:
+        fs.mv(temp, path)
+    return not fs.exists(temp)
 
 
 def write_atomic(fs: AbstractFileSystem, path: str, data: bytes, *, mode: int = FILE_MODE,
                  dir_mode: int = DIR_MODE) -> None:
     """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix:
     :func:`replace_file` on a local disk (missing directories get ``dir_mode``), one object write
-    on an object store (no rename there), a temporary name then a move on other filesystems
-    (HDFS renames atomically; a store that cannot move gets a direct write)."""
+    on an object store (no rename there), a temporary name then a move over the target on other
+    filesystems (:func:`_move_over`: HDFS renames atomically); a store that cannot move (the move
+    raises, or leaves the temporary file) gets a direct write."""
     if is_local(fs):
         make_private_dirs(os.path.dirname(path), dir_mode)
         replace_file(path, data, mode)
@@ -259,8 +275,10 @@ def write_atomic(fs: AbstractFileSystem, path: str, data: bytes, *, mode: int = 
     temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{os.urandom(6).hex()}.tmp")
     fs.pipe_file(temp, data)
     try:
-        fs.mv(temp, path)
+        moved = _move_over(fs, temp, path)
     except Exception:  # noqa: BLE001 - this store cannot move over a file; one write is whole there
+        moved = False
+    if not moved:
         fs.pipe_file(path, data)
         if fs.exists(temp):
             fs.rm_file(temp)

@@ -255,3 +255,17 @@ def test_the_driver_reads_an_hdfs_checkpoint_as_the_provider_reads_it(hdfs, hdfs
     with pytest.raises(CheckpointNotFound) as in_provider:
         CheckpointReader(missing, fs=fs).handover()
     assert str(in_driver.value) == str(in_provider.value)
+
+
+def test_a_file_rewritten_over_webhdfs_holds_the_new_bytes_and_nothing_else(hdfs) -> None:  # noqa: ANN001
+    """HDFS refuses to rename onto an existing file, and WebHDFS says so only in its answer's
+    ``boolean``: a rewrite (a second stop request, a journal record) must still replace the file
+    whole, and leave no temporary file."""
+    from airflow_ckpt_provider.storage.files import write_atomic
+
+    fs, root = hdfs.filesystem(), f"/rewrite-{uuid.uuid4().hex[:8]}"
+    target = f"{root}/_ckpt/stop-request.json"
+    for data in (b'{"request": 1}', b'{"request": 22}', b'{"request": 333}'):
+        write_atomic(fs, target, data)
+        assert fs.cat_file(target) == data
+    assert [posixpath.basename(p) for p in fs.find(root)] == ["stop-request.json"]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from airflow_ckpt_provider.storage import files
 from airflow_ckpt_provider.storage.files import (
@@ -16,6 +17,7 @@ from airflow_ckpt_provider.storage.files import (
     private_dir,
     pwrite_all,
     replace_file,
+    write_atomic,
     write_private_file,
 )
 
@@ -115,3 +117,45 @@ def test_pwrite_all_resumes_partial_writes(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(OSError, match="no progress"):
         replace_file(str(tmp_path / "g"), b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # no temporary file left behind
+
+
+class RefusingRenames(MemoryFileSystem):
+    """A store whose rename onto an existing file does nothing and says nothing (WebHDFS's plain
+    RENAME answers ``{"boolean": false}``, which fsspec's ``mv`` does not read)."""
+
+    protocol = ("refusing",)
+
+    def mv(self, path1: str, path2: str, **kwargs: object) -> None:
+        if not self.exists(path2):
+            super().mv(path1, path2, **kwargs)
+
+
+class WebHdfsLike(MemoryFileSystem):
+    """A WebHDFS client's RENAME: without ``renameoptions=OVERWRITE`` it refuses an existing target."""
+
+    protocol = ("webhdfs",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, object]] = []
+
+    def _call(self, op: str, method: str = "get", path: str = "", **params: object) -> None:
+        self.calls.append({"op": op, "path": path, **params})
+        assert op == "RENAME" and method == "put"
+        destination = str(params["destination"])
+        if self.exists(destination) and params.get("renameoptions") != "OVERWRITE":
+            return
+        self.pipe_file(destination, self.cat_file(path))
+        self.rm_file(path)
+
+
+@pytest.mark.parametrize("store", [RefusingRenames, WebHdfsLike])
+def test_write_atomic_replaces_a_file_on_a_store_whose_rename_refuses_an_existing_target(store: type) -> None:
+    fs = store()
+    root = f"/rewrite-{store.__name__}"
+    for data in (b"first", b"second", b"third"):
+        write_atomic(fs, f"{root}/_ckpt/stop-request.json", data)
+        assert fs.cat_file(f"{root}/_ckpt/stop-request.json") == data
+    assert [p.rsplit("/", 1)[1] for p in fs.find(root)] == ["stop-request.json"]
+    if isinstance(fs, WebHdfsLike):  # one atomic rename2 per write, no direct write
+        assert [c["renameoptions"] for c in fs.calls] == ["OVERWRITE"] * 3
