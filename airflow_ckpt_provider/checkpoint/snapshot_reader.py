@@ -411,7 +411,10 @@ class SnapshotReader:
         and :class:`MissingCheckpointMetadata` for batches without the ``metadata`` file: without
         the query id neither a rollback to this checkpoint (Spark 4.2 refuses to restart it) nor a
         sink that dedupes by query id can be trusted."""
-        snapshot = self.snapshot()
+        return self.handover_of(self.snapshot(), taken_at=taken_at)
+
+    def handover_of(self, snapshot: CheckpointSnapshot, *, taken_at: str | None = None) -> Handover:
+        """:meth:`handover` from a ``snapshot`` this reader took (the same rules and errors)."""
         if snapshot.query_id is None and snapshot.last_planned_batch is not None:
             raise MissingCheckpointMetadata(
                 found=f"offsets/ up to batch {snapshot.last_planned_batch} but no metadata file",

@@ -300,16 +300,24 @@ def read_handover(spark: SparkSession, checkpoint_uri: str, *, taken_at: str | N
     (:class:`~airflow_ckpt_provider.checkpoint.errors.NoOffsets`, ``CommitWithoutOffsets``,
     ``CorruptCheckpointFile``, ``MissingCheckpointMetadata``, ``UnsafeEntry``,
     ``CheckpointNotFound`` ...). ``taken_at``: the time to record (default now, UTC)."""
+    return read_handover_and_operators(spark, checkpoint_uri, taken_at=taken_at)[0]
+
+
+def read_handover_and_operators(spark: SparkSession, checkpoint_uri: str, *,
+                                taken_at: str | None = None) -> tuple[Handover, tuple[int, ...]]:
+    """:func:`read_handover`, and the stateful operators (``state/<id>`` folders) the same
+    reading listed, for a seed that would otherwise list the checkpoint again."""
     with HadoopCheckpointFiles(spark, checkpoint_uri) as files:
         reader = SnapshotReader(files)
-        handover = reader.handover(taken_at=taken_at)
+        snapshot = reader.snapshot()
+        handover = reader.handover_of(snapshot, taken_at=taken_at)
     where = (f"the end of committed batch {handover.batch_id}" if handover.batch_id is not None
              else "its initial offsets (no batch committed)")
     in_flight = (f"; batch {handover.in_flight_batch} was in flight and is not handed over"
                  if handover.in_flight_batch is not None else "")
     log.info("read the handover of checkpoint %s in the driver: %s%s (%d files read, %d folders listed)",
              checkpoint_uri, where, in_flight, reader.files_opened, reader.listings)
-    return handover
+    return handover, snapshot.state_operators
 
 
 def read_batch_start(spark: SparkSession, checkpoint_uri: str, batch_id: int, *,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,17 +71,19 @@ def session_conf(spark: Any, settings: Mapping[str, str] | None = None, *,
 
 
 def seed_state(spark: Any, handover: Handover, batch: int | None, target: str, *,
-               upgrade_id: str) -> StateManifest | None:
+               upgrade_id: str, operators: Sequence[int] | None = None) -> StateManifest | None:
     """Read the state of the old checkpoint (``handover.checkpoint_uri``) after committed batch
     ``batch`` (where the new version starts: :func:`~airflow_ckpt_provider.checkpoint.state.state_batch`)
     and write it under ``target`` as an export; returns its manifest, None when there is no state to
     carry (a stateless query; ``batch`` None: the state before batch 0 is empty). The checkpoint is
     read with the provider's reader first (the batch is committed, the state's format). Spark's and
-    the reader's errors propagate (``CheckpointError``, ``OSError``, Spark's own)."""
+    the reader's errors propagate (``CheckpointError``, ``OSError``, Spark's own). ``operators``:
+    the stateful operators the handover's reading listed (None: list them here)."""
     checkpoint = handover.checkpoint_uri
     with HadoopCheckpointFiles(spark, checkpoint) as files:
         reader = SnapshotReader(files)
-        operators = reader.snapshot().state_operators
+        if operators is None:
+            operators = reader.snapshot().state_operators
         if not operators or batch is None:
             return None
         commit, offsets = reader.commit_entry(batch), reader.offset_entry(batch)  # committed, or CheckpointNotFound

@@ -59,7 +59,7 @@ from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, Star
 from airflow_ckpt_provider.checkpoint.state import state_batch
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.spark.checkpoint_files import read_batch_start, read_handover
+from airflow_ckpt_provider.spark.checkpoint_files import read_batch_start, read_handover_and_operators
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
     CONF_HANDOVER_JSON,
@@ -438,7 +438,7 @@ class SwitchoverWatch:
                  "its checkpoint", stop.ack.outcome, stop.ack.last_committed_batch, time.monotonic() - self._taken_at)
         started = time.monotonic()
         try:
-            handover = read_handover(self.spark, release.old_checkpoint)
+            handover, operators = read_handover_and_operators(self.spark, release.old_checkpoint)
         except (CheckpointError, OSError) as exc:
             found = f"{exc.summary}: {exc.found}" if isinstance(exc, CheckpointError) else str(exc)
             self._refuse(release, RefusalReason.HANDOVER_UNREADABLE, found,
@@ -457,7 +457,8 @@ class SwitchoverWatch:
             target = seed_location(self.files.root, release.release_id)
             try:
                 batch = state_batch(HandoverResult(handover, plan.starting_offsets, start_plan=plan))
-                seeded = seed_state(self.spark, handover, batch, target, upgrade_id=release.release_id)
+                seeded = seed_state(self.spark, handover, batch, target, upgrade_id=release.release_id,
+                                    operators=operators)
             except Exception as exc:  # noqa: BLE001 - Spark's and the reader's errors alike: refuse, start nothing
                 found = f"{exc.summary}: {exc.found}" if isinstance(exc, CheckpointError) else \
                     f"{type(exc).__name__}: {str(exc)[:500]}"

@@ -250,11 +250,12 @@ def driver_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The driver's Hadoop readers replaced by the provider's reader over the same files."""
     reads: list[str] = []
 
-    def read_handover(spark: Any, uri: str, **_: Any) -> Handover:  # noqa: ANN401
+    def read_handover_and_operators(spark: Any, uri: str, **_: Any) -> tuple[Handover, tuple[int, ...]]:  # noqa: ANN401
         reads.append(uri)
-        return CheckpointReader(uri).handover()
+        reader = CheckpointReader(uri)
+        return reader.handover(), reader.snapshot().state_operators
 
-    monkeypatch.setattr(switchover, "read_handover", read_handover)
+    monkeypatch.setattr(switchover, "read_handover_and_operators", read_handover_and_operators)
     monkeypatch.setattr(switchover, "read_batch_start", lambda spark, uri, batch: CheckpointReader(uri).batch_start(batch))
     return reads
 
@@ -335,7 +336,9 @@ def test_a_stateful_switchover_seeds_the_state_where_the_new_version_starts_then
         monkeypatch: pytest.MonkeyPatch) -> None:
     seeds: list[tuple[int | None, str]] = []
 
-    def seed(spark: Any, handover: Handover, batch: int | None, target: str, *, upgrade_id: str) -> StateManifest:  # noqa: ANN401
+    def seed(spark: Any, handover: Handover, batch: int | None, target: str, *, upgrade_id: str,  # noqa: ANN401
+             operators: tuple[int, ...]) -> StateManifest:
+        assert operators == CheckpointReader(str(old_cp)).snapshot().state_operators, "the handover's own listing"
         seeds.append((batch, target))
         return seeded_manifest(batch or 0)
 
@@ -355,7 +358,7 @@ def test_a_rewind_seeds_the_state_before_the_batch_it_starts_at(
         tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
         monkeypatch: pytest.MonkeyPatch) -> None:
     seeds: list[int | None] = []
-    monkeypatch.setattr(switchover, "seed_state", lambda spark, handover, batch, target, upgrade_id: seeds.append(
+    monkeypatch.setattr(switchover, "seed_state", lambda spark, handover, batch, target, upgrade_id, operators: seeds.append(
         batch) or seeded_manifest(batch))
     result, _ = run_switchover(tmp_path, old_cp, "clean", seed_state=True, start_mode="rewind_to_batch",
                                start_value="2", accept_reprocessing=True)
