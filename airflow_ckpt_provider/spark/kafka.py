@@ -116,7 +116,9 @@ def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], opti
                                  "CAST(value AS STRING) AS value", "timestamp")
         frame.limit(100).write.format("noop").mode("overwrite").save()
     except Exception as exc:  # noqa: BLE001 - a warm-up never fails the job; its query will say what is wrong
-        log.warning("standby warm-up read of %s failed: %s", ",".join(names), exc)
+        from airflow_ckpt_provider.checkpoint.secrets import redact_text  # the core, only on this path
+
+        log.warning("standby warm-up read of %s failed: %s", ",".join(names), redact_text(str(exc)))
 
 
 def with_source_header(frame: DataFrame, *, topic: str = "topic", partition: str = "partition",

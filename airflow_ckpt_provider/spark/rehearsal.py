@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,9 @@ def _rehearse_stream(spark: Any, source: Any, scratch: Path, limit_s: float) -> 
             raise RuntimeError(str(query.exception()))
     finally:
         query.stop()
-    commits = [int(p.name) for p in (scratch / "checkpoint" / "commits").glob("[0-9]*")]
-    return max(commits, default=None)
+    folder = scratch / "checkpoint" / "commits"
+    commits = (batch_number(p.name) for p in (folder.iterdir() if folder.is_dir() else ()))
+    return max((c for c in commits if c is not None), default=None)
 
 
 def _rehearse_state_read(spark: Any, scratch: Path, batch: int) -> int:  # noqa: ANN401 - a SparkSession
@@ -123,7 +125,9 @@ def rehearse_query(spark: Any, source: Callable[[], Any], *,  # noqa: ANN401 - a
         log.info("standby rehearsal in %s: streaming query ran %.1f s to batch %d, state reader read %d rows in "
                  "%.1f s", scratch, streamed - started, batch, rows, time.monotonic() - streamed)
     except Exception as exc:  # noqa: BLE001 - a rehearsal never fails the driver; its real query will say
+        from airflow_ckpt_provider.checkpoint.secrets import redact_text  # the core, only on this path
+
         log.warning("standby rehearsal in %s failed after %.1f s (the standby waits without it): %s",
-                    scratch, time.monotonic() - started, exc)
+                    scratch, time.monotonic() - started, redact_text(str(exc)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
