@@ -140,8 +140,10 @@ def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         _create_topics(work, state.port, args.topic, out)
         _describe(state, out, "already running")
         return EXIT_OK
+    # a restart keeps the ports it had where they are free (the data and its cluster id are kept too)
     port = args.port or (state.port if state is not None and _port_free(state.port) else None)
-    broker = LocalKafka(work / "kafka", port=port, startup_timeout=args.timeout)
+    controller_port = state.controller_port if state is not None and _port_free(state.controller_port) else None
+    broker = LocalKafka(work / "kafka", port=port, controller_port=controller_port, startup_timeout=args.timeout)
     try:
         broker.start()  # detached: its own session; stopped again if it does not come up
     except LocalStackError as exc:

@@ -1,6 +1,7 @@
 """A single-node Apache Kafka broker in KRaft mode on 127.0.0.1, from Maven-resolved jars.
 
-``LocalKafka`` formats a fresh log directory, starts ``kafka.Kafka`` in its own process group,
+``LocalKafka`` formats a fresh log directory (a formatted one keeps its cluster id: a restart on
+the same work folder reuses its data), starts ``kafka.Kafka`` in its own process group,
 waits until kafka-python gets a metadata response (the port opens before the broker is ready)
 and stops it cleanly. Run detached by ``ckpt dev-stack start``; a session fixture of the tests and the broker of
 ``make demo``.
@@ -47,6 +48,24 @@ def kraft_cluster_id() -> str:
     base64 without padding). One in 32 starts with ``-``: it is passed as ``--cluster-id=<id>``,
     never as a separate argument the tool's parser would take for an option."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def formatted_cluster_id(log_dir: Path) -> str | None:
+    """The cluster id a formatted KRaft log directory keeps in its ``meta.properties``; None when
+    the directory was never formatted. Raises :class:`BrokerStartFailed` for a ``meta.properties``
+    without one (not a Kafka log directory this broker can reuse)."""
+    meta = log_dir / "meta.properties"
+    if not meta.is_file():
+        return None
+    for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "cluster.id" and value.strip():
+            return value.strip()
+    raise BrokerStartFailed(
+        found=f"{meta} without a cluster.id",
+        expected="a KRaft log directory formatted by `StorageTool format` (its meta.properties names its cluster.id)",
+        action=f"Move {log_dir} aside (it holds the old broker's data) or use another work folder.",
+    )
 
 
 class LocalKafka(LocalServer):
@@ -138,7 +157,10 @@ class LocalKafka(LocalServer):
         log4j_file.write_text(_LOG4J)
         base = [java, f"-Dlog4j.configuration=file:{log4j_file}", "-cp", classpath]
 
-        cluster_id = kraft_cluster_id()
+        kept = formatted_cluster_id(self.work_dir / "data")
+        if kept is not None:
+            log.info("reusing the Kafka data in %s (cluster id %s)", self.work_dir / "data", kept)
+        cluster_id = kept or kraft_cluster_id()
         fmt = subprocess.run(
             [*base, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props_file),
              "--ignore-formatted"],

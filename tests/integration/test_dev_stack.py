@@ -59,3 +59,36 @@ def test_dev_stack_start_is_idempotent_and_stop_ends_its_group(tmp_path: Path) -
     assert code == 0 and "stopped the Kafka broker" in stopped
     assert not group_members(state.pid)
     assert run("dev-stack", "status", "--work", work)[0] == 4
+
+
+def test_dev_stack_restarts_on_its_work_folder_with_its_data(tmp_path: Path) -> None:
+    """The next day's `start` on the same work folder: the formatted data folder keeps its cluster
+    id, the broker comes back on it with the topic and every record produced before the stop."""
+    work = str(tmp_path / "dev")
+    code, _, err = run("dev-stack", "start", "--work", work, "--topic", "orders:2", "--timeout", "600")
+    assert code == 0, err
+    first = read_state(Path(work))
+    assert first is not None
+    pids = [first.pid]
+    try:
+        produce_records(first.bootstrap_servers, "orders", 20)
+        before = sorted(record for record, _ in topic_records(first.bootstrap_servers, ["orders"]))
+        code, _, _ = run("dev-stack", "stop", "--work", work)
+        assert code == 0 and not group_members(first.pid)
+
+        code, again, err = run("dev-stack", "start", "--work", work, "--topic", "orders:2", "--timeout", "600")
+        assert code == 0, err
+        second = read_state(Path(work))
+        assert second is not None
+        pids.append(second.pid)
+        assert second.pid != first.pid and "topic orders exists already" in again
+        assert (second.port, second.controller_port) == (first.port, first.controller_port)
+        after = sorted(record for record, _ in topic_records(second.bootstrap_servers, ["orders"]))
+        assert after == before and len(after) == 20
+        produce_records(second.bootstrap_servers, "orders", 5)
+        assert len(list(topic_records(second.bootstrap_servers, ["orders"]))) == 25
+    finally:
+        run("dev-stack", "stop", "--work", work)
+        for pid in pids:
+            if group_members(pid):
+                kill_group(pid)
