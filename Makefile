@@ -14,11 +14,12 @@ SPARK40_VENV ?= .venv-spark40
 SPARK40 := $(SPARK40_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
+.PHONY: help dist venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
 	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
+	@echo "make dist    build the sdist and the wheel into dist/ (python -m build)"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make spark40 install pyspark 4.0 in $(SPARK40_VENV) with its Kafka connector (the Spark-upgrade tests)"
@@ -27,8 +28,8 @@ help:
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
-	  { echo "error: '$(PYTHON)' is missing or older than 3.10; install Python 3.10+ or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+	  { echo "error: '$(PYTHON)' is missing or older than 3.11; install Python 3.11+ or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[spark,report,s3,dev]'
@@ -39,6 +40,12 @@ $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 venv: $(INSTALLED)
+
+# the release artifacts: the sdist and the wheel (the package, its POMs, py.typed and the license;
+# no tests, no harness)
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 jvm: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch

@@ -6,10 +6,14 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from setuptools import find_packages
+from setuptools import find_namespace_packages
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,8 +25,8 @@ def setup_cfg() -> configparser.ConfigParser:
 
 
 def shipped_packages() -> list[str]:
-    include = setup_cfg()["options.packages.find"]["include"].split()
-    return find_packages(str(REPO), include=include)
+    found = setup_cfg()["options.packages.find"]
+    return find_namespace_packages(str(REPO), include=found["include"].split(), exclude=found["exclude"].split())
 
 
 def test_the_wheel_holds_the_package_and_nothing_of_the_tests() -> None:
@@ -61,3 +65,27 @@ def test_the_makefile_runs_modules() -> None:
 @pytest.mark.parametrize("module", MAKEFILE_MODULES)
 def test_a_module_the_makefile_runs_exists(module: str) -> None:
     assert importlib.util.find_spec(module) is not None, f"the Makefile runs `python -m {module}`: no such module"
+
+
+def test_the_wheel_builds_without_warnings_and_holds_the_package_data(tmp_path: Path) -> None:
+    """A wheel built from the files git tracks (as `make dist` builds it): no setuptools warning (the
+    Maven POM folders are package data), the POMs, ``py.typed`` and the license inside, and nothing
+    of the tests, the harness or the repository's DAG folder."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    source = tmp_path / "source"
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in (built.stdout + built.stderr).lower(), built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("airflow_ckpt_provider-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "airflow_ckpt_provider/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
+    poms = {str(p.relative_to(REPO)) for p in (REPO / "airflow_ckpt_provider" / "local" / "maven").glob("*/pom.xml")}
+    assert poms and poms <= names
+    assert not [n for n in names if n.split("/")[0] in ("tests", "dags", "bench", "docs")]
+    assert not [n for n in names if "__pycache__" in n]
