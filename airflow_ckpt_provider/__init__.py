@@ -38,9 +38,11 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_ckpt_provider.hooks.kafka",
+                    "airflow_ckpt_provider.hooks.kafka_admin",
                     "airflow_ckpt_provider.hooks.storage",
                     "airflow_ckpt_provider.hooks.launcher",
                     "airflow_ckpt_provider.hooks.state_export",
+                    "airflow_ckpt_provider.hooks.compat",
                 ],
             }
         ],
@@ -49,11 +51,15 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_ckpt_provider.operators.preflight",
+                    "airflow_ckpt_provider.operators.compat",
+                    "airflow_ckpt_provider.operators.approval",
+                    "airflow_ckpt_provider.operators.journaled",
                     "airflow_ckpt_provider.operators.stop",
                     "airflow_ckpt_provider.operators.handover",
                     "airflow_ckpt_provider.operators.state",
                     "airflow_ckpt_provider.operators.archive",
                     "airflow_ckpt_provider.operators.launch",
+                    "airflow_ckpt_provider.operators.switchover",
                     "airflow_ckpt_provider.operators.report",
                 ],
             }

@@ -43,3 +43,14 @@ def test_listed_modules_and_hooks_import() -> None:
         module, _, name = conn["hook-class-name"].rpartition(".")
         hook = getattr(importlib.import_module(module), name)
         assert hook.conn_type == conn["connection-type"]
+
+
+def test_every_hook_operator_and_trigger_module_is_listed() -> None:
+    """Airflow's providers list and docs show what get_provider_info names: a module of hooks/,
+    operators/ or triggers/ left out of it is invisible there."""
+    info = get_provider_info()
+    root = Path(airflow_ckpt_provider.__file__).parent
+    for group in ("hooks", "operators", "triggers"):
+        listed = {module for entry in info[group] for module in entry["python-modules"]}
+        present = {f"airflow_ckpt_provider.{group}.{p.stem}" for p in (root / group).glob("*.py") if p.stem != "__init__"}
+        assert listed == present, f"{group}: listed {sorted(listed - present)} missing, unlisted {sorted(present - listed)}"
