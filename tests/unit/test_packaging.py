@@ -89,3 +89,28 @@ def test_the_wheel_builds_without_warnings_and_holds_the_package_data(tmp_path: 
     assert poms and poms <= names
     assert not [n for n in names if n.split("/")[0] in ("tests", "dags", "bench", "docs")]
     assert not [n for n in names if "__pycache__" in n]
+
+
+def _constraint(name: str) -> str:
+    for line in (REPO / ".ci" / "constraints.txt").read_text().splitlines():
+        found, sep, version = line.partition("==")
+        if sep and found.strip().lower() == name:
+            return version.strip()
+    raise AssertionError(f".ci/constraints.txt pins no {name}")
+
+
+def test_the_claimed_airflow_floor_is_the_airflow_ci_runs() -> None:
+    """setup.cfg claims only what CI tests: its Airflow floor is the one version the constraints pin
+    (an older floor needs a tier that installs it)."""
+    requires = setup_cfg()["options"]["install_requires"]
+    (floor,) = re.findall(r"^\s*apache-airflow>=(\S+)\s*$", requires, re.MULTILINE)
+    assert floor == _constraint("apache-airflow")
+
+
+def test_the_claimed_python_floor_is_the_one_the_makefile_checks_and_this_run_meets() -> None:
+    floor = setup_cfg()["options"]["python_requires"].removeprefix(">=")
+    major, minor = (int(part) for part in floor.split("."))
+    assert f"sys.version_info < ({major}, {minor})" in (REPO / "Makefile").read_text()
+    assert sys.version_info[:2] >= (major, minor)
+    classifiers = setup_cfg()["metadata"]["classifiers"]
+    assert f"Programming Language :: Python :: {floor}" in classifiers
