@@ -21,7 +21,8 @@ was cut). A query with a built-in sink (no gate to hold a batch at) that finds n
 two of its recent batch durations (at least :data:`BUILTIN_SINK_WAIT_FLOOR_S`) stops anyway,
 ``interrupted``: the stop is bounded by about one batch on any trigger, and the provider's sink
 ledger decides what the sink holds of the batch it cut. While it waits it re-reads the request, and
-once more right before ``query.stop()`` (its last look): a request withdrawn (removed or replaced) or
+once more when it is about to stop (its last look: at a boundary it then checks the boundary again,
+so nothing slow sits between that check and ``query.stop()``): a request withdrawn (removed or replaced) or
 expired meanwhile is not carried out — the query keeps running, and the driver answers so in
 ``_ckpt/stop-withdrawn.json`` (:class:`~airflow_ckpt_provider.spark.control.StopWithdrawn`). A request
 withdrawn after that last look is carried out: the driver writes ``_ckpt/stop-ack.json``, then the
@@ -430,6 +431,9 @@ class GracefulStop:
             return "replaced"
         return "expired" if current.is_expired() else ""
 
+    #: the last request this driver answered as not carried out (StopWithdrawn)
+    _answered = ""
+
     def _carried_out(self, request: StopRequest, seen_at: str, asked: float) -> bool:
         """Whether ``request`` still stands. When it does not (withdrawn, replaced, expired) and no
         batch was held at the gate meanwhile (a held batch ends the query: the stop goes on), the
@@ -442,8 +446,8 @@ class GracefulStop:
             log.warning("stop request %s was %s, but batch %d was already held at the sink gate: the query ends, "
                         "acknowledging the stop", request.request_id, why, self.gate.held_batch)
             return True
-        log.warning("stop request %s was %s after %.1f s without a batch boundary: not stopping, the query keeps "
-                    "running", request.request_id, why, time.monotonic() - asked)
+        log.warning("stop request %s was %s %.1f s after the driver read it, before it stopped the query: not "
+                    "stopping, the query keeps running", request.request_id, why, time.monotonic() - asked)
         self._answer_withdrawn(request.request_id, why, seen_at)
         return False
 
@@ -451,12 +455,14 @@ class GracefulStop:
         """Write :class:`StopWithdrawn` for ``request_id`` (the query goes on), retried
         :data:`ANSWER_ATTEMPTS` times; a write that keeps failing is logged and the query runs on
         (the provider, without an answer, decides as if the query might have stopped)."""
+        from py4j.protocol import Py4JError  # lazily: spark.control's importers (the pure core) load this module
+
         answer = StopWithdrawn(request_id=request_id, run_id=self.run_id, query_id=str(self.query.id), reason=reason,
                                answered_at=utc_iso(timespec="milliseconds"), seen_at=seen_at)
         for attempt in range(1, ANSWER_ATTEMPTS + 1):
             try:
                 self.files.write(STOP_WITHDRAWN, answer.to_json().encode())
-            except Exception as exc:  # noqa: BLE001 - py4j wraps the store's IOException; retried, then logged
+            except (OSError, Py4JError) as exc:  # the store's error, through py4j or from the rename's check
                 if attempt == ANSWER_ATTEMPTS:
                     log.error("could not answer the withdrawn stop request %s after %d attempts (%s): the query "
                               "keeps running, and the provider may take it for stopped", request_id, attempt, exc)
@@ -468,8 +474,6 @@ class GracefulStop:
                 self._answered = request_id
                 log.info("answered stop request %s: %s, the query goes on", request_id, reason)
                 return
-
-    _answered = ""
 
     def _answer_unseen_withdrawal(self) -> None:
         """Answer a withdrawal (``_ckpt/stop-withdrawal.json``) of a request this driver never read:
@@ -498,23 +502,32 @@ class GracefulStop:
         next_check = asked + self.poll_interval
         builtin_wait = max(BUILTIN_SINK_WAIT_FLOOR_S, 2 * (_recent_batch_s(self.query) or 0.0))
         while self.query.isActive:
-            if self.gate.held_batch is not None or self._at_boundary():
-                break
+            if self.gate.held_batch is not None:
+                break  # the held batch ends the query: the stop goes on, whatever the request says now
+            if self._at_boundary():
+                # the last look at the request, then the boundary once more: nothing slow before stop()
+                if not self._carried_out(request, seen_at, asked):
+                    return None
+                if self.gate.held_batch is not None or self._at_boundary():
+                    break
+                continue
             waited = time.monotonic() - asked
             if self.boundary_timeout is not None and waited > self.boundary_timeout:
+                if not self._carried_out(request, seen_at, asked):  # the last look
+                    return None
                 log.warning("no batch boundary within %.1f s: stopping anyway", self.boundary_timeout)
                 break
             if self.boundary_timeout is None and not self.gate.used and waited > builtin_wait:
+                if not self._carried_out(request, seen_at, asked):  # the last look
+                    return None
                 log.warning("no batch boundary within %.1f s and no sink gate (a built-in sink): stopping now; the "
                             "provider's sink ledger decides what the sink holds of a batch this cuts", builtin_wait)
                 break
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + self.poll_interval
-                if self._carried_out(request, seen_at, asked) is False:
+                if not self._carried_out(request, seen_at, asked):
                     return None
             time.sleep(min(0.05, self.poll_interval))
-        if self.query.isActive and self._carried_out(request, seen_at, asked) is False:  # the last look
-            return None
         pause_point(STOPPING_PAUSE)
         boundary_at = utc_iso(timespec="milliseconds")
         self.query.stop()
