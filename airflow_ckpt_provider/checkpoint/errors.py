@@ -1120,6 +1120,18 @@ class RecordInputMissing(CheckpointError):
                       "give it the upgrade journal (`journal=`) or the value itself instead of FromRecord(...).")
 
 
+class SwitchoverRecordNotWritten(CheckpointError):
+    """A standby released for a switchover could not write its answer (its refusal, or the handover
+    it started from) in its checkpoint's ``_ckpt/`` after bounded retries: the driver ends with this
+    error instead of leaving the provider waiting for an answer that never comes."""
+
+    summary = "the standby could not record its switchover"
+    default_action = ("The standby's driver exits without starting its query (it wrote no checkpoint file); the "
+                      "switchover step fails as a new version that died, and the rollback restarts the old version if "
+                      "it stopped. Check that the driver can write to the new checkpoint location (permissions, "
+                      "space, the store's health), then upgrade again.")
+
+
 #: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),

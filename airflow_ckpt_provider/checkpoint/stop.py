@@ -9,6 +9,7 @@ checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.spark.control`). Thi
 * :class:`StopResult` — what a stop achieved (graceful, escalated, not running), as XCom JSON;
 * :class:`StopReason` — why waiting ended (shared by the trigger, the operator and the CLI);
 * pure decisions: :func:`heartbeat_alive`, :func:`ack_answers`, :func:`wait_decision`,
+  :func:`withdrawal_decision` (:class:`WithdrawalVerdict`: how a withdrawn request was answered),
   :func:`quiet_verdict`, and :func:`classify_query` (:class:`QueryLiveness`: running with or
   without GracefulStop, stopped, or no heartbeat ever written so nobody can tell);
 and, in :mod:`airflow_ckpt_provider.storage.stop`:
@@ -22,7 +23,10 @@ and, in :mod:`airflow_ckpt_provider.storage.stop`:
 Protocol rules: a request carries ``expires_at`` (request time + stop timeout) so a driver
 started later never honours a request its requester gave up on; a pending request is joined,
 not replaced, so concurrent callers wait for the same acknowledgement; after an escalation the
-request is withdrawn.
+request is withdrawn. A request withdrawn while its driver may still carry it out (a failed
+switchover) is a two-sided handshake: the requester writes ``_ckpt/stop-withdrawal.json``, removes
+the request and waits (bounded) for the driver's answer, ``_ckpt/stop-withdrawn.json`` (it goes on)
+or its acknowledgement (it was past its last look and stopped): :func:`withdrawal_decision`.
 
 Imports neither Airflow nor Spark.
 """
@@ -44,6 +48,7 @@ from airflow_ckpt_provider.spark.control import (
     Heartbeat,
     StopAck,
     StopRequest,
+    StopWithdrawn,
 )
 from airflow_ckpt_provider.upgrade.codec import Codec, Field, object_of, one_of
 
@@ -215,6 +220,50 @@ def wait_decision(
             return StopReason.NOT_RUNNING
     if now >= deadline:
         return StopReason.TIMEOUT
+    return None
+
+
+class WithdrawalVerdict(StrEnum):
+    """How the driver answered a withdrawn stop request (:func:`withdrawal_decision`)."""
+
+    ACKNOWLEDGED = "acknowledged"  # it was past its last look at the request: it stopped
+    CONTINUING = "continuing"  # it answered "withdrawn": its query goes on
+    DRIVER_GONE = "driver gone"  # no answer, and its heartbeat stopped or went stale: it does not run
+    NO_ANSWER = "no answer"  # no answer by the deadline, its heartbeat still live: whether it stops is unknown
+
+    @property
+    def old_stopped(self) -> bool:
+        """Whether to record that the old query stopped, so the rollback restarts it. Only its own
+        answer says it goes on; without one the safe side is "stopped": a restart refuses a
+        checkpoint whose heartbeat lives (``QueryStillRunning``), while a journal that says "runs"
+        about a driver that did stop leaves the stream with none."""
+        return self is not WithdrawalVerdict.CONTINUING
+
+
+def withdrawal_decision(
+    *,
+    ack: StopAck | None,
+    answer: StopWithdrawn | None,
+    heartbeat: Heartbeat | None,
+    request_id: str,
+    now: float,
+    deadline: float,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+) -> WithdrawalVerdict | None:
+    """One poll of the wait for the answer to withdrawn request ``request_id``; None means keep
+    waiting. The acknowledgement of that request wins (the driver stopped, whatever else it
+    wrote), then the driver's "withdrawn" answer to it, then a heartbeat that stopped or went stale
+    (a missing heartbeat file is "not readable yet"), then the deadline (``now`` and ``deadline``:
+    epoch seconds)."""
+    if ack is not None and ack.request_id == request_id:
+        return WithdrawalVerdict.ACKNOWLEDGED
+    if answer is not None and answer.request_id == request_id:
+        return WithdrawalVerdict.CONTINUING
+    if heartbeat is not None and not heartbeat_alive(heartbeat, datetime.fromtimestamp(now, timezone.utc),
+                                                     missed_beats):
+        return WithdrawalVerdict.DRIVER_GONE
+    if now >= deadline:
+        return WithdrawalVerdict.NO_ANSWER
     return None
 
 

@@ -35,6 +35,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     StopAck,
     StopReason,
     StopResult,
+    WithdrawalVerdict,
     heartbeat_alive,
     new_request,
 )
@@ -68,12 +69,16 @@ from airflow_ckpt_provider.spark.switchover import (
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.state import read_manifest
-from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop
+from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop, withdraw_and_wait
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
 from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
 from airflow_ckpt_provider.upgrade.record import StepStart
 
 __all__ = ["FALLBACK_NOTE", "StandbySwitchoverOperator"]
+
+#: How long a failed switchover waits, by default, for the old query's answer to the withdrawal of its
+#: stop request: a driver answers within its poll interval, or acknowledges once ``query.stop()`` returned.
+DEFAULT_WITHDRAW_TIMEOUT_S = 120.0
 
 #: The journal note of the provider's own release after a standby refused a switchover whose stop
 #: cut a batch (the standby release, the stop and handover results, the refusal, the times).
@@ -116,8 +121,11 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     uncommitted batch being no handover, and whether the old query stopped); after the provider's
     own release, and no commit in time, fail as a launch does (:class:`LaunchFailed`,
     :class:`FirstCommitTimeout`). On any failure after the release, a stop
-    request the old query has not acknowledged is withdrawn (it goes on running), and the journal
-    notes whether it stopped (acknowledged, or its driver gone: no live heartbeat): the reference
+    request the old query has not acknowledged is withdrawn, the step waits (at most
+    ``withdraw_timeout``) for the old driver's answer — "withdrawn, continuing", or its
+    acknowledgement when it was already past its last look at the request — and the journal then notes
+    whether it stopped: it stopped unless it answered that it goes on (acknowledged, its driver gone,
+    or no answer in time: the safe side, since a restart refuses a live heartbeat). The reference
     DAG's rollback restarts the old version only then. With
     ``journal``, a retry after the release waits for that release again and never writes a second one.
 
@@ -146,6 +154,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     :param quiet_period: seconds the old checkpoint must stay quiet after the stop
     :param acknowledged_quiet_period: the shorter quiet check after a clean acknowledgement (None: ``quiet_period``)
     :param missed_beats: heartbeat intervals after which the old query's heartbeat is stale
+    :param withdraw_timeout: seconds a failed switchover waits for the old query to answer the withdrawal
+        of its stop request (withdrawn and going on, or acknowledged: it was already stopping)
     :param carry_state: carry a stateful old query's state: the standby seeds it in its own session (a bool or "True")
     :param accept_empty_state: consent to switch a stateful old query, whose new version starts with EMPTY state
     :param sink: the job's sink declaration, for the sink ledger when the old query's stop cut a batch
@@ -161,7 +171,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                  accept_reprocessing: bool | str = False, accept_data_loss: bool | str = False,
                  stop_timeout: float = 300.0,
                  quiet_period: float = 10.0, acknowledged_quiet_period: float | None = None,
-                 missed_beats: float = DEFAULT_MISSED_BEATS, carry_state: bool | str = False,
+                 missed_beats: float = DEFAULT_MISSED_BEATS, withdraw_timeout: float = DEFAULT_WITHDRAW_TIMEOUT_S,
+                 carry_state: bool | str = False,
                  accept_empty_state: bool | str = False,
                  sink: SinkSpec | Mapping[str, Any] | str | None = None, **kwargs: Any) -> None:
         for taken in ("handover", "initial_state", "starting_offsets", "handover_json"):
@@ -170,8 +181,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                  "checkpoint itself when the old query stops (the provider re-derives and compares "
                                  "it); say where the new version starts with start=")
         super().__init__(**kwargs)
-        if stop_timeout <= 0 or quiet_period < 0 or missed_beats <= 0:
-            raise ValueError("stop_timeout and missed_beats must be > 0, quiet_period >= 0")
+        if stop_timeout <= 0 or quiet_period < 0 or missed_beats <= 0 or withdraw_timeout <= 0:
+            raise ValueError("stop_timeout, missed_beats and withdraw_timeout must be > 0, quiet_period >= 0")
         self.start = start
         self.source = source
         self.accept_reprocessing = accept_reprocessing
@@ -180,6 +191,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         self.quiet_period = float(quiet_period)
         self.acknowledged_quiet_period = acknowledged_quiet_period
         self.missed_beats = float(missed_beats)
+        self.withdraw_timeout = float(withdraw_timeout)
         self.carry_state = carry_state
         self.accept_empty_state = accept_empty_state
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
@@ -353,38 +365,51 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
         return super().complete_step(noting, journal)
 
     def _settle_old_query(self, journal: UpgradeJournal | None) -> None:
-        """After a failed switchover: whether the old query stopped (it acknowledged the stop request,
-        or its driver is gone: no live heartbeat), withdrawn request first (see :meth:`complete_step`);
-        logs and notes nothing when it cannot be read."""
+        """After a failed switchover: withdraw the stop request unless the old query acknowledged it,
+        wait (at most ``withdraw_timeout``) for the old driver's answer (:func:`withdraw_and_wait`),
+        and only then note whether it stopped (see :meth:`complete_step`). Only the driver's own
+        "withdrawn, continuing" notes that it runs; no answer in time notes it stopped (the safe side:
+        the rollback's restart refuses a live heartbeat). Logs and notes nothing when the control files
+        cannot be read."""
         try:
             new, old = self._controls()
             release = new.record(SWITCHOVER_RELEASE, SwitchoverRelease)
             if release is None:
                 return  # nothing released, nothing asked of the old query
-            ack = old.ack()
-            if ack is None or ack.request_id != release.stop_request_id:
-                if old.remove_request(release.stop_request_id):
-                    self.log.warning("switchover failed before the old query on %s acknowledged stop request %s: "
-                                     "request withdrawn, the old query goes on", self.old_checkpoint_uri,
-                                     release.stop_request_id)
-                ack = old.ack()  # it may have acknowledged just before the withdrawal
-            acknowledged = ack is not None and ack.request_id == release.stop_request_id
-            beat = old.heartbeat()
-            # a driver that died (or stopped) without acknowledging is not running either: restart it
-            stopped = acknowledged or not heartbeat_alive(beat, missed_beats=self.missed_beats)
+            settled = withdraw_and_wait(old, release.stop_request_id,
+                                        withdrawn_by=f"airflow:{self.dag_id}.{self.task_id}",
+                                        timeout_s=self.withdraw_timeout, poll_interval=min(self.poll_interval, 0.5),
+                                        missed_beats=self.missed_beats)
         except (CheckpointError, OSError) as exc:
             self.log.error("switchover failed and whether the old query on %s stopped cannot be read (%s): the "
                            "rollback will not restart it; check its heartbeat", self.old_checkpoint_uri, exc)
             return
-        if acknowledged:
-            self.log.warning("switchover failed after the old query stopped at batch %s: the rollback restarts it",
-                             ack.last_committed_batch if ack is not None else "?")
-        elif stopped:
-            state = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
-            self.log.warning("switchover failed and the old query on %s is not running (%s): the rollback restarts it",
-                             self.old_checkpoint_uri, state)
+        beat = settled.heartbeat
+        state = "no heartbeat" if beat is None else f"heartbeat {beat.state}, updated {beat.updated_at}"
+        verdict = settled.verdict
+        if verdict is WithdrawalVerdict.ACKNOWLEDGED:
+            assert settled.ack is not None
+            self.log.warning("switchover failed after the old query on %s stopped (it acknowledged stop request %s %s "
+                             "at batch %s): the rollback restarts it", self.old_checkpoint_uri,
+                             settled.ack.request_id, settled.ack.outcome, settled.ack.last_committed_batch)
+        elif verdict is WithdrawalVerdict.CONTINUING:
+            assert settled.answer is not None
+            self.log.warning("switchover failed before the old query on %s stopped: stop request %s withdrawn and the "
+                             "old query answered that it goes on (%s, run %s)", self.old_checkpoint_uri,
+                             settled.answer.request_id, settled.answer.reason, settled.answer.run_id)
+        elif verdict is WithdrawalVerdict.DRIVER_GONE:
+            self.log.warning("switchover failed and the old query on %s is not running (%s) and never answered the "
+                             "withdrawal of stop request %s: the rollback restarts it", self.old_checkpoint_uri,
+                             state, release.stop_request_id)
+        else:
+            self.log.error("switchover failed and the old query on %s answered the withdrawal of stop request %s "
+                           "neither way within %.0f s (%s): whether it stopped is unknown, so the journal says it "
+                           "stopped and the rollback tries to restart it; that restart refuses while its heartbeat "
+                           "lives (check the old driver's log: a driver older than this provider never answers a "
+                           "withdrawal)", self.old_checkpoint_uri, release.stop_request_id, self.withdraw_timeout,
+                           state)
         if journal is not None:
-            journal.note(self.task_id, **{OLD_STOPPED_NOTE: stopped})
+            journal.note(self.task_id, **{OLD_STOPPED_NOTE: verdict.old_stopped})
 
     def switched(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         """The switchover's result once the new query committed (see the class docstring)."""

@@ -9,6 +9,12 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
     _ckpt/heartbeat.json     written by the running query every ``interval_s`` seconds
     _ckpt/stop-request.json  written by the provider: please stop between two batches
     _ckpt/stop-ack.json      written by the query once it stopped: where, and how
+    _ckpt/stop-withdrawal.json  written by the provider just before it removes a stop request it
+                             no longer wants carried out (a failed switchover): which request
+    _ckpt/stop-withdrawn.json   written by the query when it did not carry a request out (withdrawn,
+                             replaced or expired): it goes on running. A withdrawn request is
+                             answered either this way or, by a driver already past its last look
+                             at the request, with its stop acknowledgement: never neither
     _ckpt/driver.json        written by the provider's supervisor of a local driver process:
                              running (refreshed every ``interval_s``) or exited, with exit code
     _ckpt/standby-release.json  written by the provider for a standby driver (launched before
@@ -49,6 +55,8 @@ CONTROL_DIR = "_ckpt"
 HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
 STOP_REQUEST = f"{CONTROL_DIR}/stop-request.json"
 STOP_ACK = f"{CONTROL_DIR}/stop-ack.json"
+STOP_WITHDRAWAL = f"{CONTROL_DIR}/stop-withdrawal.json"
+STOP_WITHDRAWN = f"{CONTROL_DIR}/stop-withdrawn.json"
 DRIVER = f"{CONTROL_DIR}/driver.json"
 STANDBY_RELEASE = f"{CONTROL_DIR}/standby-release.json"
 DELIVERED = f"{CONTROL_DIR}/delivered.json"
@@ -235,6 +243,32 @@ class StopAck(_ControlRecord):
     stopped_at: str
     seen_at: str = ""  # when the driver read the request ("" from drivers before this field)
     boundary_at: str = ""  # when it found the batch boundary and called query.stop()
+
+
+@dataclass(frozen=True)
+class StopWithdrawal(_ControlRecord):
+    """The provider takes stop request ``request_id`` back (``_ckpt/stop-withdrawal.json``, written
+    before the request file is removed). The driver answers it: :class:`StopWithdrawn` when it goes
+    on running, or its :class:`StopAck` when it was already past its last look at the request."""
+
+    request_id: str
+    withdrawn_at: str
+    withdrawn_by: str = ""
+
+
+@dataclass(frozen=True)
+class StopWithdrawn(_ControlRecord):
+    """The driver's answer to a stop request it did not carry out (``_ckpt/stop-withdrawn.json``):
+    the query of run ``run_id`` goes on running. ``reason``: ``withdrawn`` (the request file was
+    removed), ``replaced`` (another request took its place) or ``expired``; ``seen_at``: when the
+    driver first read the request ("" when it never did: withdrawn before the driver looked)."""
+
+    request_id: str
+    run_id: str
+    query_id: str
+    reason: str
+    answered_at: str
+    seen_at: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,17 @@ written), ``interrupted`` otherwise (a trigger started between the check and the
 was cut). A query with a built-in sink (no gate to hold a batch at) that finds no boundary within
 two of its recent batch durations (at least :data:`BUILTIN_SINK_WAIT_FLOOR_S`) stops anyway,
 ``interrupted``: the stop is bounded by about one batch on any trigger, and the provider's sink
-ledger decides what the sink holds of the batch it cut. While it waits it re-reads the request: a
-request withdrawn (removed or replaced) or expired meanwhile is not carried out — the query keeps running. It writes
-``_ckpt/stop-ack.json``, then the heartbeat with state stopped, and returns.
+ledger decides what the sink holds of the batch it cut. While it waits it re-reads the request, and
+once more when it is about to stop (its last look: at a boundary it then checks the boundary again,
+so nothing slow sits between that check and ``query.stop()``): a request withdrawn (removed or replaced) or
+expired meanwhile is not carried out — the query keeps running, and the driver answers so in
+``_ckpt/stop-withdrawn.json`` (:class:`~airflow_ckpt_provider.spark.control.StopWithdrawn`). A request
+withdrawn after that last look is carried out: the driver writes ``_ckpt/stop-ack.json``, then the
+heartbeat with state stopped, and returns. A request the provider withdraws
+(``_ckpt/stop-withdrawal.json``) before the driver ever read it is answered the same way from the
+main loop, so a withdrawal always gets one of the two answers (the provider waits for it). The test
+hook :func:`~airflow_ckpt_provider.faults.pause_point` ``driver:stopping`` sits between the last look
+and ``query.stop()``.
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
@@ -49,6 +57,7 @@ from typing import Any, TypeVar
 
 from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.clock import utc_iso
+from airflow_ckpt_provider.faults import pause_point
 from airflow_ckpt_provider.spark.control import (
     CLEAN,
     CONTROL_DIR,
@@ -58,12 +67,16 @@ from airflow_ckpt_provider.spark.control import (
     RUNNING,
     STOP_ACK,
     STOP_REQUEST,
+    STOP_WITHDRAWAL,
+    STOP_WITHDRAWN,
     STOPPED,
     Heartbeat,
     ProcessScope,
     StandbyRelease,
     StopAck,
     StopRequest,
+    StopWithdrawal,
+    StopWithdrawn,
     parse_record,
     pending_request,
 )
@@ -78,7 +91,11 @@ from airflow_ckpt_provider.spark.trial import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T", StopRequest, StopAck, Heartbeat, StandbyRelease)
+T = TypeVar("T", StopRequest, StopAck, Heartbeat, StandbyRelease, StopWithdrawal, StopWithdrawn)
+#: The pause point between the driver's last look at a stop request and ``query.stop()`` (tests).
+STOPPING_PAUSE = "driver:stopping"
+#: Attempts at writing the answer to a withdrawn request before the driver gives up (and runs on).
+ANSWER_ATTEMPTS = 3
 
 
 #: Hadoop schemes of object stores: a file is written as one object on close; no atomic rename.
@@ -414,9 +431,69 @@ class GracefulStop:
             return "replaced"
         return "expired" if current.is_expired() else ""
 
+    #: the last request this driver answered as not carried out (StopWithdrawn)
+    _answered = ""
+
+    def _carried_out(self, request: StopRequest, seen_at: str, asked: float) -> bool:
+        """Whether ``request`` still stands. When it does not (withdrawn, replaced, expired) and no
+        batch was held at the gate meanwhile (a held batch ends the query: the stop goes on), the
+        gate opens, the driver answers :class:`StopWithdrawn` and the query keeps running: False."""
+        why = self._still_asked(request)
+        if not why:
+            return True
+        self.gate.disarm()
+        if self.gate.held_batch is not None:
+            log.warning("stop request %s was %s, but batch %d was already held at the sink gate: the query ends, "
+                        "acknowledging the stop", request.request_id, why, self.gate.held_batch)
+            return True
+        log.warning("stop request %s was %s %.1f s after the driver read it, before it stopped the query: not "
+                    "stopping, the query keeps running", request.request_id, why, time.monotonic() - asked)
+        self._answer_withdrawn(request.request_id, why, seen_at)
+        return False
+
+    def _answer_withdrawn(self, request_id: str, reason: str, seen_at: str = "") -> None:
+        """Write :class:`StopWithdrawn` for ``request_id`` (the query goes on), retried
+        :data:`ANSWER_ATTEMPTS` times; a write that keeps failing is logged and the query runs on
+        (the provider, without an answer, decides as if the query might have stopped)."""
+        from py4j.protocol import Py4JError  # lazily: spark.control's importers (the pure core) load this module
+
+        answer = StopWithdrawn(request_id=request_id, run_id=self.run_id, query_id=str(self.query.id), reason=reason,
+                               answered_at=utc_iso(timespec="milliseconds"), seen_at=seen_at)
+        for attempt in range(1, ANSWER_ATTEMPTS + 1):
+            try:
+                self.files.write(STOP_WITHDRAWN, answer.to_json().encode())
+            except (OSError, Py4JError) as exc:  # the store's error, through py4j or from the rename's check
+                if attempt == ANSWER_ATTEMPTS:
+                    log.error("could not answer the withdrawn stop request %s after %d attempts (%s): the query "
+                              "keeps running, and the provider may take it for stopped", request_id, attempt, exc)
+                    return
+                log.warning("could not answer the withdrawn stop request %s (attempt %d of %d): %s", request_id,
+                            attempt, ANSWER_ATTEMPTS, exc)
+                time.sleep(self.poll_interval * attempt)
+            else:
+                self._answered = request_id
+                log.info("answered stop request %s: %s, the query goes on", request_id, reason)
+                return
+
+    def _answer_unseen_withdrawal(self) -> None:
+        """Answer a withdrawal (``_ckpt/stop-withdrawal.json``) of a request this driver never read:
+        the provider asked and took it back between two of its looks."""
+        withdrawal = read_record(self.files, STOP_WITHDRAWAL, StopWithdrawal)
+        if withdrawal is None or withdrawal.request_id == self._answered:
+            return
+        answered = read_record(self.files, STOP_WITHDRAWN, StopWithdrawn)
+        acked = read_record(self.files, STOP_ACK, StopAck)
+        if any(r is not None and r.request_id == withdrawal.request_id for r in (answered, acked)):
+            self._answered = withdrawal.request_id
+            return
+        log.info("stop request %s was withdrawn (by %s) before this driver read it", withdrawal.request_id,
+                 withdrawal.withdrawn_by or "unknown")
+        self._answer_withdrawn(withdrawal.request_id, "withdrawn")
+
     def _stop_at_boundary(self, request: StopRequest) -> StopAck | None:
         """Stop at the gate or at a batch boundary (see the module doc); None when the request was
-        withdrawn or expired before either came (the query keeps running)."""
+        withdrawn or expired before the driver's last look at it (the query keeps running, the
+        driver answered :class:`StopWithdrawn`)."""
         asked = time.monotonic()
         seen_at = utc_iso(timespec="milliseconds")
         self.gate.arm(request.request_id)
@@ -425,25 +502,33 @@ class GracefulStop:
         next_check = asked + self.poll_interval
         builtin_wait = max(BUILTIN_SINK_WAIT_FLOOR_S, 2 * (_recent_batch_s(self.query) or 0.0))
         while self.query.isActive:
-            if self.gate.held_batch is not None or self._at_boundary():
-                break
+            if self.gate.held_batch is not None:
+                break  # the held batch ends the query: the stop goes on, whatever the request says now
+            if self._at_boundary():
+                # the last look at the request, then the boundary once more: nothing slow before stop()
+                if not self._carried_out(request, seen_at, asked):
+                    return None
+                if self.gate.held_batch is not None or self._at_boundary():
+                    break
+                continue
             waited = time.monotonic() - asked
             if self.boundary_timeout is not None and waited > self.boundary_timeout:
+                if not self._carried_out(request, seen_at, asked):  # the last look
+                    return None
                 log.warning("no batch boundary within %.1f s: stopping anyway", self.boundary_timeout)
                 break
             if self.boundary_timeout is None and not self.gate.used and waited > builtin_wait:
+                if not self._carried_out(request, seen_at, asked):  # the last look
+                    return None
                 log.warning("no batch boundary within %.1f s and no sink gate (a built-in sink): stopping now; the "
                             "provider's sink ledger decides what the sink holds of a batch this cuts", builtin_wait)
                 break
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + self.poll_interval
-                why = self._still_asked(request)
-                if why:
-                    self.gate.disarm()
-                    log.warning("stop request %s was %s after %.1f s without a batch boundary: not stopping, "
-                                "the query keeps running", request.request_id, why, time.monotonic() - asked)
+                if not self._carried_out(request, seen_at, asked):
                     return None
             time.sleep(min(0.05, self.poll_interval))
+        pause_point(STOPPING_PAUSE)
         boundary_at = utc_iso(timespec="milliseconds")
         self.query.stop()
         held = self.gate.held_batch
@@ -536,7 +621,10 @@ class GracefulStop:
                     self._end_trial()
                     break
                 request = self._request()
-                if request is None or request.request_id == ignored:
+                if request is None:
+                    self._answer_unseen_withdrawal()
+                    continue
+                if request.request_id == ignored:
                     continue
                 if request.is_expired():
                     log.info("ignoring expired stop request %s", request.request_id)

@@ -145,15 +145,35 @@ class _StandbyWait:
         return request if pending_request(request, self._read(STOP_ACK, StopAck)) else None
 
     def _switchover(self) -> StandbyRelease | None:
-        """One look at a switchover release and the old checkpoint; an I/O error is logged (once
-        per message) and the standby keeps waiting."""
+        """One look at a switchover release and the old checkpoint. A read error of the store
+        (``OSError``, or the JVM's through py4j) is logged (once per message) and the standby keeps
+        waiting: the old checkpoint may be briefly unreadable. Anything else ends the driver
+        (a record the watch could not write after its retries: :meth:`_fail`; any other error
+        propagates as it is), so the provider's wait sees it die instead of waiting out its deadline."""
+        from py4j.protocol import Py4JError
+
+        from airflow_ckpt_provider.checkpoint.errors import SwitchoverRecordNotWritten
+
         try:
             return self.switchover.poll()
-        except Exception as exc:  # noqa: BLE001 - the old checkpoint may be briefly unreadable: wait on
+        except (OSError, Py4JError) as exc:
             if str(exc) != self._switchover_error:
                 self._switchover_error = str(exc)
                 log.warning("could not look at the switchover (still waiting as a standby): %s", exc)
             return None
+        except SwitchoverRecordNotWritten as exc:
+            self._fail(exc)
+            raise
+
+    def _fail(self, exc: Exception) -> None:
+        """The switchover could not record its answer: say so, beat stopped, stop the session; the
+        caller re-raises, and the driver exits with the error."""
+        log.error("the switchover failed in this standby (%s: %s): exiting without starting the query (no checkpoint "
+                  "file written)", type(exc).__name__, exc)
+        try:
+            self.beats.end(STOPPED)
+        finally:
+            self.spark.stop()
 
     def _end(self, code: int, request: StopRequest | None = None) -> None:
         """Acknowledge ``request`` (if any), beat stopped, stop the session, exit with ``code``."""

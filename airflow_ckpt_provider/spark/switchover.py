@@ -33,6 +33,11 @@ the start to apply and the plan the approval showed. The standby then watches th
   always), or the standby's timeout ends it. A refused release is never taken again; a new
   release (another id) is.
 
+Every record the standby writes here (the refusal, the handover) is retried on the store's
+errors (:data:`WRITE_ATTEMPTS`); a write that keeps failing ends the driver with
+:class:`~airflow_ckpt_provider.checkpoint.errors.SwitchoverRecordNotWritten` (the provider's wait
+sees the driver die), and a release counts as refused only once its refusal is written.
+
 Imports only pyspark (through the modules it calls), the standard library, the pure core and
 this package's ``spark`` modules: the driver has no Airflow. Not exported by
 :mod:`airflow_ckpt_provider.spark` (it imports the core; the standby imports it when it waits).
@@ -47,10 +52,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from py4j.protocol import Py4JError
+
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     InvalidStartChoice,
     InvalidSwitchoverRelease,
+    SwitchoverRecordNotWritten,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
@@ -87,6 +95,10 @@ __all__ = ["SWITCHOVER_MODES", "OldStop", "RefusalReason", "SwitchoverHandover",
 
 #: The starts a standby can take from the old checkpoint's files alone (at_time needs the broker).
 SWITCHOVER_MODES = frozenset({StartMode.RESUME, StartMode.OFFSETS, StartMode.REWIND_TO_BATCH})
+#: Attempts at writing a switchover record (the refusal, the handover) before the standby's driver fails.
+WRITE_ATTEMPTS = 5
+#: The pause before the first retry of such a write, doubled before each next one (3 s in all).
+WRITE_RETRY_S = 0.2
 #: keys the standby computes itself: a release may not set them
 _COMPUTED_KEYS = frozenset({CONF_STARTING_OFFSETS, CONF_HANDOVER_JSON, CONF_INITIAL_STATE_PATH})
 
@@ -377,9 +389,11 @@ class SwitchoverWatch:
     standby's wait. ``files`` are the standby's own control files (``graceful_stop.HadoopFiles`` of
     the new checkpoint), ``read_record`` reads one control record through such files."""
 
-    def __init__(self, spark: Any, files: Any, run_id: str, read_record: Callable[[Any, str, Any], Any]) -> None:
+    def __init__(self, spark: Any, files: Any, run_id: str, read_record: Callable[[Any, str, Any], Any], *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.spark = spark
         self.files = files
+        self._sleep = sleep
         self.run_id = run_id
         self._read_record = read_record
         self.refused: set[str] = set()
@@ -479,7 +493,7 @@ class SwitchoverWatch:
             stop_acknowledged_at=stop.ack.stopped_at, ack_seen_at=ack_seen_at, handover_read_at=handover_read_at,
             released_at=released_at, reprocessed=plan.reprocessed, skipped=plan.skipped, state_path=state_path,
             state_rows=state_rows, state_seeded_at=state_seeded_at)
-        self.files.write(SWITCHOVER_HANDOVER, record.to_json().encode())
+        self._write(SWITCHOVER_HANDOVER, record, "the handover it starts from")
         log.info("handover read in %.1f s: %s committed, %s; starting %s (%d records processed again, %d skipped)",
                  time.monotonic() - started, _batch(handover.batch_id),
                  f"batch {handover.in_flight_batch} held at the gate and not handed over"
@@ -487,17 +501,40 @@ class SwitchoverWatch:
                  plan.reprocessed, plan.skipped)
         return release.standby_release(starting, handover.to_json(), released_at, state_path)
 
+    def _write(self, rel: str, record: _ControlRecord, what: str) -> None:
+        """Write ``record`` to ``rel`` in the standby's checkpoint, retried :data:`WRITE_ATTEMPTS` times
+        on the store's errors; :class:`SwitchoverRecordNotWritten` when every attempt failed (the
+        driver ends: the provider must not wait for an answer that was never written)."""
+        data = record.to_json().encode()
+        pause = WRITE_RETRY_S
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                self.files.write(rel, data)
+                return
+            except (OSError, Py4JError) as exc:  # the store's error, through py4j or from the rename's check
+                if attempt == WRITE_ATTEMPTS:
+                    raise SwitchoverRecordNotWritten(
+                        found=f"{what} ({rel}) not written after {attempt} attempts: {str(exc)[:500]}",
+                        expected=f"{rel} written in {self.files.root}, so the provider reads the standby's answer",
+                        path=str(self.files.root)) from exc
+                log.warning("could not write %s (%s), attempt %d of %d: %s; retrying in %.1f s", what, rel, attempt,
+                            WRITE_ATTEMPTS, str(exc)[:300], pause)
+                self._sleep(pause)
+                pause *= 2
+
     def _refuse(self, release: SwitchoverRelease, reason: RefusalReason, found: str, expected: str, stop: OldStop,
                 handover: Handover | None = None) -> None:
-        self.refused.add(release.release_id)
-        self._release = None
+        """Write the refusal (retried; :class:`SwitchoverRecordNotWritten` ends the driver), then mark
+        the release refused: a refusal not written is never taken for given."""
         refusal = SwitchoverRefusal(
             release_id=release.release_id, standby_run_id=self.run_id, reason=reason.value, found=found,
             expected=expected, refused_at=utc_iso(timespec="milliseconds"), old_checkpoint=release.old_checkpoint,
             stop_request_id=stop.request.request_id if stop.request is not None else release.stop_request_id,
             ack_outcome=stop.ack.outcome if stop.ack is not None else "",
             handover_json=handover.to_json() if handover is not None else "")
-        self.files.write(SWITCHOVER_REFUSAL, refusal.to_json().encode())
+        self._write(SWITCHOVER_REFUSAL, refusal, "its refusal")
+        self.refused.add(release.release_id)
+        self._release = None
         log.warning("not starting on switchover release %s (%s): found %s; expected %s. Still waiting as a standby "
                     "(no checkpoint file written) for the provider's release or stop request",
                     release.release_id, reason.value, found, expected)

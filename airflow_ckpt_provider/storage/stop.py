@@ -1,7 +1,8 @@
 """The graceful stop's I/O: the control files and batch listings of one checkpoint read and
 written through an fsspec filesystem (:class:`ControlFiles`), the bounded post-stop check
 (:func:`wait_quiet`), and the steps every requester takes (:func:`begin_stop`, :func:`wait_for_ack`,
-:func:`finish_stop`, :func:`not_running_result`), which poll and wait.
+:func:`finish_stop`, :func:`not_running_result`) and the withdrawal's handshake
+(:func:`withdraw_and_wait`), which poll and wait.
 
 The values and decisions they use (:class:`StopResult`, :class:`StopReason`, :func:`wait_decision`,
 :func:`quiet_verdict`, :func:`classify_query`, ...) are the pure core's,
@@ -36,6 +37,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     StopOutcome,
     StopReason,
     StopResult,
+    WithdrawalVerdict,
     ack_answers,
     classify_query,
     heartbeat_alive,
@@ -43,13 +45,17 @@ from airflow_ckpt_provider.checkpoint.stop import (
     quiet_verdict,
     stop_timeline,
     wait_decision,
+    withdrawal_decision,
 )
+from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.spark.control import (
     DELIVERED,
     DRIVER,
     HEARTBEAT,
     STOP_ACK,
     STOP_REQUEST,
+    STOP_WITHDRAWAL,
+    STOP_WITHDRAWN,
     STOPPED_OUTCOMES,
     Delivery,
     DriverRecord,
@@ -57,6 +63,8 @@ from airflow_ckpt_provider.spark.control import (
     R,
     StopAck,
     StopRequest,
+    StopWithdrawal,
+    StopWithdrawn,
     parse_record,
     pending_request,
 )
@@ -137,6 +145,19 @@ class ControlFiles:
         except FileNotFoundError:
             return False
         return True
+
+    def withdrawn(self) -> StopWithdrawn | None:
+        """The driver's answer to a stop request it did not carry out (``_ckpt/stop-withdrawn.json``)."""
+        return self._record(STOP_WITHDRAWN, StopWithdrawn)
+
+    def withdraw(self, request_id: str, withdrawn_by: str) -> bool:
+        """Take stop request ``request_id`` back: write ``_ckpt/stop-withdrawal.json`` naming it (the
+        driver answers it even if it never read the request), then remove the request when it is
+        still that one. Whether the request file was removed."""
+        withdrawal = StopWithdrawal(request_id=request_id, withdrawn_at=utc_iso(timespec="milliseconds"),
+                                    withdrawn_by=withdrawn_by)
+        self.write_record(STOP_WITHDRAWAL, withdrawal.to_json().encode())
+        return self.remove_request(request_id)
 
     def request_stop(self, requested_by: str, reason: str, timeout_s: float) -> tuple[StopRequest, bool]:
         """Ask the query to stop; returns (the request in force, whether this call wrote it).
@@ -327,6 +348,65 @@ def wait_for_ack(
         if reason is not None:
             return reason, ack if reason is StopReason.ACKNOWLEDGED else None
         time.sleep(max(0.01, min(poll_interval, deadline - time.time())))
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """How a withdrawn stop request ended (:func:`withdraw_and_wait`): the verdict, the
+    acknowledgement or the answer that gave it, the heartbeat last read, and whether this call
+    removed the request file."""
+
+    verdict: WithdrawalVerdict
+    ack: StopAck | None
+    answer: StopWithdrawn | None
+    heartbeat: Heartbeat | None
+    removed: bool
+    waited_s: float
+
+
+def withdraw_and_wait(
+    control: ControlFiles,
+    request_id: str,
+    *,
+    withdrawn_by: str,
+    timeout_s: float,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+    progress_every_s: float = 15.0,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Withdrawal:
+    """Withdraw stop request ``request_id`` unless it was acknowledged already, and wait at most
+    ``timeout_s`` seconds for the driver's answer (:func:`withdrawal_decision`): its
+    acknowledgement (it was past its last look: it stopped), its "withdrawn" answer (it goes on),
+    or its heartbeat ending. A progress line every ``progress_every_s`` seconds."""
+    started = clock()
+    ack = control.ack()
+    if ack is not None and ack.request_id == request_id:
+        return Withdrawal(WithdrawalVerdict.ACKNOWLEDGED, ack, None, control.heartbeat(), False, 0.0)
+    removed = control.withdraw(request_id, withdrawn_by)
+    deadline = started + timeout_s
+    next_progress = started + progress_every_s
+    log.info("withdrew stop request %s on %s; waiting up to %.0f s for the query to answer (withdrawn, or "
+             "acknowledged if it was already stopping)", request_id, control.uri, timeout_s)
+    while True:
+        ack, answer, heartbeat = control.ack(), control.withdrawn(), control.heartbeat()
+        now = clock()
+        verdict = withdrawal_decision(ack=ack, answer=answer, heartbeat=heartbeat, request_id=request_id, now=now,
+                                      deadline=deadline, missed_beats=missed_beats)
+        if verdict is WithdrawalVerdict.DRIVER_GONE:  # the ack is written just before the stopped beat
+            ack = control.ack()
+            if ack is not None and ack.request_id == request_id:
+                verdict = WithdrawalVerdict.ACKNOWLEDGED
+        if verdict is not None:
+            return Withdrawal(verdict, ack if verdict is WithdrawalVerdict.ACKNOWLEDGED else None,
+                              answer if verdict is WithdrawalVerdict.CONTINUING else None, heartbeat, removed,
+                              round(now - started, 3))
+        if now >= next_progress:
+            next_progress = now + progress_every_s
+            log.info("waiting for the query on %s to answer the withdrawal of stop request %s: %.0f s of at most "
+                     "%.0f s", control.uri, request_id, now - started, timeout_s)
+        sleep(max(0.01, min(poll_interval, deadline - now)))
 
 
 def finish_stop(

@@ -18,16 +18,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pyarrow.dataset as ds
 import pytest
 
-from airflow_ckpt_provider import cli
+from airflow_ckpt_provider import cli, faults
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
-from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.checkpoint.stop import StopResult, WithdrawalVerdict, new_request
 from airflow_ckpt_provider.jobs.local import group_members
 from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
+from airflow_ckpt_provider.spark.graceful_stop import STOPPING_PAUSE
 from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.stop import ControlFiles, withdraw_and_wait
 from tests.harness.audit import broker_ranges
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, gaps_between_batches
@@ -299,3 +303,62 @@ def test_a_job_without_graceful_stop_is_named_by_stop_and_inspect(kafka, start_j
     assert f"last commit: batch {last}, " in err and " ago" in err and "--pid" in err
     assert StopResult.from_json(out).outcome.value == "no_heartbeat"
     assert not (job.checkpoint / STOP_REQUEST).exists() and job.proc.poll() is None, "nothing asked, nothing stopped"
+
+
+def test_a_withdrawn_request_is_answered_by_the_real_driver_in_every_interleaving(
+        start_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """The withdrawal handshake against a real driver, each interleaving made deterministic:
+    withdrawn before the driver read it (its process group stopped meanwhile): it answers
+    "withdrawn" and runs on; then a request it carries out, the driver held at ``driver:stopping``
+    (past its last look, before ``query.stop()``) while the provider withdraws: no answer while
+    held (the provider's bounded wait ends "no answer", never "runs"), then, let go, it stops and
+    acknowledges, and the provider's wait takes the acknowledgement."""
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    monkeypatch.setenv(faults.PAUSE_ENV, STOPPING_PAUSE)
+    monkeypatch.setenv(faults.PAUSE_DIR_ENV, str(pause))
+    held, go = faults.pause_files(pause, STOPPING_PAUSE)
+    job = start_job("graceful")
+    job.wait_for_batches(2, heartbeat=True)
+    control = ControlFiles(fsspec.filesystem("file"), str(job.checkpoint))
+    # a heartbeat is never taken for gone here: the driver is stopped (SIGSTOP) or held on purpose
+    wait = {"withdrawn_by": "test", "poll_interval": 0.05, "missed_beats": 10_000}
+
+    # 1. withdrawn before the driver read it
+    first = new_request("test", "switchover", 600)
+    os.killpg(job.proc.pid, signal.SIGSTOP)
+    try:
+        control.write_request(first)
+        assert control.withdraw(first.request_id, "test")
+    finally:
+        os.killpg(job.proc.pid, signal.SIGCONT)
+    settled = withdraw_and_wait(control, first.request_id, timeout_s=600, **wait)
+    assert settled.verdict is WithdrawalVerdict.CONTINUING, job.log.read_text()[-3000:]
+    assert settled.answer is not None and settled.answer.seen_at == "" and settled.answer.run_id == job.heartbeat().run_id
+    running_at = max(job.committed())
+    job.wait_for_batches(running_at + 3, heartbeat=True)  # it goes on committing
+    assert not (job.checkpoint / STOP_ACK).exists() and job.proc.poll() is None
+
+    # 2. withdrawn after its last look: held before stop(), no answer within the deadline
+    second, _ = control.request_stop("test", "switchover", 600)
+    deadline = time.monotonic() + 600
+    while not held.exists():
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.log.read_text()[-3000:]
+        time.sleep(0.05)
+    unanswered = withdraw_and_wait(control, second.request_id, timeout_s=1.0, **wait)
+    assert unanswered.verdict is WithdrawalVerdict.NO_ANSWER and unanswered.verdict.old_stopped
+    assert unanswered.removed and control.request() is None and held.exists()
+
+    # 3. let go: it stops and acknowledges the withdrawn request late; the provider's wait sees it
+    waiting: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: waiting.update(settled=withdraw_and_wait(
+        control, second.request_id, timeout_s=600, **wait)))
+    thread.start()
+    go.touch()
+    thread.join(timeout=600)
+    late = waiting["settled"]
+    assert late.verdict is WithdrawalVerdict.ACKNOWLEDGED and late.ack is not None
+    # held for a while before stop(), the 1 s trigger may have started a batch: clean or cut, it stopped
+    assert late.ack.request_id == second.request_id and late.ack.outcome in ("clean", "interrupted")
+    assert job.proc.wait(timeout=120) == 0, "the driver exits by itself after the stop"
+    assert not held.exists() and not go.exists(), "the driver went on from its pause point"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.spark.control import STOP_REQUEST, StopRequest
+from airflow_ckpt_provider.spark.control import STOP_REQUEST, STOP_WITHDRAWN, StopRequest, StopWithdrawn
 from airflow_ckpt_provider.spark.gate import HELD_MARKER, BatchGate, BatchHeld, foreach_batch, gate_for
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 
@@ -56,10 +56,14 @@ class FakeQuery:
 class FakeFiles:
     def __init__(self, request: StopRequest | None, planned: int, committed: int) -> None:
         self.request, self.planned, self.committed = request, planned, committed
+        self.written: dict[str, bytes] = {}
 
     def read(self, rel: str) -> bytes | None:
         assert rel == STOP_REQUEST
         return self.request.to_json().encode() if self.request is not None else None
+
+    def write(self, rel: str, data: bytes) -> None:
+        self.written[rel] = data
 
     def last_batch(self, folder: str) -> int:
         return self.planned if folder == "offsets" else self.committed
@@ -119,3 +123,5 @@ def test_a_request_withdrawn_replaced_or_expired_while_waiting_is_not_carried_ou
     files = FakeFiles(later, planned=6, committed=5)
     assert driver(query, files, gate)._stop_at_boundary(asked) is None
     assert not query.stopped and query.isActive and not gate.armed, "the query keeps running, the gate is open"
+    answer = StopWithdrawn.from_json(files.written[STOP_WITHDRAWN])
+    assert (answer.request_id, answer.reason, answer.run_id) == ("req-1", now_there, "run-1") and answer.seen_at

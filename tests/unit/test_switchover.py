@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidSwitchoverRelease
+from airflow_ckpt_provider.checkpoint.errors import InvalidSwitchoverRelease, SwitchoverRecordNotWritten
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.state import ExportedStore, StateManifest
@@ -316,6 +316,61 @@ def test_a_refused_switchover_writes_why_and_never_starts(
         assert (refusal.found, refusal.expected) == ("handover from batch 2", "the approved plan: handover from batch 1")
         assert Handover.from_json(refusal.handover_json).batch_id == 2
     assert {p.relative_to(cp).parts[0] for p in cp.rglob("*") if p.is_file()} == {"_ckpt"}, "never a checkpoint file"
+
+
+def refusal_writes_fail(monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
+    """The store refuses the first ``times`` writes of the standby's refusal (every one: a large
+    number); the retries' pauses are shortened. Returns the failed attempts."""
+    failed: list[str] = []
+    write = DiskFiles.write
+
+    def failing(self: DiskFiles, rel: str, data: bytes) -> None:
+        if rel == SWITCHOVER_REFUSAL and len(failed) < times:
+            failed.append(rel)
+            raise OSError(f"the store refused the write of {rel}")
+        write(self, rel, data)
+
+    monkeypatch.setattr(DiskFiles, "write", failing)
+    monkeypatch.setattr(switchover, "WRITE_RETRY_S", 0.001)
+    return failed
+
+
+def test_a_refusal_whose_write_fails_once_is_written_on_the_retry(
+        tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = refusal_writes_fail(monkeypatch, times=1)
+    result, spark = run_switchover(tmp_path, old_cp, "interrupted")
+    cp = tmp_path / "v2"
+    assert failed == [SWITCHOVER_REFUSAL]
+    refusal = SwitchoverRefusal.from_json((cp / SWITCHOVER_REFUSAL).read_bytes())
+    assert (refusal.release_id, refusal.reason) == ("sw-1", RefusalReason.STOP_NOT_CLEAN.value)
+    assert isinstance(result, SystemExit) and result.code == 0, "kept waiting until the provider stopped it"
+    assert CONF_STARTING_OFFSETS not in spark.conf.values
+
+
+def test_a_refusal_that_cannot_be_written_fails_the_standby_driver_at_once(
+        tmp_path: Path, old_cp: Path, files: list[DiskFiles], driver_reads: list[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a refusal marked in memory and missing on disk (the provider would wait out its deadline):
+    the driver ends with the typed error, its heartbeat stopped and its session stopped."""
+    failed = refusal_writes_fail(monkeypatch, times=1_000)
+    cp = tmp_path / "v2"
+    spark = standby_spark(cp)
+
+    def provider() -> None:
+        run_id = standby_beat_on(cp).run_id
+        put(cp, SWITCHOVER_RELEASE, release(standby_run_id=run_id, old_checkpoint=str(old_cp)).to_json())
+        put(old_cp, STOP_REQUEST, a_request("stop-1").to_json())
+        put(old_cp, STOP_ACK, ack("interrupted", 2, 3).to_json())
+
+    feeder = Background(provider)
+    with pytest.raises(SwitchoverRecordNotWritten) as failing:
+        await_handover(spark, poll_interval=0.005, heartbeat_interval=0.05, timeout_s=600)
+    feeder.join()
+    assert len(failed) == switchover.WRITE_ATTEMPTS and not (cp / SWITCHOVER_REFUSAL).exists()
+    assert "its refusal" in failing.value.found and str(cp) in failing.value.expected
+    assert spark.stops == 1 and files[0].heartbeats()[-1].state == "stopped"
+    assert CONF_STARTING_OFFSETS not in spark.conf.values
 
 
 # -- a stateful switchover: the standby seeds the state in its own session -----------------------

@@ -41,6 +41,7 @@ from airflow_ckpt_provider.spark.control import (
     STANDBY_RELEASE,
     STOP_ACK,
     STOP_REQUEST,
+    STOP_WITHDRAWAL,
     SWITCHOVER_HANDOVER,
     SWITCHOVER_REFUSAL,
     SWITCHOVER_RELEASE,
@@ -49,11 +50,14 @@ from airflow_ckpt_provider.spark.control import (
     StopAck,
     StopRequest,
 )
+from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 from airflow_ckpt_provider.spark.switchover import SwitchoverHandover, SwitchoverRefusal, SwitchoverRelease
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
-from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
+from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE, rollback_plan
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as UpgradePath
 from tests.unit.conftest import Built, write_checkpoint
 from tests.unit.test_launch_operators import FakeLauncher, dead_pid, first_event, running_pid
 from tests.unit.test_rollback import FakeKafkaHook
@@ -68,6 +72,14 @@ from tests.unit.test_standby import (  # noqa: F401 - journal is a fixture
     put,
     read_release,
     waiting_standby,
+)
+from tests.unit.test_withdrawal_race import (  # noqa: F401 - paused is a fixture
+    FakeQuery,
+    InThread,
+    LocalFiles,
+    OldDriver,
+    paused,
+    until,
 )
 
 # -- the world: an old query running on v1 (3 committed batches), a standby waiting on v2 ----------
@@ -614,12 +626,29 @@ def test_a_failure_after_the_old_query_stopped_notes_it_for_the_rollback(
     assert (tmp_path / "v1" / STOP_ACK).exists()
 
 
+def answering_old_driver(old: Path) -> InThread:
+    """The old driver's main loop (GracefulStop's own code) answering the withdrawal once the
+    provider wrote it: "withdrawn, continuing"."""
+    driver = OldDriver.__new__(OldDriver)
+    driver.files, driver.query = LocalFiles(old), FakeQuery(busy=True)
+    stop = GracefulStop.__new__(GracefulStop)
+    stop.query, stop.files, stop.run_id = driver.query, driver.files, "old-run"
+    stop.poll_interval = 0.02
+
+    def answer() -> None:
+        until(lambda: (old / STOP_WITHDRAWAL).exists(), "the provider's withdrawal")
+        stop._answer_unseen_withdrawal()
+
+    return InThread(answer)
+
+
 @pytest.mark.parametrize(("old_driver", "stopped"), [("runs on", False), ("died", True)])
 def test_a_failure_before_the_old_query_acknowledged_withdraws_the_request(
         tmp_path: Path, journal: UpgradeJournal, old_driver: str, stopped: bool) -> None:  # noqa: F811
-    """No acknowledgement (the standby died, say): the stop request is withdrawn. An old driver that
-    runs on goes on, and the journal says it did not stop (the rollback stops only the standby); one
-    that died mid-switch (its heartbeat stale) counts as stopped: the rollback restarts it."""
+    """No acknowledgement (the standby died, say): the stop request is withdrawn and the step waits
+    for the old driver's answer. An old driver that answers "withdrawn" goes on, and the journal says
+    it did not stop (the rollback stops only the standby); one that died mid-switch (its heartbeat
+    stale) counts as stopped: the rollback restarts it."""
     operator, _, handle, _ = released(tmp_path, journal=journal.path)
     journal.begin("switchover", run_id="run-1")
     assert (tmp_path / "v1" / STOP_REQUEST).exists()
@@ -627,12 +656,60 @@ def test_a_failure_before_the_old_query_acknowledged_withdraws_the_request(
     beat = heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run", query_id="q-old",
                      **({"interval": 600} if old_driver == "runs on" else {"updated": now() - timedelta(minutes=2)}))
     put(tmp_path / "v1", HEARTBEAT, beat.to_json())
+    answering = answering_old_driver(tmp_path / "v1") if old_driver == "runs on" else None
     event = {**committed(handle), "reason": LaunchEvent.REFUSED.value, "batch": None, "evidence": "stop_expired"}
     with pytest.raises(SwitchoverNotTaken):
         operator.execute_complete(context("run-1", TI()), event)
+    if answering is not None:
+        answering.result()
     step = journal.step("switchover")
     assert step is not None and step.notes[OLD_STOPPED_NOTE] is stopped
     assert not (tmp_path / "v1" / STOP_REQUEST).exists(), "the request is withdrawn"
+
+
+def test_an_old_driver_past_its_last_look_acknowledges_late_and_the_rollback_restarts_it(
+        tmp_path: Path, journal: UpgradeJournal, paused: tuple[Path, Path]) -> None:  # noqa: F811
+    """The withdrawal race: the old driver passed its last look at the request and is held before
+    ``stop()`` when the switchover fails. The step withdraws and waits; the driver stops and
+    acknowledges; the journal says the old query stopped, and the rollback restarts it."""
+    held, go = paused
+    operator, _, handle, _ = released(tmp_path, journal=journal.path)
+    journal.begin("switchover", run_id="run-1")
+    old = tmp_path / "v1"
+    driver = OldDriver(old)
+    request = StopRequest.from_json((old / STOP_REQUEST).read_bytes())
+    carrying = InThread(lambda: driver.carry_out(request))
+    until(held.exists, "the old driver held between its last look and stop()")
+    failing = InThread(lambda: operator.execute_complete(context("run-1", TI()), died(handle)))
+    until(lambda: not (old / STOP_REQUEST).exists(), "the request withdrawn")
+    assert failing.thread.is_alive(), "the step waits for the old driver's answer"
+    go.touch()
+    with pytest.raises(SwitchoverStandbyDied):
+        failing.result()
+    assert carrying.result() is not None and driver.query.stopped
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
+    plan = rollback_plan(journal.read(), PATHS[UpgradePath.SWITCHOVER])
+    assert plan.restart_old and plan.stop_new
+
+
+def test_an_old_driver_that_never_answers_is_not_recorded_as_running(
+        tmp_path: Path, journal: UpgradeJournal, paused: tuple[Path, Path]) -> None:  # noqa: F811
+    """Held before ``stop()`` past the step's ``withdraw_timeout``: no answer, the heartbeat live.
+    The journal must not say the old query runs: it says stopped (the rollback's restart refuses a
+    live heartbeat, so it never starts a second driver)."""
+    held, _ = paused
+    operator, _, handle, _ = released(tmp_path, journal=journal.path, withdraw_timeout=0.3)
+    journal.begin("switchover", run_id="run-1")
+    old = tmp_path / "v1"
+    driver = OldDriver(old)
+    carrying = InThread(lambda: driver.carry_out(StopRequest.from_json((old / STOP_REQUEST).read_bytes())))
+    until(held.exists, "the old driver held between its last look and stop()")
+    with pytest.raises(SwitchoverStandbyDied):
+        operator.execute_complete(context("run-1", TI()), died(handle))
+    step = journal.step("switchover")
+    assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
+    assert carrying.thread.is_alive() and not driver.query.stopped, "no answer came: the driver is still held"
 
 
 def died(handle: LaunchHandle) -> dict[str, Any]:
@@ -658,10 +735,13 @@ def test_a_standby_that_died_mid_switch_fails_saying_what_it_left_and_whether_th
     else:
         put(old, HEARTBEAT, heartbeat("running", started=now() - timedelta(minutes=5), run_id="old-run",
                                       query_id="q-old", interval=600).to_json())
+    answering = answering_old_driver(old) if when == "before the old query stopped" else None
     old_files = sorted((p.relative_to(old).as_posix(), p.read_bytes()) for p in old.rglob("*")
                        if p.is_file() and p.relative_to(old).parts[0] != "_ckpt")
     with pytest.raises(SwitchoverStandbyDied) as failed:
         operator.execute_complete(context("run-1", TI()), died(handle))
+    if answering is not None:
+        answering.result()
     error = failed.value
     assert "code -9" in error.found and error.log_tail == "Killed" and error.path == str(new)
     step = journal.step("switchover")
