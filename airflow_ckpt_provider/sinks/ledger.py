@@ -154,7 +154,7 @@ def undeclared_finding(spec: SinkSpec, *, accept_undeclared_sink: bool) -> SinkF
         raise ValueError("undeclared_finding is for a sink that is not declared")
     if not accept_undeclared_sink:
         raise UndeclaredSink(
-            found="no sink declaration (the `sink` param is empty) and accept_undeclared_sink false",
+            found="an empty sink declaration (the `sink` param) and accept_undeclared_sink false",
             expected="the job's sink declared (delta, delta_foreach_batch, file, kafka or foreach_batch), or "
                      "accept_undeclared_sink true")
     return SinkFinding(spec, exact=False, accepted_undeclared=True, line=(
