@@ -281,3 +281,56 @@ def test_the_output_topic_scan_ends_at_its_deadline_and_says_what_it_read() -> N
     assert "scan_timeout_s" in str(late.value) and consumer.polls >= 1
     with pytest.raises(ValueError, match="above 0"):
         Broker("127.0.0.1:1").sources_written_since("out", 0, scan_timeout_s=0)
+
+
+# -- a trigger's check that never answers does not hold the wait past its deadline ---------------------
+
+
+def test_a_stop_wait_whose_storage_hangs_fires_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+    import time
+
+    from airflow_ckpt_provider.triggers import checks
+    from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger
+
+    monkeypatch.setattr(checks, "CHECK_GRACE_S", 0.2)
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Hanging(GracefulStopTrigger):
+        def _poll(self, control: Any) -> dict[str, Any] | None:  # noqa: ANN401
+            entered.set()
+            release.wait()  # a storage read that never answers (released when the test ends)
+            return None
+
+    write_checkpoint(str(tmp_path / "ck"), batches=range(2))
+    now = time.time()
+    trigger = Hanging(checkpoint_uri=str(tmp_path / "ck"), request_id="r", deadline=now + 0.3, requested_at=now,
+                      run_id="run", poll_interval=0.05)
+
+    async def first() -> dict[str, Any]:
+        try:
+            async for event in trigger.run():
+                return event.payload
+            raise AssertionError("no event")
+        finally:
+            release.set()  # before asyncio.run waits for its threads
+
+    event = asyncio.run(asyncio.wait_for(first(), 60))
+    assert entered.is_set() and event["reason"] == "timeout"
+
+
+def test_a_bounded_check_returns_its_result_and_passes_its_errors_on() -> None:
+    import asyncio
+    import time
+
+    from airflow_ckpt_provider.triggers.checks import bounded_check
+
+    assert asyncio.run(bounded_check(lambda a, b: a + b, 2, 3, deadline=time.time() + 5)) == 5
+
+    def broken() -> None:
+        raise TimeoutError("the socket's own timeout")
+
+    with pytest.raises(TimeoutError, match="the socket's own timeout"):
+        asyncio.run(bounded_check(broken, deadline=time.time() + 5))
