@@ -78,8 +78,18 @@ class UpgradePreflightOperator(BaseOperator):
     Delta sink the table's own log is read: a new version writing Delta idempotent writes under a
     constant ``txnAppId`` the table already recorded is refused (:class:`DeltaWritesSkipped`:
     Delta would skip its batches); the approver is told whether the sink is exact or
-    at-least-once, and the old query's last batch the table holds. A ``file`` sink's location is
-    checked like ``new_sink_path``.
+    at-least-once, and the old query's last batch the table holds. A ``file`` sink's ``location``
+    is the OLD version's output path: its ``_spark_metadata`` log is read and must follow the old
+    checkpoint's commits (:class:`FileSinkLocationMismatch`); the new version's output path is
+    ``new_sink_path``, required then (:class:`FileSinkHazard`). A sink that is not declared is
+    refused (:class:`UndeclaredSink`) unless ``accept_undeclared_sink``; the approver then reads
+    that the sink may skip or duplicate a batch the stop cuts and that exactness is not proven,
+    and the journal's planning records the consent for the report.
+
+    A refusal of a fresh upgrade (any :class:`CheckpointError` of the checks) with ``journal=True``
+    is recorded before it is raised: the journal's planning gets the preflight ``failed`` with the
+    reason in the user's words, the journal is closed ``refused`` (the stream's lock released at
+    once) and the XCom names the journal, so the report stores a ``refused`` report beside it.
 
     With ``journal=True`` (default) it then opens the upgrade journal next to the archives
     (:mod:`~airflow_ckpt_provider.storage.journal`) and takes the stream's lock
