@@ -176,8 +176,16 @@ def test_an_accepted_undeclared_sink_goes_ahead_and_says_what_it_means(tmp_path:
     result = _preflight(tmp_path, accept_undeclared_sink="True").execute(context("run-1"))  # type: ignore[arg-type]
     assert result["sink"]["accepted_undeclared"] is True
     assert "**Sink: not declared, accepted**" in result["summary_md"] and "NOT proven" in result["summary_md"]
-    planning = UpgradeJournal(fsspec.filesystem("file"), result["journal"]).read().planning["preflight"]
+    journal = UpgradeJournal(fsspec.filesystem("file"), result["journal"])
+    planning = journal.read().planning["preflight"]
     assert planning.state == "done" and planning.result["accepted_undeclared_sink"] is True
+    report = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+                                   new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.STANDBY],
+                                   journal=result["journal"])
+    with pytest.raises(UpgradeFailed):  # (the run ended here: nothing else ran)
+        report.execute(context("run-1", ReportTI({})))  # type: ignore[arg-type]
+    stored = json.loads((Path(journal.read().run_log[-1]["report"]) / "upgrade-report.json").read_text())
+    assert any("accept_undeclared_sink" in n and "exactness is not proven" in n for n in stored["notes"])
 
 
 def test_a_file_sink_is_read_where_the_old_version_writes(tmp_path: Path) -> None:
