@@ -214,7 +214,8 @@ class UpgradeReportOperator(BaseOperator):
         if journal is not None and record is not None and record.closed and record.outcome == outcome:
             # closed by the step that refused (the preflight): the report only adds where it is stored
             journal.record_run(str(context.get("run_id", "")), f"report of the {outcome} upgrade stored",
-                               outcome=str(outcome), report=folder)
+                               outcome=str(outcome), report=folder,
+                               **({"reason": refused.reason} if refused is not None else {}))
         elif journal is not None and record is not None:
             journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder,
                           reason=refused.reason if refused is not None else "")

@@ -159,6 +159,7 @@ def test_an_undeclared_sink_ends_the_upgrade_refused_with_its_report_and_the_str
            "is not declared" in str(refused.value)
     entries = journal.read().run_log
     assert [e.get("outcome") for e in entries[-2:]] == ["refused", "refused"]
+    assert entries[-1]["reason"] == reason and journal.read().closing_entry() == entries[-1], "it names the report"
     stored = json.loads((Path(entries[-1]["report"]) / "upgrade-report.json").read_text())
     assert stored["outcome"] == "refused" and stored["notes"][0].startswith(
         "preflight refused the upgrade before anything was stopped: the job's sink is not declared")
