@@ -132,7 +132,11 @@ PARAMS: dict[str, Param] = {
     "sink": Param({}, type="object",
                   description="the job's sink, read to decide what it holds (docs \"Sinks\"): {\"kind\": delta | "
                               "delta_foreach_batch | file | kafka | foreach_batch, \"location\": table or path, "
-                              "\"txn_app_id\": a constant Delta txnAppId}; {}: not declared (at-least-once)"),
+                              "\"txn_app_id\": a constant Delta txnAppId}; {}: not declared (refused unless "
+                              "accept_undeclared_sink)"),
+    "accept_undeclared_sink": Param(False, type="boolean",
+                                    description="go ahead with the sink not declared: it may skip or duplicate a "
+                                                "batch the stop cuts, and exactness is not proven"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
     "check_compatibility": Param(True, type="boolean",
@@ -291,7 +295,7 @@ def build_stream_upgrade_dag(
             old_launch_handle="{{ params.old_launch_handle }}", relaunch_mode=mode.value,
             rollback_mode="{{ params.rollback_mode }}", rollback_checkpoint_uri="{{ params.rollback_checkpoint }}",
             carry_state="{{ params.carry_state }}", storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN,
-            sink=SINK, **state_spark(planned), **START,
+            sink=SINK, accept_undeclared_sink="{{ params.accept_undeclared_sink }}", **state_spark(planned), **START,
         )
 
         approve = UpgradeApprovalOperator(

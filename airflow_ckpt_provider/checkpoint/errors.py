@@ -1132,6 +1132,41 @@ class SwitchoverRecordNotWritten(CheckpointError):
                       "space, the store's health), then upgrade again.")
 
 
+class UndeclaredSink(CheckpointError):
+    """The upgrade was asked without a sink declaration and without consent to an unproven one."""
+
+    summary = "the job's sink is not declared"
+    default_action = (
+        "Declare the sink (the reference DAG's `sink` param, the preflight's `sink=`): {\"kind\": delta, "
+        "delta_foreach_batch, file, kafka or foreach_batch, \"location\": the table, output path or topic} (docs "
+        "\"Sinks\"); the provider then reads what the sink holds, or names the input a cut batch may repeat. Or, "
+        "knowing that the sink may skip or duplicate a batch the stop cuts and that exactness is not proven, "
+        "trigger again with accept_undeclared_sink true. Nothing was stopped or changed."
+    )
+
+
+class FileSinkLocationMismatch(CheckpointError):
+    """A declared file sink's ``_spark_metadata`` does not hold the old query's batches."""
+
+    summary = "the file sink's location does not hold the old query's output"
+    default_action = (
+        "Declare as the sink's location the output path the OLD version writes (the folder holding its "
+        "_spark_metadata log, whose batch ids follow the old checkpoint's commits), and the new version's "
+        "output path as new_sink_path. Nothing was stopped or changed."
+    )
+
+
+class OutputScanTimedOut(BrokerError):
+    """A scan of a Kafka output topic did not reach the partitions' log ends within its deadline."""
+
+    summary = "the scan of the output topic did not finish in time"
+    default_action = (
+        "Check that the brokers of the output topic answer (a broker lost mid-scan stops the reads), or give the "
+        "scan a longer deadline (scan_timeout_s) for a large topic. The handover did not complete: nothing was "
+        "launched."
+    )
+
+
 #: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),

@@ -8,11 +8,12 @@ it; tests and subclasses replace :meth:`KafkaBroker._make_consumer` (the client 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable
+from airflow_ckpt_provider.checkpoint.errors import BrokerError, BrokerUnreachable, OutputScanTimedOut
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.secrets import REDACTED, is_sensitive_key, redact_conf, redact_text
 from airflow_ckpt_provider.source_header import SOURCE_HEADER, Source, source_of
@@ -26,6 +27,11 @@ DEFAULT_CLIENT_CONFIG: dict[str, Any] = {
     "allow_auto_create_topics": False,  # a read-only check must never create a topic
     "client_id": "airflow-ckpt-provider",
 }
+
+#: How long a scan of an output topic (:meth:`KafkaBroker.sources_written_since`) may read, in
+#: seconds: the scan runs inside the downtime, and a lost broker must not hold it until the
+#: task's own timeout.
+DEFAULT_SCAN_TIMEOUT_S = 300.0
 
 
 class KafkaBroker:
@@ -114,13 +120,20 @@ class KafkaBroker:
         return {(tp.topic, tp.partition): (None if found.get(tp) is None else int(found[tp].offset)) for tp in wanted}
 
     def sources_written_since(self, topic: str, since_ms: int, *, max_records: int = 2_000_000,
-                              header: str = SOURCE_HEADER) -> set[Source] | None:
+                              header: str = SOURCE_HEADER,
+                              scan_timeout_s: float = DEFAULT_SCAN_TIMEOUT_S) -> set[Source] | None:
         """The input records named by ``header`` on the records of output ``topic`` whose timestamp
         is >= ``since_ms``, up to each partition's log end when the scan starts: a set of
         (topic, partition, offset). None when more than ``max_records`` records would be read
         (the scan is bounded). Records without the header are read and ignored. Logs progress.
-        Raises as :meth:`view` does."""
+        The reads end within ``scan_timeout_s`` seconds (a broker lost mid-scan answers no poll):
+        :class:`OutputScanTimedOut` then, naming what was read and which partitions did not reach
+        their end. Raises as :meth:`view` does."""
         from kafka import TopicPartition
+
+        if not scan_timeout_s > 0:
+            raise ValueError(f"scan_timeout_s must be above 0, not {scan_timeout_s!r}")
+        deadline = time.monotonic() + scan_timeout_s
 
         with self._consumer(f"the records of {topic} since {since_ms}") as consumer:
             parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
@@ -145,6 +158,13 @@ class KafkaBroker:
             done, next_report = 0, 100_000
             pending = set(wanted)
             while pending:
+                if time.monotonic() >= deadline:
+                    left = ", ".join(f"{tp.topic}-{tp.partition} at {consumer.position(tp)} of {ends[tp]}"
+                                     for tp in sorted(pending, key=lambda tp: tp.partition))
+                    raise OutputScanTimedOut(
+                        found=f"{done:,} of {total:,} records of {topic} read in {scan_timeout_s:g} s; not at their "
+                              f"end: {left}",
+                        expected=f"every partition of {topic} read to its log end within {scan_timeout_s:g} s")
                 batch = consumer.poll(timeout_ms=1000, max_records=10_000)
                 for tp, messages in batch.items():
                     for message in messages:

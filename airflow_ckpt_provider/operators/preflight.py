@@ -13,17 +13,19 @@ from airflow_ckpt_provider.checkpoint import BrokerView, Handover
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     CheckpointNotEmpty,
+    FileSinkHazard,
     ForwardRollbackRefused,
     InvalidLaunchHandle,
     JournalCorrupt,
     SharedCheckpoint,
     StateStartUnsupported,
     SwitchoverUnsupported,
+    UpgradeInProgress,
     UpgradeRolledBack,
 )
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, RelaunchMode
 from airflow_ckpt_provider.checkpoint.manifest import check_name
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
+from airflow_ckpt_provider.checkpoint.outcome import REFUSED, RollbackMode
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import (
     DEFAULT_BATCHES_TO_RETAIN,
@@ -50,6 +52,7 @@ from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.storage.transfer import list_tree
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import (
+    FAILED,
     JournalRecord,
     JournalStep,
     Rerun,
@@ -75,8 +78,18 @@ class UpgradePreflightOperator(BaseOperator):
     Delta sink the table's own log is read: a new version writing Delta idempotent writes under a
     constant ``txnAppId`` the table already recorded is refused (:class:`DeltaWritesSkipped`:
     Delta would skip its batches); the approver is told whether the sink is exact or
-    at-least-once, and the old query's last batch the table holds. A ``file`` sink's location is
-    checked like ``new_sink_path``.
+    at-least-once, and the old query's last batch the table holds. A ``file`` sink's ``location``
+    is the OLD version's output path: its ``_spark_metadata`` log is read and must follow the old
+    checkpoint's commits (:class:`FileSinkLocationMismatch`); the new version's output path is
+    ``new_sink_path``, required then (:class:`FileSinkHazard`). A sink that is not declared is
+    refused (:class:`UndeclaredSink`) unless ``accept_undeclared_sink``; the approver then reads
+    that the sink may skip or duplicate a batch the stop cuts and that exactness is not proven,
+    and the journal's planning records the consent for the report.
+
+    A refusal of a fresh upgrade (any :class:`CheckpointError` of the checks) with ``journal=True``
+    is recorded before it is raised: the journal's planning gets the preflight ``failed`` with the
+    reason in the user's words, the journal is closed ``refused`` (the stream's lock released at
+    once) and the XCom names the journal, so the report stores a ``refused`` report beside it.
 
     With ``journal=True`` (default) it then opens the upgrade journal next to the archives
     (:mod:`~airflow_ckpt_provider.storage.journal`) and takes the stream's lock
@@ -142,7 +155,7 @@ class UpgradePreflightOperator(BaseOperator):
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
         "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "carry_state", "rollback_mode",
         "state_spark_home", "state_spark_binary",
-        "rollback_checkpoint_uri", "sink",
+        "rollback_checkpoint_uri", "sink", "accept_undeclared_sink",
     )
     ui_color = "#eef7ee"
 
@@ -173,10 +186,12 @@ class UpgradePreflightOperator(BaseOperator):
         state_spark_home: str | None = None,
         state_spark_binary: str | None = None,
         sink: SinkSpec | Mapping[str, Any] | str | None = None,
+        accept_undeclared_sink: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
+        self.accept_undeclared_sink = accept_undeclared_sink
         self.carry_state = carry_state
         self.state_spark_home = state_spark_home
         self.state_spark_binary = state_spark_binary
@@ -240,6 +255,17 @@ class UpgradePreflightOperator(BaseOperator):
             if rerun is Rerun.RESUME:
                 return self._resume(journal, intent, upgrade_id, run_id)
 
+        try:
+            return self._fresh(storage, old, new, sink, run_id, (intent, upgrade_id, journal) if self.journal else None)
+        except CheckpointError as exc:
+            if self.journal and not isinstance(exc, (UpgradeInProgress, JournalCorrupt)):
+                self._record_refusal(context, journal, intent, upgrade_id, run_id, exc)
+            raise
+
+    def _fresh(self, storage: CheckpointStorageHook, old: tuple[Any, str], new: tuple[Any, str],
+               sink: tuple[Any, str] | None, run_id: str,
+               journaled: tuple[UpgradeIntent, str, UpgradeJournal] | None) -> dict[str, Any]:
+        """The checks of a fresh upgrade, its summary, and (``journaled``) the journal opened."""
         reader = CheckpointReader(self.old_checkpoint_uri, fs=old[0])
         accept_loss = flag(self.accept_data_loss, "accept_data_loss")
         choice = start_choice(self.start)
@@ -259,9 +285,13 @@ class UpgradePreflightOperator(BaseOperator):
         state = self._state_line(reader, choice)
         spec = SinkSpec.from_value(self.sink)
         if spec.kind is SinkKind.FILE and sink is None:
-            sink = storage.filesystem(spec.location)
+            raise FileSinkHazard(
+                found=f"a file sink declared at {spec.location} and no new_sink_path",
+                expected="the new version's output path in new_sink_path: a folder without _spark_metadata, other "
+                         "than the old version's", path=spec.location)
         check_launch_target(new, self.new_checkpoint_uri, old=old, sink=sink)
-        found_sink = self._sink_finding(storage, spec, handover.query_id, handover.batch_id)
+        found_sink = self._sink_finding(storage, spec, handover.query_id, handover.batch_id,
+                                        reader.snapshot().last_planned_batch)
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
@@ -280,13 +310,15 @@ class UpgradePreflightOperator(BaseOperator):
         ))
         summary += f"\n\n{state}\n\n{found_sink.line}\n\n{rollback}"
         upgrade_id_found, journal_uri = "", ""
-        if self.journal:
+        if journaled is not None:
+            intent, upgrade_id, journal = journaled
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
+            accepted = {"accepted_undeclared_sink": True} if found_sink.accepted_undeclared else {}
             journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
                                     result={"resuming": False, "old_query_running": running, **self._modes(),
-                                            **self._locations(upgrade_id)},
+                                            **self._locations(upgrade_id), **accepted},
                                     notes={planner.SUMMARY_NOTE: summary})
         return PreflightResult(
             summary_md=summary, handover=handover.to_dict(), starting_offsets=offsets,
@@ -295,6 +327,29 @@ class UpgradePreflightOperator(BaseOperator):
             sink=found_sink.to_dict(), state_export=self._state_export(upgrade_id_found),
             rollback_checkpoint=self._rollback_target(),
         ).to_dict()
+
+    def _record_refusal(self, context: Context, journal: UpgradeJournal, intent: UpgradeIntent, upgrade_id: str,
+                        run_id: str, exc: CheckpointError) -> None:
+        """A check of a fresh upgrade refused it, before anything was stopped: record the refusal in
+        the journal's planning (its reason in the user's words) and close the journal ``refused``,
+        which releases the stream's lock; the journal's URI goes to XCom, so the report stores the
+        refusal's report beside it. Another upgrade holding the stream: nothing is recorded."""
+        try:
+            journal.open(intent, upgrade_id, run_id=run_id)
+        except CheckpointError as busy:  # another upgrade holds the stream, or its journal is unreadable
+            self.log.warning("the refusal is not recorded in a journal: %s", busy)
+            return
+        reason = exc.reason()
+        journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
+                                state=FAILED, error=exc, notes={planner.REFUSAL_NOTE: reason})
+        journal.close(REFUSED.value, run_id=run_id, reason=reason)
+        self.log.error("the upgrade is REFUSED before anything was stopped: %s; journal %s closed (refused), stream "
+                       "%s unlocked", reason, journal.uri, intent.stream_name)
+        ti = context.get("ti")
+        if ti is not None:  # what the report reads to find the journal (the task fails: it returns nothing)
+            ti.xcom_push(key="return_value", value=PreflightResult(
+                summary_md=f"Refused before anything was stopped: {reason}", handover={}, upgrade_id=upgrade_id,
+                journal=journal.uri).to_dict())
 
     def _check_switchover(self, reader: CheckpointReader, choice: StartChoice, result: Reconciliation) -> None:
         """Refuse what the switchover cannot honour (:class:`SwitchoverUnsupported`): the standby takes
@@ -329,12 +384,18 @@ class UpgradePreflightOperator(BaseOperator):
         return line
 
     def _sink_finding(self, storage: CheckpointStorageHook, spec: SinkSpec, old_query_id: str | None,
-                      old_committed_batch: int | None) -> SinkFinding:
-        """What the sink's own record says (Delta: its log), logged; refuses what Delta would skip
-        and a declaration the table's record contradicts."""
-        fs, path = storage.filesystem(spec.location) if spec.kind.is_delta else (None, spec.location)
+                      old_committed_batch: int | None, old_planned_batch: int | None) -> SinkFinding:
+        """What the sink's own record says (Delta: its log; a file sink: its ``_spark_metadata``),
+        logged; refuses a sink that is not declared (unless ``accept_undeclared_sink``), what Delta
+        would skip, and a declaration the sink's record contradicts."""
+        read = spec.kind.is_delta or spec.kind is SinkKind.FILE
+        fs, path = storage.filesystem(spec.location) if read else (None, spec.location)
         finding = inspect_sink(fs, path, spec, old_query_id=old_query_id, uri=spec.location,
-                               old_committed_batch=old_committed_batch)
+                               old_committed_batch=old_committed_batch, old_planned_batch=old_planned_batch,
+                               accept_undeclared_sink=flag(self.accept_undeclared_sink, "accept_undeclared_sink"))
+        if finding.accepted_undeclared:
+            self.log.warning("the sink is not declared and accept_undeclared_sink is on: the sink may skip or "
+                             "duplicate a batch the stop cuts; exactness is not proven")
         self.log.info("sink %s: %s", spec.describe(), "exact (its own record is read)" if finding.exact
                       else "at-least-once (the provider cannot read what it holds)")
         if finding.old_last_batch is not None:

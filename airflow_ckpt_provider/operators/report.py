@@ -40,7 +40,7 @@ from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import JournalRecord
-from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PLANNING, PathSteps
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PLANNING, PREFLIGHT, PathSteps
 
 
 class UpgradeReportOperator(BaseOperator):
@@ -56,9 +56,12 @@ class UpgradeReportOperator(BaseOperator):
     before its archive), into ``<journal without .json>/`` next to the upgrade journal. A stored
     report is never replaced: a later run of the same upgrade adds ``report/run-<n>/``. Fails
     with :class:`UpgradeFailed` unless the outcome is ``upgraded`` or ``rejected``, so a
-    rolled-back or broken upgrade fails the DAG run loudly; a ``refused`` one (the compatibility
-    check or the path choice failed before any side effect) with :class:`UpgradeRefused`, once its
-    journal is closed. Returns the report as a dict (XCom).
+    rolled-back or broken upgrade fails the DAG run loudly; a ``refused`` one (the preflight, the
+    compatibility check or the path choice failed before any side effect) with
+    :class:`UpgradeRefused`, once its journal is closed (the preflight closes it itself when it
+    refuses; the report then only adds where it is stored). Returns the report as a dict (XCom).
+    When the preflight's record says the trigger accepted a sink that is not declared, the report
+    notes that exactness is not proven.
 
     ``path`` (:class:`~airflow_ckpt_provider.upgrade.steps.PathSteps`) names the path's steps:
     its stop's StopResult gives the notes on where the stop's time went, its handover and archive
@@ -73,8 +76,8 @@ class UpgradeReportOperator(BaseOperator):
     closes the journal with the outcome and where the report is stored; a final outcome
     (upgraded, rejected, refused, rolled back) releases the stream's lock. A refusal's reason (the
     refusing step's error, in the user's words) is the report's first note and the journal's
-    closing entry: nothing was stopped, copied or started. Without a journal (the
-    preflight refused the upgrade before opening one: nothing was changed) the outcome is
+    closing entry: nothing was stopped, copied or started. Without a journal (the preflight ran
+    without one, or failed before it could record anything: nothing was changed) the outcome is
     ``failed`` and the report is only logged.
 
     When the journal's ``run_log`` says this run found the upgrade already done (the preflight's
@@ -159,6 +162,10 @@ class UpgradeReportOperator(BaseOperator):
         rollback = _rollback(planner.result_of(record, path.rollback_handover), path.rollback_handover, notes) \
             if path.rollback_handover and planner.restart_attempted(record, path) else None
         compatibility = _compatibility(planner.result_of(record, COMPATIBILITY_CHECK), notes)
+        preflight = _mapping(planner.result_of(record, PREFLIGHT))
+        if preflight.get("accepted_undeclared_sink") is True:
+            notes.append("the sink was not declared and the trigger accepted that (accept_undeclared_sink): the sink "
+                         "may have skipped or duplicated a batch the stop cut; exactness is not proven")
         if journal is not None and record is not None:
             notes.extend(self._journal_notes(journal, record, str(context.get("run_id", ""))))
 
@@ -204,18 +211,23 @@ class UpgradeReportOperator(BaseOperator):
         where = archive_uri or (self.journal[:-len(".json")] if self.journal and self.journal.endswith(".json") else "")
         folder = self._store(report, where) if where else ""
         fault_point(f"{self.task_id}:stored")
-        if journal is not None and record is not None:
+        if journal is not None and record is not None and record.closed and record.outcome == outcome:
+            # closed by the step that refused (the preflight): the report only adds where it is stored
+            journal.record_run(str(context.get("run_id", "")), f"report of the {outcome} upgrade stored",
+                               outcome=str(outcome), report=folder,
+                               **({"reason": refused.reason} if refused is not None else {}))
+        elif journal is not None and record is not None:
             journal.close(outcome, run_id=str(context.get("run_id", "")), report=folder,
                           reason=refused.reason if refused is not None else "")
         if refused is not None:
             raise UpgradeRefused(found=f"outcome '{REFUSED.value}': {refused.describe()}",
                                  expected="outcome 'upgraded'", path=journal.uri if journal is not None else None)
         if outcome == ROLLBACK_FAILED:
-            raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
+            raise UpgradeFailed(found=f"outcome '{outcome}': {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded', or 'rolled back' with the old version running",
                                 action=self._no_version_runs())
         if outcome not in (UPGRADED, REJECTED):
-            raise UpgradeFailed(found=f"outcome {outcome!r}: {'; '.join(notes) or 'see the steps'}",
+            raise UpgradeFailed(found=f"outcome '{outcome}': {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
 

@@ -4,7 +4,11 @@
 :func:`inspect_sink` and :func:`verify_sink` read the sink's record (:class:`~.delta.DeltaLog`)
 and call them.
 
-* Preflight (:func:`inspect_sink`): for Delta, the table's ``txn`` entries. A new version that
+* Preflight (:func:`inspect_sink`): a sink that is not declared is refused (:class:`UndeclaredSink`)
+  unless the trigger accepts it, and the finding then says what that means. For a file sink, the
+  batch ids of its ``_spark_metadata`` log (:func:`file_sink_batches`), which must follow the old
+  checkpoint's (:func:`assess_file_sink`, :class:`FileSinkLocationMismatch`): a wrong location
+  would make every batch the stop cuts count as absent. For Delta, the table's ``txn`` entries. A new version that
   writes with a CONSTANT txnAppId the table already recorded would have its batches 0..v skipped
   by Delta (its batch ids restart at 0): :class:`DeltaWritesSkipped`, before anything stops. The
   finding tells the approver whether the sink is exact or at-least-once, and the old query's last
@@ -29,11 +33,19 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from airflow_ckpt_provider.checkpoint.errors import DeltaWritesSkipped, SinkDeclarationMismatch, SinkNotDelivered
+from airflow_ckpt_provider.checkpoint.errors import (
+    DeltaWritesSkipped,
+    FileSinkLocationMismatch,
+    SinkDeclarationMismatch,
+    SinkNotDelivered,
+    UndeclaredSink,
+)
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.sinks.delta import DeltaLog, DeltaTxn
 from airflow_ckpt_provider.sinks.spec import SinkKind, SinkSpec
+from airflow_ckpt_provider.storage.files import check_no_links, is_local
+from airflow_ckpt_provider.storage.listing import list_names
 
 #: How many of the new query's committed batches verify looks for in the sink's log.
 MAX_VERIFIED_BATCHES = 50
@@ -45,7 +57,8 @@ MAX_SCANNED_COMMITS = 1000
 class SinkFinding:
     """The preflight's finding: whether the sink is ``exact`` (the provider reads its record),
     the table version read, the old query's appId and the last of its batches the sink holds,
-    and the approver's line (Markdown)."""
+    whether the trigger accepted a sink that is not declared (``accepted_undeclared``), and the
+    approver's line (Markdown)."""
 
     spec: SinkSpec
     exact: bool
@@ -53,11 +66,12 @@ class SinkFinding:
     table_version: int | None = None
     old_app_id: str | None = None
     old_last_batch: int | None = None
+    accepted_undeclared: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"sink": self.spec.to_dict(), "exact": self.exact, "line": self.line,
                 "table_version": self.table_version, "old_app_id": self.old_app_id,
-                "old_last_batch": self.old_last_batch}
+                "old_last_batch": self.old_last_batch, "accepted_undeclared": self.accepted_undeclared}
 
 
 @dataclass(frozen=True)
@@ -85,9 +99,7 @@ def assess_sink(spec: SinkSpec, *, txns: Mapping[str, DeltaTxn], table_version: 
     ``old_committed_batch``) and the table records none under the appId the declaration implies:
     the job writes otherwise than declared, and what the new version's writes do cannot be told."""
     if not spec.declared:
-        return SinkFinding(spec, exact=False, line=(
-            "**Sink:** not declared: the provider cannot read what the sink holds; a batch the stop cuts may "
-            "be written again (declare the `sink` param: docs \"Sinks\")."))
+        return undeclared_finding(spec, accept_undeclared_sink=True)
     if spec.kind is SinkKind.FILE:
         return SinkFinding(spec, exact=True, line=(
             f"**Sink:** file sink at `{spec.location}`: the new version must write where no `_spark_metadata` "
@@ -128,6 +140,124 @@ def assess_sink(spec: SinkSpec, *, txns: Mapping[str, DeltaTxn], table_version: 
                            "holds its batches."))
 
 
+#: The most ``_spark_metadata`` entries the preflight lists (Spark compacts the log every 10
+#: batches and deletes what it compacted, so a file sink's log holds far fewer).
+MAX_FILE_SINK_ENTRIES = 100_000
+#: How many bytes of the newest ``_spark_metadata`` entry the preflight reads (its version line).
+FILE_SINK_HEAD_BYTES = 64
+
+
+def undeclared_finding(spec: SinkSpec, *, accept_undeclared_sink: bool) -> SinkFinding:
+    """The finding for a sink that is not declared: refused (:class:`UndeclaredSink`) unless
+    ``accept_undeclared_sink``; then the approver's line says plainly what that consent means."""
+    if spec.declared:
+        raise ValueError("undeclared_finding is for a sink that is not declared")
+    if not accept_undeclared_sink:
+        raise UndeclaredSink(
+            found="an empty sink declaration (the `sink` param) and accept_undeclared_sink false",
+            expected="the job's sink declared (delta, delta_foreach_batch, file, kafka or foreach_batch), or "
+                     "accept_undeclared_sink true")
+    return SinkFinding(spec, exact=False, accepted_undeclared=True, line=(
+        "**Sink: not declared, accepted** (`accept_undeclared_sink`): the provider cannot read what the sink "
+        "holds, so the sink may skip or duplicate a batch the stop cuts (a Delta writer with a constant txnAppId "
+        "may skip every batch of the new version); exactness is NOT proven, and the report says so."))
+
+
+def assess_file_sink(spec: SinkSpec, *, metadata_batches: Sequence[int] | None, committed_batch: int | None,
+                     planned_batch: int | None, uri: str) -> SinkFinding:
+    """Decide the preflight's finding for a file sink from the batch ids its ``_spark_metadata``
+    log names (None: no log there), the old checkpoint's last committed batch and its last planned
+    one. Spark's file sink records batch N in its log before Spark writes ``commits/N``, so at
+    ``location`` the newest logged batch lies between the two. :class:`FileSinkLocationMismatch`
+    otherwise: a log missing while the old query committed batches, one that ends before the last
+    commit (another query's output, or an old one) or past the last planned batch."""
+    logged = max(metadata_batches) if metadata_batches else None
+    if committed_batch is None and logged is None:
+        return SinkFinding(spec, exact=True, line=(
+            f"**Sink:** file sink at `{spec.location}`: the old query committed no batch and its log is empty; "
+            "the new version writes to `new_sink_path`, where no `_spark_metadata` is (checked)."))
+    found = ""
+    if logged is None:
+        found = (f"no _spark_metadata log at {uri}" if metadata_batches is None
+                 else f"an empty _spark_metadata log at {uri}")
+        found += f", and the old query committed batches up to {committed_batch}"
+    elif committed_batch is not None and logged < committed_batch:
+        found = (f"_spark_metadata at {uri} ends at batch {logged}, before the old query's last committed batch "
+                 f"{committed_batch}")
+    elif planned_batch is not None and logged > planned_batch:
+        found = (f"_spark_metadata at {uri} ends at batch {logged}, past the old query's last planned batch "
+                 f"{planned_batch}")
+    if found:
+        low = "-1" if committed_batch is None else str(committed_batch)
+        raise FileSinkLocationMismatch(
+            found=found, path=uri,
+            expected=(f"the old version's output path, whose _spark_metadata ends at a batch from {low} to "
+                      f"{planned_batch if planned_batch is not None else low} (the old checkpoint's last committed "
+                      "and last planned batch)"))
+    return SinkFinding(spec, exact=True, old_last_batch=logged, line=(
+        f"**Sink:** file sink at `{spec.location}`: exact — its `_spark_metadata` log records the old query's "
+        f"batches up to {logged}, as the old checkpoint does; the new version writes to `new_sink_path`, where no "
+        "`_spark_metadata` is (checked), so none of its batches is skipped."))
+
+
+def _file_sink_batch(name: str) -> int | None:
+    """The batch id a ``_spark_metadata`` entry names (``N`` or ``N.compact``), None for anything
+    else (Hadoop's ``.N.crc``, temporary files)."""
+    base = name.rsplit("/", 1)[-1]
+    if base.endswith(".compact"):
+        base = base[: -len(".compact")]
+    if not base.isdigit() or (len(base) > 1 and base.startswith("0")):
+        return None
+    return int(base)
+
+
+def file_sink_batches(fs: AbstractFileSystem, path: str, *, uri: str | None = None) -> list[int] | None:
+    """The batch ids the file sink log ``<path>/_spark_metadata`` names, sorted; None when there is
+    no log. Lists names only (at most :data:`MAX_FILE_SINK_ENTRIES`), never follows a link out of
+    ``path`` on a local disk (:class:`UnsafeEntry`), and reads only the first
+    :data:`FILE_SINK_HEAD_BYTES` of the newest entry, which must be a version line (``v1``):
+    :class:`FileSinkLocationMismatch` otherwise."""
+    folder = f"{path.rstrip('/')}/_spark_metadata"
+    where = f"{(uri or path).rstrip('/')}/_spark_metadata"
+    if is_local(fs) and fs.exists(path):
+        local = fs._strip_protocol(path)
+        check_no_links(local, f"{local.rstrip('/')}/_spark_metadata")
+    try:
+        names = list_names(fs, folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if len(names) > MAX_FILE_SINK_ENTRIES:
+        raise FileSinkLocationMismatch(found=f"{len(names):,} entries in {where}",
+                                       expected=f"a file sink log of at most {MAX_FILE_SINK_ENTRIES:,} entries",
+                                       path=uri or path)
+    named = {batch: name for name in names if (batch := _file_sink_batch(str(name))) is not None}
+    if not named:
+        return []
+    newest = named[max(named)]
+    head = _head(fs, str(newest), FILE_SINK_HEAD_BYTES)
+    if not head.startswith(b"v") or not head[1:].split(b"\n", 1)[0].strip().isdigit():
+        raise FileSinkLocationMismatch(found=f"{where}/{newest.rsplit('/', 1)[-1]} starting {head[:16]!r}",
+                                       expected="a file sink log entry starting with its version line (v1)",
+                                       path=uri or path)
+    return sorted(named)
+
+
+def _head(fs: AbstractFileSystem, path: str, size: int) -> bytes:
+    """The first ``size`` bytes of ``path`` (on a local disk through no link, never a FIFO)."""
+    if is_local(fs):
+        import os
+
+        from airflow_ckpt_provider.storage.files import open_regular
+
+        fd = open_regular(fs._strip_protocol(path))
+        try:
+            return os.read(fd, size)
+        finally:
+            os.close(fd)
+    with fs.open(path, "rb") as handle:
+        return bytes(handle.read(size))
+
+
 def judge_delivery(spec: SinkSpec, *, app_id: str, committed: Sequence[int], recorded: Mapping[int, int],
                    latest: DeltaTxn | None, uri: str) -> SinkDelivery:
     """Every batch in ``committed`` (the new query's) must be in ``recorded`` (batch -> table
@@ -146,8 +276,17 @@ def judge_delivery(spec: SinkSpec, *, app_id: str, committed: Sequence[int], rec
 
 
 def inspect_sink(fs: AbstractFileSystem | None, path: str, spec: SinkSpec, *, old_query_id: str | None,
-                 uri: str | None = None, old_committed_batch: int | None = None) -> SinkFinding:
-    """The preflight's :class:`SinkFinding` (reads the Delta log for Delta kinds)."""
+                 uri: str | None = None, old_committed_batch: int | None = None,
+                 old_planned_batch: int | None = None, accept_undeclared_sink: bool = True) -> SinkFinding:
+    """The preflight's :class:`SinkFinding`: a sink that is not declared is refused unless
+    ``accept_undeclared_sink`` (:func:`undeclared_finding`); reads a file sink's ``_spark_metadata``
+    log (:func:`file_sink_batches`, :func:`assess_file_sink`) and the Delta log for Delta kinds."""
+    if not spec.declared:
+        return undeclared_finding(spec, accept_undeclared_sink=accept_undeclared_sink)
+    if spec.kind is SinkKind.FILE and fs is not None:
+        return assess_file_sink(spec, metadata_batches=file_sink_batches(fs, path, uri=uri),
+                                committed_batch=old_committed_batch, planned_batch=old_planned_batch,
+                                uri=uri or path)
     if not spec.kind.is_delta or fs is None:
         return assess_sink(spec, txns={}, table_version=None, old_query_id=old_query_id, uri=uri or path)
     delta = DeltaLog(fs, path, uri=uri)

@@ -28,7 +28,9 @@ stopped) starts afresh, keeping its ``run_log``.
 
 The lock makes one upgrade per stream at a time: :class:`UpgradeInProgress` names the holder.
 It is re-entrant for the same upgrade id and is released when the journal is closed with a
-final outcome (upgraded, rejected, refused, rolled back). A lock whose journal is already closed is
+final outcome (upgraded, rejected, refused, rolled back), or with any outcome while no step with
+a side effect began (nothing was stopped: a failure before a side effect never leaves the stream
+locked). A lock whose journal is already closed is
 stale (a crash between closing and unlocking) and is taken over.
 
 Writes go through a temporary name and a rename on local disks (with fsync), and as one object
@@ -285,16 +287,22 @@ class UpgradeJournal:
     def close(self, outcome: str, *, run_id: str = "", report: str = "", reason: str = "") -> JournalRecord:
         """Record the outcome, with a ``run_log`` entry naming the run, its stored ``report`` and,
         when given, the ``reason`` in the user's words (a refusal's); a final one
-        (:data:`~airflow_ckpt_provider.upgrade.record.FINAL_OUTCOMES`) releases the stream's lock."""
+        (:data:`~airflow_ckpt_provider.upgrade.record.FINAL_OUTCOMES`) releases the stream's lock,
+        and so does any outcome while no step with a side effect began (a failed approval, a
+        compatibility check killed before it recorded anything: nothing was stopped)."""
         record = self.read()
         at = self.clock().isoformat()
         entry = {"run_id": run_id, "at": at, "what": f"ended {outcome}" + (f": {reason}" if reason else ""),
                  "outcome": outcome, "report": report, **({"reason": reason} if reason else {})}
         record = replace(record, outcome=outcome, closed_at=at, run_log=(*record.run_log, entry))
-        if outcome not in FINAL_OUTCOMES:
+        if outcome not in FINAL_OUTCOMES and record.started_side_effects:
             record = replace(record, outcome=None)
-            log.warning("upgrade %s ended %r: the journal stays open and the stream locked; re-trigger the run "
+            log.warning("upgrade %s ended %s: the journal stays open and the stream locked; re-trigger the run "
                         "to resume it", record.upgrade_id, outcome)
+        elif outcome not in FINAL_OUTCOMES:
+            log.warning("upgrade %s ended %s before any step with a side effect began (nothing was stopped): the "
+                        "journal is closed and the stream unlocked; a new run starts afresh", record.upgrade_id,
+                        outcome)
         self._write(record)
         if record.closed:
             self._unlock(record.upgrade_id)

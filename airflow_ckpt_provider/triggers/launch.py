@@ -30,6 +30,7 @@ from airflow_ckpt_provider.spark.switchover import SwitchoverRefusal
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.triggers.checks import bounded_check
 
 __all__ = ["EVENT_KEYS", "LaunchEvent", "LaunchTrigger", "LaunchTriggerEvent", "LaunchWait", "committed_batches"]
 
@@ -283,8 +284,8 @@ class LaunchTrigger(BaseTrigger):
             event: LaunchTriggerEvent | None = None
             try:
                 if control is None:
-                    control = await asyncio.to_thread(self._control)
-                event = await asyncio.to_thread(self._poll, control)
+                    control = await bounded_check(self._control, deadline=self.deadline)
+                event = await bounded_check(self._poll, control, deadline=self.deadline)
             except (OSError, ValueError) as exc:  # storage, HTTP (URLError) or a garbled status
                 self.log.warning("checking %s failed (%s); retrying", self.checkpoint_uri, exc)
                 if time.time() >= self.deadline:

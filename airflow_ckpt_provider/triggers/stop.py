@@ -14,6 +14,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopReason, ack_answers, wait_decision
 from airflow_ckpt_provider.spark.control import Heartbeat, StopAck, parse_time
 from airflow_ckpt_provider.storage.stop import ControlFiles
+from airflow_ckpt_provider.triggers.checks import bounded_check
 
 __all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason", "StopTriggerEvent"]
 
@@ -157,8 +158,8 @@ class GracefulStopTrigger(BaseTrigger):
         while True:
             try:
                 if control is None:
-                    control = await asyncio.to_thread(self._control)
-                event = await asyncio.to_thread(self._poll, control)
+                    control = await bounded_check(self._control, deadline=self.deadline)
+                event = await bounded_check(self._poll, control, deadline=self.deadline)
             except OSError as exc:
                 self.log.warning("reading the control files of %s failed (%s); retrying", self.checkpoint_uri, exc)
                 event = None
@@ -171,7 +172,7 @@ class GracefulStopTrigger(BaseTrigger):
             if control is not None and time.time() >= next_progress:
                 next_progress = time.time() + PROGRESS_EVERY_S
                 try:
-                    await asyncio.to_thread(self._progress, control)
+                    await bounded_check(self._progress, control, deadline=self.deadline)
                 except OSError as exc:
                     self.log.warning("reading the progress of %s failed (%s)", self.checkpoint_uri, exc)
             await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())) or 0.05)

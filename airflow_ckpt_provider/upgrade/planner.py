@@ -97,7 +97,7 @@ def rejected(record: JournalRecord | None) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A decision before any side effect (``step``: the compatibility check, the path choice) that
+    """A decision before any side effect (``step``: the preflight, the compatibility check, the path choice) that
     refused the upgrade, and why in the user's words (``reason``: what it noted as
     :data:`REFUSAL_NOTE`, else the first line of its recorded error; the whole error, a driver's log
     tail with it, is in the journal's planning and the step's log)."""

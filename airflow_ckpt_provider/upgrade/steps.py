@@ -54,9 +54,10 @@ class PathSteps:
 #: preflight (it records the relaunch and rollback modes), the compatibility check, the path, the approval.
 PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE = "preflight", "compatibility_check", "choose_path"
 PLANNING = (PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE, APPROVAL)
-#: The decisions after the preflight opened the journal whose failure refuses the upgrade: before any
-#: side effect, so it ends ``refused`` (the journal closed, the stream unlocked), never left open.
-REFUSING = (COMPATIBILITY_CHECK, PATH_CHOICE)
+#: The decisions whose failure refuses the upgrade: before any side effect, so it ends ``refused``
+#: (the journal closed, the stream unlocked), never left open. The preflight records its refusal
+#: in a journal it opens and closes for it.
+REFUSING = (PREFLIGHT, COMPATIBILITY_CHECK, PATH_CHOICE)
 
 
 class Path(StrEnum):

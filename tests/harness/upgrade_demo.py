@@ -188,6 +188,8 @@ class UpgradeDemo:
             # the demo's and the tests' upgrades skip the trial runs (two more Spark start-ups per run);
             # tests/system/test_upgrade_dag.py switches them on where the check is what it proves
             "check_compatibility": False,
+            # the demo jobs write Parquet through the provider's foreach_batch wrapper
+            "sink": {"kind": "foreach_batch"},
         }
         for name, spark in (("old_spark", self.old_spark), ("new_spark", self.new_spark)):
             if spark is not None:

@@ -206,13 +206,18 @@ def handover_call(checkpoint: Path, conn_id: str) -> Callable[[], object]:
 
 
 def preflight_call(conn_id: str, old: Path | str, new: Path | str, archive: Path | str, *,
-                   sink: Path | None = None, stream: str = "orders") -> Callable[[], object]:
-    """UpgradePreflightOperator.execute: every refusal of the reference DAG happens there."""
+                   sink: Path | None = None, stream: str = "orders", journal: bool = False,
+                   declared: dict[str, str] | None = None) -> Callable[[], object]:
+    """UpgradePreflightOperator.execute: every refusal of the reference DAG happens there. Without
+    ``journal`` a refusal writes nothing at all (with one, it closes a journal ``refused``: see
+    :func:`test_an_undeclared_sink_is_refused_recorded_and_frees_the_stream`); the sink is declared
+    as the shared stream writes it (``declared``, default a ``foreach_batch`` writer)."""
     from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 
     op = UpgradePreflightOperator(task_id="preflight", stream_name=stream, old_checkpoint_uri=str(old),
                                   new_checkpoint_uri=str(new), archive_root=str(archive),
-                                  new_sink_path=str(sink) if sink else None, kafka_conn_id=conn_id)
+                                  new_sink_path=str(sink) if sink else None, kafka_conn_id=conn_id,
+                                  journal=journal, sink=declared if declared is not None else {"kind": "foreach_batch"})
     return lambda: op.execute(context={})  # type: ignore[arg-type]
 
 
@@ -378,6 +383,64 @@ def test_file_sink_with_spark_metadata_is_refused(kafka, shared: Stream, conn, t
     refuses(FileSinkHazard, lambda: check_launch_target(local(new), str(new), old=local(shared.checkpoint),
                                                         sink=local(shared.sink)),
             "_spark_metadata", case="file sink hazard")
+    unchanged.check()
+
+
+
+def test_a_declared_file_sink_is_read_where_the_old_version_writes(kafka, shared: Stream, conn,  # noqa: ANN001
+                                                                   tmp_path: Path) -> None:
+    """The real Parquet sink's ``_spark_metadata`` follows the old checkpoint's commits: exact. A
+    location that is not the old version's output (a folder without a log, another query's output)
+    is refused before anything changes, instead of counting a cut batch as absent."""
+    from airflow_ckpt_provider.checkpoint.errors import FileSinkLocationMismatch
+
+    committed = max(batch_ids(shared.checkpoint / "commits"))
+    unchanged = Unchanged(shared.checkpoint, shared.sink, kafka=kafka, topics=(shared.topic,))
+    found = preflight_call(conn, shared.checkpoint, tmp_path / "new-cp", tmp_path / "archive", sink=tmp_path / "out-v2",
+                           declared={"kind": "file", "location": str(shared.sink)})()
+    assert isinstance(found, dict) and found["sink"]["exact"] is True
+    assert found["sink"]["old_last_batch"] == committed, "the log ends at the old query's last commit"
+    assert f"records the old query's batches up to {committed}" in found["summary_md"]
+
+    empty = tmp_path / "not-the-output"
+    empty.mkdir()
+    refuses(FileSinkLocationMismatch,
+            preflight_call(conn, shared.checkpoint, tmp_path / "new-cp", tmp_path / "archive",
+                           sink=tmp_path / "out-v2", declared={"kind": "file", "location": str(empty)}),
+            "no _spark_metadata log", f"committed batches up to {committed}", case="file sink location without a log")
+    unchanged.check()
+
+
+def test_an_undeclared_sink_is_refused_recorded_and_frees_the_stream(kafka, shared: Stream, conn,  # noqa: ANN001
+                                                                    tmp_path: Path) -> None:
+    """The reference DAG with its ``sink`` param left empty: the preflight refuses before anything
+    stops (:class:`UndeclaredSink`), closes the upgrade's journal ``refused`` with the reason in the
+    user's words, and leaves the stream unlocked; the checkpoint, the sink and Kafka are unchanged.
+    With ``accept_undeclared_sink`` the same upgrade goes ahead and the approver reads what that means."""
+    from airflow_ckpt_provider.checkpoint.errors import UndeclaredSink
+    from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
+    from airflow_ckpt_provider.storage.journal import LOCK, list_journals
+
+    archive = tmp_path / "archive"
+    unchanged = Unchanged(shared.checkpoint, shared.sink, kafka=kafka, topics=(shared.topic,))
+
+    def preflight(**kwargs: Any) -> Any:  # noqa: ANN401
+        op = UpgradePreflightOperator(task_id="preflight", stream_name="orders",
+                                      old_checkpoint_uri=str(shared.checkpoint),
+                                      new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(archive),
+                                      kafka_conn_id=conn, new_application="v2.py", carry_state=False, **kwargs)
+        return op.execute(context={"run_id": "manual__undeclared"})  # type: ignore[arg-type]
+
+    refuses(UndeclaredSink, lambda: preflight(sink=""), "accept_undeclared_sink", case="undeclared sink")
+    unchanged.check()
+    [record] = list_journals(fsspec.filesystem("file"), str(archive), "orders")
+    assert record.outcome == "refused" and record.steps == {}
+    assert record.planning["preflight"].notes["refusal"].startswith("the job's sink is not declared")
+    assert not (archive / "orders" / "_upgrades" / LOCK).exists(), "the stream is not left locked"
+
+    accepted = preflight(sink="", accept_undeclared_sink="True")
+    assert accepted["sink"]["accepted_undeclared"] is True and "exactness is NOT proven" in accepted["summary_md"]
+    assert (archive / "orders" / "_upgrades" / LOCK).exists(), "the accepted upgrade holds the stream"
     unchanged.check()
 
 
@@ -613,13 +676,13 @@ def test_a_second_upgrade_of_a_locked_stream_is_refused(kafka, shared: Stream, c
     from airflow_ckpt_provider.checkpoint.errors import UpgradeInProgress
 
     archive = tmp_path / "archive"
-    first = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive)()
+    first = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive, journal=True)()
     assert isinstance(first, dict) and first["upgrade_id"] and Path(first["journal"]).exists()
     unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
-    refuses(UpgradeInProgress, preflight_call(conn, shared.checkpoint, tmp_path / "v3", archive),
+    refuses(UpgradeInProgress, preflight_call(conn, shared.checkpoint, tmp_path / "v3", archive, journal=True),
             first["upgrade_id"], case="second upgrade of a locked stream")
     unchanged.check()
-    again = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive)()  # the same upgrade: resumes
+    again = preflight_call(conn, shared.checkpoint, tmp_path / "v2", archive, journal=True)()  # the same upgrade
     assert isinstance(again, dict) and again["upgrade_id"] == first["upgrade_id"]
 
 
@@ -667,12 +730,13 @@ def test_a_bad_start_is_refused_by_the_preflight(kafka, shared: Stream, conn, tm
     given = {k: v % {"topic": shared.topic} for k, v in start.items()}
     op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(shared.checkpoint),
                                   new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
-                                  kafka_conn_id=conn, start=json.dumps(given), accept_reprocessing=str(accept))
+                                  kafka_conn_id=conn, start=json.dumps(given), accept_reprocessing=str(accept),
+                                  journal=False, sink={"kind": "foreach_batch"})
     unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
     refuses(getattr(errors, kind), lambda: op.execute(context={}),  # type: ignore[arg-type]
             *(m % {"topic": shared.topic} for m in mentions), case=f"start: {given['mode']} {kind}")
     unchanged.check()
-    assert not (tmp_path / "archive").exists(), "no journal, no lock"
+    assert not (tmp_path / "archive").exists(), "no journal (none asked), no lock"
     if given["mode"] == "rewind_to_batch" and accept:
         cli_refuses(["offsets", str(shared.checkpoint), "--rewind-to-batch", given["value"]], "batch 99")
 
@@ -685,9 +749,10 @@ def test_an_old_launch_handle_that_does_not_parse_is_refused_before_anything_sta
 
     op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(shared.checkpoint),
                                   new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
-                                  kafka_conn_id=conn, old_launch_handle=handle)
+                                  kafka_conn_id=conn, old_launch_handle=handle,
+                                  journal=False, sink={"kind": "foreach_batch"})
     unchanged = Unchanged(shared.checkpoint, tmp_path, kafka=kafka, topics=(shared.topic,))
     refuses(InvalidLaunchHandle, lambda: op.execute(context={}), "old_launch_handle",  # type: ignore[arg-type]
             case=f"old launch handle: {handle[:20]}")
     unchanged.check()
-    assert not (tmp_path / "archive").exists(), "no journal, no lock"
+    assert not (tmp_path / "archive").exists(), "no journal (none asked), no lock"

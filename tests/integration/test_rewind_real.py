@@ -107,6 +107,7 @@ def test_the_preflight_shows_the_rewind_and_its_purge_horizon(kafka, spark, new_
     op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(cp),
                                   new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
                                   kafka_conn_id="ckpt_rewind", journal=False, accept_reprocessing="True",
+                                  sink={"kind": "foreach_batch"},
                                   start=json.dumps({"mode": "rewind_to_batch", "value": str(k)}))
     value = op.execute(context={})  # type: ignore[arg-type]
     assert value["start_plan"]["choice"] == {"mode": "rewind_to_batch", "value": str(k)}

@@ -185,6 +185,36 @@ def test_the_compatibility_check_refuses_a_version_that_does_not_start(airflow_h
     assert audit.lost == 0 and audit.duplicated == 0, audit
 
 
+def test_an_undeclared_sink_is_refused_before_anything_stops(airflow_home, demo: UpgradeDemo) -> None:  # noqa: ANN001
+    """The reference DAG triggered as a new user would, with its ``sink`` param left empty: the
+    preflight refuses (UndeclaredSink) before the approval; the upgrade ends ``refused`` (not
+    ``failed``), its report stored with the reason in the user's words, its journal closed with no
+    step with a side effect, the stream's lock free; v1 was never asked to stop and keeps committing."""
+    v1 = demo.start()
+    run = demo.upgrade_with_dag(v1, sink={})
+
+    got = states(run)
+    assert run.state == "failed", got
+    assert got["preflight"] == "failed" and got["report"] == "failed", got
+    assert got["start_standby"] == got["graceful_stop"] == "upstream_failed", got
+    assert not (demo.old_cp / "_ckpt" / "stop-request.json").exists(), "v1 was never asked to stop"
+    report = read_dag_report(demo.archive_root)
+    assert report is not None and report["outcome"] == "refused", report
+    assert report["notes"][0].startswith("preflight refused the upgrade before anything was stopped: the job's sink "
+                                         "is not declared"), report["notes"]
+    assert not any("no upgrade journal" in n for n in report["notes"]), report["notes"]
+    (journal_path,) = (demo.archive_root / demo.stream / "_upgrades").glob("up-*.json")
+    journal = JournalRecord.from_json(journal_path.read_text())
+    closing = journal.closing_entry()
+    assert journal.outcome == "refused" and journal.steps == {}, journal.run_log
+    assert closing is not None and closing["reason"].startswith("the job's sink is not declared"), closing
+    assert not (journal_path.parent / LOCK).exists(), "the stream's lock is free"
+    last = CheckpointReader(str(demo.old_cp)).snapshot().last_committed_batch
+    demo.wait_for_batch(demo.old_cp, (last or 0) + 2, timeout=120)  # v1 ran on, untouched
+    audit = demo.finish(demo.old_cp)
+    assert audit.lost == 0 and audit.duplicated == 0, audit
+
+
 def test_a_stop_that_fails_while_the_standby_waits_stops_the_standby_only(airflow_home,  # noqa: ANN001
                                                                           demo: UpgradeDemo) -> None:
     """v1 runs without GracefulStop and no launch handle is given: its stop cannot complete

@@ -265,7 +265,7 @@ def test_a_fault_point_kills_the_process_and_says_so(tmp_path: Path, armed: bool
 
 def _preflight(tmp_path: Path) -> UpgradePreflightOperator:
     write_checkpoint(str(tmp_path / "v1"), batches=range(3))
-    return UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+    return UpgradePreflightOperator(task_id="preflight", sink={"kind": "foreach_batch"}, stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
                                     new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
                                     upgrade_id="up-7", new_application="v2.py", kafka_conn_id="no_such_connection")
 
@@ -485,7 +485,7 @@ def _fresh_preflight(tmp_path: Path, new_application: str) -> UpgradePreflightOp
     from airflow_ckpt_provider.checkpoint import BrokerView
     from tests.unit.test_rollback import FakeKafkaHook
 
-    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
+    op = UpgradePreflightOperator(task_id="preflight", sink={"kind": "foreach_batch"}, stream_name="orders", old_checkpoint_uri=str(tmp_path / "v1"),
                                   new_checkpoint_uri=str(tmp_path / "v2"), archive_root=str(tmp_path / "archive"),
                                   new_application=new_application, relaunch_mode="standby")
     op.kafka_hook = FakeKafkaHook(BrokerView({"events": {p: (0, 1000) for p in range(4)}}))  # type: ignore[assignment]

@@ -434,7 +434,7 @@ def preflight_op(tmp_path: Path, **kwargs: Any) -> Any:  # noqa: ANN401
     from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
     from tests.unit.test_rollback import FakeKafkaHook
 
-    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=str(tmp_path / "old"),
+    op = UpgradePreflightOperator(task_id="preflight", sink={"kind": "foreach_batch"}, stream_name="orders", old_checkpoint_uri=str(tmp_path / "old"),
                                   new_checkpoint_uri=str(tmp_path / "new"), archive_root=str(tmp_path / "archive"),
                                   upgrade_id="up-9", new_application="v2.py", relaunch_mode="cold", **kwargs)
     op.kafka_hook = FakeKafkaHook(BrokerView({"events": {p: (0, 1000) for p in range(4)}}))

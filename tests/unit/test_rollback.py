@@ -158,7 +158,7 @@ class FakeKafkaHook:
 def preflight(tmp_path: Path, old: str, **kwargs: Any) -> dict[str, Any]:  # noqa: ANN401
     from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 
-    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=old,
+    op = UpgradePreflightOperator(task_id="preflight", sink={"kind": "foreach_batch"}, stream_name="orders", old_checkpoint_uri=old,
                                   new_checkpoint_uri=str(tmp_path / "new"), archive_root=str(tmp_path / "archive"),
                                   journal=False, **kwargs)
     op.kafka_hook = FakeKafkaHook(BrokerView({"events": {p: (0, 1000) for p in range(4)}}))  # type: ignore[assignment]

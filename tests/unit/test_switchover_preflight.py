@@ -17,7 +17,7 @@ from tests.unit.test_rollback import FakeKafkaHook
 def preflight(tmp_path: Path, old: str, partitions: int = 4, **kwargs: Any) -> dict[str, Any]:  # noqa: ANN401
     from airflow_ckpt_provider.operators.preflight import UpgradePreflightOperator
 
-    op = UpgradePreflightOperator(task_id="preflight", stream_name="orders", old_checkpoint_uri=old,
+    op = UpgradePreflightOperator(task_id="preflight", sink={"kind": "foreach_batch"}, stream_name="orders", old_checkpoint_uri=old,
                                   new_checkpoint_uri=str(tmp_path / "new"), archive_root=str(tmp_path / "archive"),
                                   journal=False, relaunch_mode="switchover", **kwargs)
     op.kafka_hook = FakeKafkaHook(  # type: ignore[assignment]
