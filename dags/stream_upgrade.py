@@ -331,7 +331,7 @@ def build_stream_upgrade_dag(
         )
 
         start_standby = StreamLaunchOperator(
-            task_id="start_standby", application="{{ params.new_application }}",
+            task_id="start_standby", step="start_standby", application="{{ params.new_application }}",
             application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.new_checkpoint }}", old_checkpoint_uri="{{ params.old_checkpoint }}",
             sink_path="{{ params.new_sink_path or '' }}", standby=True, standby_timeout=standby_timeout,
@@ -398,7 +398,7 @@ def build_stream_upgrade_dag(
         # the new version's launch handle: relaunch's, else the standby's, as each recorded it right after
         # launching (also when it then failed while waiting for the job); '' when neither launched
         rollback_stop_new = GracefulStopOperator(
-            task_id="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
+            task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri="{{ params.new_checkpoint }}",
             launch_handle=FromRecord(RecordInput.NEW_HANDLE),
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
@@ -417,14 +417,15 @@ def build_stream_upgrade_dag(
             archive_conn_id=STORAGE_CONN, **JOURNALED, **ROLLING_BACK,
         )
         rollback_restart_old = StreamLaunchOperator(
-            task_id="rollback_restart_old", application="{{ params.old_application }}",
+            task_id="rollback_restart_old", step="rollback_restart_old", application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,
             **JOURNALED, **ROLLING_BACK,
         )
         rollback_restart_forward = StreamLaunchOperator(
-            task_id="rollback_restart_forward", application="{{ params.old_application }}",
+            task_id="rollback_restart_forward", step="rollback_restart_forward",
+            application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
             old_checkpoint_uri="{{ params.old_checkpoint }}",
@@ -442,45 +443,47 @@ def build_stream_upgrade_dag(
         # the in-place path: stop, handover (batch N), verified archive, the new version ON the old
         # checkpoint, verify it resumed after N; its rollback restarts the old version on the same checkpoint
         in_place_stop = GracefulStopOperator(
-            task_id="in_place_stop", checkpoint_uri="{{ params.old_checkpoint }}",
+            task_id="in_place_stop", step="in_place_stop", checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle="{{ params.old_launch_handle }}", stop_timeout=stop_timeout,
             quiet_period=quiet_period, acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
             fail_if_no_heartbeat=True, **JOURNALED, **STOP_RETRY,
         )
         in_place_handover = CheckpointHandoverOperator(
-            task_id="in_place_handover", checkpoint_uri="{{ params.old_checkpoint }}",
+            task_id="in_place_handover", step="in_place_handover", checkpoint_uri="{{ params.old_checkpoint }}",
             kafka_conn_id="{{ params.kafka_conn_id }}", **JOURNALED,
         )
         in_place_archive = CheckpointArchiveOperator(
-            task_id="in_place_archive", checkpoint_uri="{{ params.old_checkpoint }}",
+            task_id="in_place_archive", step="in_place_archive", checkpoint_uri="{{ params.old_checkpoint }}",
             archive_root="{{ params.archive_root }}", stream_name="{{ params.stream_name }}",
             handover=FromRecord(RecordInput.IN_PLACE_HANDOVER),
             reason="in-place restart as {{ params.new_application }}", remove_source=False,
             upgrade_id=FromRecord(RecordInput.UPGRADE_ID), archive_conn_id=STORAGE_CONN, **JOURNALED,
         )
         in_place_restart = StreamLaunchOperator(
-            task_id="in_place_restart", application="{{ params.new_application }}",
+            task_id="in_place_restart", step="in_place_restart", application="{{ params.new_application }}",
             application_args=args_of("new"), **spark_of("new"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             sink_path="{{ params.new_sink_path or '' }}", kafka_conn_id=KAFKA_CONN,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, **JOURNALED, **STOP_RETRY,
         )
         in_place_verify = HandoverVerifyOperator(
-            task_id="in_place_verify", handover=FromRecord(RecordInput.IN_PLACE_HANDOVER),
+            task_id="in_place_verify", step="in_place_verify", handover=FromRecord(RecordInput.IN_PLACE_HANDOVER),
             checkpoint_uri="{{ params.old_checkpoint }}", in_place=True, kafka_conn_id=KAFKA_CONN,
             progress_window_s=progress_window_s, poll_interval=poll_interval,
             **JOURNALED, **STOP_RETRY,
         )
 
         in_place_rollback_stop = GracefulStopOperator(
-            task_id="in_place_rollback_stop", checkpoint_uri="{{ params.old_checkpoint }}",
+            task_id="in_place_rollback_stop", step="in_place_rollback_stop",
+            checkpoint_uri="{{ params.old_checkpoint }}",
             launch_handle=FromRecord(RecordInput.IN_PLACE_HANDLE),
             stop_timeout=60, quiet_period=quiet_period, poll_interval=poll_interval,
             **JOURNALED, **ROLLING_BACK, **STOP_RETRY,
         )
 
         in_place_rollback_restart = StreamLaunchOperator(
-            task_id="in_place_rollback_restart", application="{{ params.old_application }}",
+            task_id="in_place_rollback_restart", step="in_place_rollback_restart",
+            application="{{ params.old_application }}",
             application_args=args_of("old"), **spark_of("old"),
             checkpoint_uri="{{ params.old_checkpoint }}", allow_existing_checkpoint=True,
             first_commit_timeout=first_commit_timeout, poll_interval=poll_interval, kafka_conn_id=KAFKA_CONN,

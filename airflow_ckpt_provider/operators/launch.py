@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
@@ -146,6 +146,10 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     in ``sources/``) is the broker's log end on every partition (``caught_up`` in the log and the
     trigger event). Without it an idle topic ends in :class:`FirstCommitTimeout`.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("relaunch", "start_standby", "in_place_restart", "rollback_restart_old",
+                                        "rollback_restart_forward", "in_place_rollback_restart")
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
@@ -489,6 +493,9 @@ class StandbyReleaseOperator(StreamLaunchOperator):
     release waits for that job's commit and never releases (or launches) a second time.
     """
 
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("relaunch",)
+
     template_fields: Sequence[str] = (*StreamLaunchOperator.template_fields, "standby_handle")
 
     def __init__(self, *, standby_handle: str | Mapping[str, Any] | FromRecord | None, **kwargs: Any) -> None:
@@ -614,6 +621,9 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     else :class:`SinkNotDelivered` (a sink that skips or loses the new version's writes fails the
     upgrade, which rolls back before the archive). The result's ``sink`` says what was checked.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("verify", "in_place_verify")
 
     template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
                                       "storage_conn_id", "sink", *JOURNAL_FIELDS)
