@@ -34,25 +34,25 @@ def test_the_pages_do_show_source() -> None:
 
 
 def test_sync_adds_a_missing_block_and_is_idempotent() -> None:
-    page = "intro\n<!-- dag-source STOP_RETRY -->\nafter\n"
+    page = "intro\n<!-- dag-source PARAMS -->\nafter\n"
     synced = hooks.sync(page)
-    assert synced.startswith("intro\n<!-- dag-source STOP_RETRY -->\n```python\n")
-    assert "STOP_RETRY: dict[str, Any] =" in synced and synced.endswith("```\nafter\n")
+    assert synced.startswith("intro\n<!-- dag-source PARAMS -->\n```python\n")
+    assert "PARAMS: dict[str, Param] =" in synced and synced.endswith("```\nafter\n")
     assert hooks.sync(synced) == synced and hooks.stale(synced) == []
 
 
 def test_a_changed_copy_is_stale_and_fails_the_build() -> None:
-    synced = hooks.sync("<!-- dag-source STOP_RETRY -->\n")
-    edited = synced.replace("retries", "tries", 1)
-    assert hooks.stale(edited) == ["line 1: <!-- dag-source STOP_RETRY -->"]
-    assert hooks.stale("x\n<!-- dag-source STOP_RETRY -->\nno block\n") == ["line 2: <!-- dag-source STOP_RETRY -->"]
+    synced = hooks.sync("<!-- dag-source PARAMS -->\n")
+    edited = synced.replace("stream_name", "stream", 1)
+    assert hooks.stale(edited) == ["line 1: <!-- dag-source PARAMS -->"]
+    assert hooks.stale("x\n<!-- dag-source PARAMS -->\nno block\n") == ["line 2: <!-- dag-source PARAMS -->"]
     with pytest.raises(hooks.StaleSource, match="make docs-sync"):
         hooks.render(edited)
 
 
 def test_an_unknown_name_is_refused() -> None:
     with pytest.raises(hooks.DagSourceError, match="no 'no_such_task'"):
-        hooks.sync("<!-- dag-source build_stream_upgrade_dag.no_such_task -->\n")
+        hooks.sync("<!-- source airflow_ckpt_provider/dags/stream_upgrade.py build_stream_upgrade_dag.no_such_task -->\n")
 
 
 def test_the_cli_page_documents_every_command() -> None:
