@@ -238,7 +238,8 @@ class UpgradePathOperator(BaseOperator):
 
     def _choose(self, journal: UpgradeJournal | None) -> dict[str, Any]:
         record = journal.read() if journal is not None and journal.exists() else None
-        choice = resumed_path(list(record.steps) if record is not None else [], self.in_place_steps, self.mode)
+        kinds = [step.step_kind for step in record.steps.values()] if record is not None else []
+        choice = resumed_path(kinds, self.in_place_steps, self.mode)  # the steps begun, by kind
         if choice is None:
             raw = self.verdict
             if isinstance(raw, FromRecord):

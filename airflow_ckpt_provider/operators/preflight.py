@@ -516,7 +516,7 @@ class UpgradePreflightOperator(BaseOperator):
         closing = record.closing_entry() or {}
         first_report = str(closing.get("report") or "")
         if not first_report:  # a journal closed before run entries were kept: the archive's report folder
-            archived = (record.steps.get("archive") or JournalStep(name="archive", state="")).result
+            archived = (record.entry("archive") or JournalStep(name="archive", state="")).result
             location = archived.get("location", "") if isinstance(archived, dict) else ""
             first_report = f"{location.rstrip('/')}/report" if location else ""
         by = str(closing.get("run_id") or (record.runs[-1] if record.runs else "?"))

@@ -73,3 +73,24 @@ def test_the_readme_links_pages_that_exist() -> None:
     links = re.findall(r"\]\(((?:docs|dags|bench|tests)/[^)#]+)", (REPO / "README.md").read_text(encoding="utf-8"))
     assert links, "the README links no docs page"
     assert [link for link in links if not (REPO / link).exists()] == []
+
+
+def test_the_operators_page_lists_the_kinds_each_operator_serves() -> None:
+    """The table of step kinds on the operators page is each class's STEP_KINDS, in order."""
+    from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+    from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
+    from airflow_ckpt_provider.operators.launch import (
+        HandoverVerifyOperator,
+        StandbyReleaseOperator,
+        StreamLaunchOperator,
+    )
+    from airflow_ckpt_provider.operators.state import StateExportOperator
+    from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+    from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+
+    page = (REPO / "docs" / "src" / "operators.md").read_text(encoding="utf-8")
+    for cls in (GracefulStopOperator, CheckpointHandoverOperator, RollbackHandoverOperator, StateExportOperator,
+                CheckpointArchiveOperator, CheckpointRestoreOperator, StreamLaunchOperator, StandbyReleaseOperator,
+                StandbySwitchoverOperator, HandoverVerifyOperator):
+        row = f"| `{cls.__name__}` | " + ", ".join(f"`{kind}`" for kind in cls.STEP_KINDS) + " |"
+        assert row in page, row
