@@ -349,7 +349,8 @@ def switchover(demo: Any, v1: Any) -> tuple[float, dict[str, float | None], str]
     demo.wait_for_batch(demo.old_cp, _committed(demo.old_cp)[-1].batch_id + 3, 120, v1)  # steady state
     launched = time.time()
     standby = LaunchHandle.from_json(run_without_scheduler(StreamLaunchOperator(
-        task_id="start_standby", standby=True, standby_timeout=DAG_STANDBY_TIMEOUT_S, **version_2)))
+        task_id="start_standby", step="start_standby", standby=True, standby_timeout=DAG_STANDBY_TIMEOUT_S,
+        **version_2)))
     demo.handles.append(standby)  # stopped with the demo, and the pid the sink audit's stop uses
     waiting = time.time()
     step = StandbySwitchoverOperator(

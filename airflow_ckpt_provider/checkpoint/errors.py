@@ -1167,6 +1167,37 @@ class OutputScanTimedOut(BrokerError):
     )
 
 
+class UnknownStepKind(CheckpointError, ValueError):
+    """A journaled step is declared (or asked about) as a kind the upgrade's step table does not
+    name, or as a kind its operator class cannot be: the planner cannot decide for it."""
+
+    summary = "a step of a kind the upgrade's step table does not name"
+    default_action = ("Nothing was recorded or changed by this step. Declare the operator as one of the kinds its "
+                      "class serves (the `step=` argument, e.g. step=\"rollback_stop_new\" for a GracefulStopOperator "
+                      "that stops the new version in a rollback), or use it without the upgrade journal.")
+
+
+class PathNotRecorded(CheckpointError):
+    """The upgrade record names no path (neither the in-place restart nor a migration), so no step of a
+    path or a rollback can be planned from it."""
+
+    summary = "the upgrade record names no path"
+    default_action = ("Nothing was recorded or changed by this step. The preflight records the path's relaunch mode "
+                      "when it opens the journal: run the upgrade from its preflight (re-trigger the DAG run; it "
+                      "resumes from the journal), or use the step without the upgrade journal.")
+
+
+class HandoverMissing(CheckpointError):
+    """A launch onto a new checkpoint was given no handover (no ``startingOffsets``): Spark would
+    start where its own default says (latest) and skip every record in between."""
+
+    summary = "a launch onto a new checkpoint without a handover"
+    default_action = ("Nothing was started. Give the launch the handover (`handover=` a HandoverResult, or "
+                      "`starting_offsets=` a startingOffsets JSON naming every partition), or, for a restart of "
+                      "the same query on its own checkpoint, set allow_existing_checkpoint=True (Spark then resumes "
+                      "from the checkpoint and needs none); a fresh stream with no old checkpoint passes "
+                      "starting_offsets=\"earliest\" or \"latest\" explicitly.")
+
 #: what an OS error means for a location, and what to do about it (:func:`os_error_parts`)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.ENOENT: ("nothing at this location", "Check the path (or URL) and retry."),

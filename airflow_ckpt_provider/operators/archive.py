@@ -6,7 +6,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 
@@ -94,6 +94,9 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     With ``journal`` a verified archive already made for this upgrade is returned as recorded
     (no second archive); an interrupted copy resumes in the same archive directory.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("archive", "in_place_archive")
 
     template_fields: Sequence[str] = (
         "checkpoint_uri", "archive_root", "stream_name", "handover", "upgrade_id", "reason",
@@ -185,6 +188,9 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
     if it is interrupted, the re-run knows the target holds its own partial copy, clears it and
     restores again from the verified archive, instead of taking it for the original checkpoint.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("rollback_restore",)
 
     template_fields: Sequence[str] = ("archive_uri", "target_uri", "archive_conn_id", "storage_conn_id",
                                       *JOURNAL_FIELDS)

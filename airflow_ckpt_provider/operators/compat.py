@@ -19,6 +19,7 @@ from airflow_ckpt_provider.operators.journaled import decided, journal_at
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.inputs import FromRecord, resolve
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATH_CHOICE
 
 
 def verdict_markdown(verdict: CompatibilityVerdict) -> str:
@@ -155,11 +156,11 @@ class CompatibilityCheckOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         journal = journal_at(self.journal, self.journal_conn_id)
         decision = planner.next_action(journal.read() if journal is not None and journal.exists() else None,
-                                       self.task_id)
+                                       COMPATIBILITY_CHECK)
         if decision.act is planner.Act.SKIP:
             self.log.info("no trial runs: %s", decision.reason)
             return _skipped(decision.reason)
-        return decided(journal, self.task_id, context, self._check,
+        return decided(journal, COMPATIBILITY_CHECK, context, self._check,
                        lambda value: {k: v for k, v in value.items() if k not in ("trials", "log_tail", "summary_md")},
                        said=lambda value: str(value.get("summary_md") or ""))
 
@@ -231,13 +232,14 @@ class UpgradePathOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         journal = journal_at(self.journal, self.journal_conn_id)
-        return decided(journal, self.task_id, context, lambda: self._choose(journal),
+        return decided(journal, PATH_CHOICE, context, lambda: self._choose(journal),
                        lambda value: {k: v for k, v in value.items() if k != "summary_md"},
                        said=lambda value: str(value.get("summary_md") or ""))
 
     def _choose(self, journal: UpgradeJournal | None) -> dict[str, Any]:
         record = journal.read() if journal is not None and journal.exists() else None
-        choice = resumed_path(list(record.steps) if record is not None else [], self.in_place_steps, self.mode)
+        kinds = [step.step_kind for step in record.steps.values()] if record is not None else []
+        choice = resumed_path(kinds, self.in_place_steps, self.mode)  # the steps begun, by kind
         if choice is None:
             raw = self.verdict
             if isinstance(raw, FromRecord):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
@@ -84,6 +84,9 @@ class CheckpointHandoverOperator(JournaledStep, BaseOperator):
     :param accept_reprocessing: allow a start that processes records a second time
     :param sink: the job's sink declaration (SinkSpec, mapping or JSON; default: not declared, at-least-once)
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("extract_handover", "in_place_handover")
 
     template_fields: Sequence[str] = ("checkpoint_uri", "kafka_conn_id", "storage_conn_id", "start",
                                       "accept_reprocessing", "accept_data_loss", "sink", *JOURNAL_FIELDS)
@@ -303,6 +306,9 @@ class RollbackHandoverOperator(JournaledStep, BaseOperator):
     "checkpoint": ..., "error": ...}``). Readers decode either with
     :func:`~airflow_ckpt_provider.checkpoint.rollback.rollback_result`.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("rollback_handover",)
 
     template_fields: Sequence[str] = ("checkpoint_uri", "handover", "old_checkpoint_uri", "rollback_mode",
                                       "rollback_checkpoint_uri", "storage_conn_id", *JOURNAL_FIELDS)

@@ -1,7 +1,8 @@
 """Journal support for the upgrade's step operators (:mod:`airflow_ckpt_provider.storage.journal`).
 
 A step operator given ``journal`` (the journal's URI, from the preflight's XCom) records itself
-under its task id and first asks the planner what to do
+under its task id, as the step kind it is (:attr:`JournaledStep.step_kind`), and first asks the
+planner what to do for that kind
 (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`, from the journal's record alone): a
 step already done returns its recorded result without acting again; a step the record does not
 call for (a rejected upgrade, another path, an earlier step not done, a rollback step the rollback
@@ -23,11 +24,11 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from airflow.sdk import Context
 
-from airflow_ckpt_provider.checkpoint.errors import ProviderError, shorten
+from airflow_ckpt_provider.checkpoint.errors import ProviderError, UnknownStepKind, shorten
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import fault_point
@@ -71,6 +72,23 @@ class LookingTrigger(Protocol):
     def check_now(self) -> Mapping[str, Any] | None: ...
 
 
+def step_kind_of(cls: type, step: str | None = None) -> str:
+    """The step kind an operator of ``cls`` is: ``step`` when given, else the first of its class's
+    ``STEP_KINDS``; :class:`UnknownStepKind` when ``step`` is not a kind of the step table or not one
+    the class serves (a stop cannot be planned as a launch)."""
+    kinds: tuple[str, ...] = getattr(cls, "STEP_KINDS", ())
+    if step is None:
+        if not kinds:
+            raise UnknownStepKind(found=f"{cls.__name__}, which names no step kinds",
+                                  expected="an operator class that names the step kinds it serves (STEP_KINDS)")
+        return kinds[0]
+    planner.refuse_unknown_kind(step)
+    if step not in kinds:
+        raise UnknownStepKind(found=f"step={step!r} for a {cls.__name__}",
+                              expected=f"one of the kinds a {cls.__name__} serves: {', '.join(kinds)}")
+    return step
+
+
 def given(value: T | FromRecord) -> T:
     """An operator argument that may be :class:`FromRecord`, typed as the value it stands for: the
     journaled step replaces the marker before it runs (:meth:`JournaledStep.read_record_inputs`)."""
@@ -87,23 +105,36 @@ def journal_at(uri: str | None, conn_id: str | None = None) -> UpgradeJournal | 
 
 
 class JournaledStep:
-    """Mixin: ``journal`` / ``journal_conn_id`` / ``journal_phase`` and the run helpers."""
+    """Mixin: ``journal`` / ``journal_conn_id`` / ``journal_phase``, the step kind and the run helpers.
 
+    A journaled operator is planned as the step KIND it is (:attr:`step_kind`, a kind of the step
+    table: :data:`~airflow_ckpt_provider.upgrade.steps.KINDS`), never by its task id: its class
+    names the kinds it can be (:attr:`STEP_KINDS`, the first is the one it is unless ``step``
+    declares another), so the operator reused in another DAG under any task id is planned as that
+    step, and a Reject skips it too. The journal keys its record by the task id and records the
+    kind beside it (:meth:`~airflow_ckpt_provider.storage.journal.UpgradeJournal.begin`)."""
+
+    #: The step kinds this operator class serves; the first is the kind it is unless ``step`` declares another.
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ()
     journal: str | None
     journal_conn_id: str | None
     journal_phase: str
     require_journal: bool
+    step_kind: str
     task_id: str
     log: Any
 
     def __init__(self, *args: Any, require_journal: bool = False, wait_in_task_s: float | None = None,
-                 **kwargs: Any) -> None:
+                 step: str | None = None, **kwargs: Any) -> None:
         """``require_journal``: a step of an upgrade, never run without its journal (it skips itself
         when the journal is missing: the preflight that opens it failed or was refused).
         ``wait_in_task_s``: how long a deferring step looks in its worker before it defers
-        (:meth:`defer_unless_over`; None: :data:`WAIT_IN_TASK_S`, 0: one look)."""
+        (:meth:`defer_unless_over`; None: :data:`WAIT_IN_TASK_S`, 0: one look). ``step``: the kind
+        this operator is, one of its class's :attr:`STEP_KINDS` (None: the first);
+        :class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind` for any other."""
         if wait_in_task_s is not None and wait_in_task_s < 0:
             raise ValueError(f"wait_in_task_s must be >= 0, not {wait_in_task_s}")
+        self.step_kind = step_kind_of(type(self), step)
         self.require_journal = require_journal
         self.wait_in_task_s = wait_in_task_s
         super().__init__(*args, **kwargs)
@@ -143,9 +174,9 @@ class JournaledStep:
                 reason = "no upgrade journal (the preflight that opens it did not run to its end): nothing was changed"
                 self.log.info("step %s skipped: %s", self.task_id, reason)
                 raise skip(f"{self.task_id}: {reason}")
-            return None, planner.next_action(None, self.task_id)
+            return None, planner.next_action(None, self.step_kind)
         record = journal.read()
-        decision = planner.next_action(record, self.task_id)
+        decision = planner.next_action(record, self.step_kind)
         if decision.act is planner.Act.SKIP:
             self.log.info("step %s skipped: %s", self.task_id, decision.reason)
             raise skip(f"{self.task_id}: {decision.reason}")
@@ -183,7 +214,8 @@ class JournaledStep:
             self.read_record_inputs(record, journal)  # those not read yet (a step run without rendering)
         if journal is None:
             return action(None, None)
-        start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase)
+        start = journal.begin(self.task_id, run_id=str(context.get("run_id") or ""), phase=self.journal_phase,
+                              kind=self.step_kind)
         if start.done:
             if on_reuse is not None:
                 on_reuse(start.result)
@@ -283,4 +315,4 @@ def refusal_reason(error: BaseException) -> str:
 
 
 __all__ = ["JOURNAL_FIELDS", "WAIT_IN_TASK_S", "JournaledStep", "LookingTrigger", "control_flow", "decided", "given",
-           "journal_at", "recorded", "refusal_reason"]
+           "journal_at", "recorded", "refusal_reason", "step_kind_of"]

@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow.sdk import BaseOperator, BaseOperatorLink, Context
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
     FirstCommitTimeout,
+    HandoverMissing,
     InvalidOffsets,
     LaunchFailed,
     NoProgress,
@@ -106,7 +107,12 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     rollback; a live heartbeat on it is still refused: :class:`QueryStillRunning`); a file sink
     whose ``sink_path`` already holds ``_spark_metadata`` (:class:`FileSinkHazard`: batch ids
     restart at 0 and would be skipped silently); invalid ``starting_offsets``
-    (:class:`InvalidOffsets`).
+    (:class:`InvalidOffsets`); a launch onto a new checkpoint with neither ``handover`` nor
+    ``starting_offsets`` (:class:`HandoverMissing`: Spark's default, latest, would skip every record
+    in between). Only a restart on the query's own checkpoint (``allow_existing_checkpoint``: the
+    in-place restart, the rollback's restart of the old version) and a standby (its offsets come
+    with its release) start without one; a brand-new stream passes ``starting_offsets="earliest"``
+    or ``"latest"`` explicitly.
 
     ``handover`` is the handover step's result (``CheckpointHandoverOperator.output``, a dict or
     JSON): the job then starts at its ``starting_offsets`` with its handover, unless
@@ -146,6 +152,10 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
     in ``sources/``) is the broker's log end on every partition (``caught_up`` in the log and the
     trigger event). Without it an idle topic ends in :class:`FirstCommitTimeout`.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("relaunch", "start_standby", "in_place_restart", "rollback_restart_old",
+                                        "rollback_restart_forward", "in_place_rollback_restart")
 
     # like SparkSubmitOperator, conf and application_args are templated too (XComArgs work there)
     template_fields: Sequence[str] = ("application", "application_args", "conf", "checkpoint_uri",
@@ -335,9 +345,13 @@ class StreamLaunchOperator(JournaledStep, BaseOperator):
             starting = None
             conf.update({CONF_STANDBY: "true", CONF_STANDBY_TIMEOUT_S: f"{self.standby_timeout:g}"})
         else:
-            if starting is None:
-                self.log.warning("no startingOffsets given: the job decides where it starts (Spark's default is "
-                                 "latest)")
+            if starting is None and not self.allow_existing_checkpoint:
+                raise HandoverMissing(
+                    found=f"a launch of {self.application} onto the new checkpoint {self.checkpoint_uri} with no "
+                          "handover and no starting_offsets",
+                    expected="the handover (its startingOffsets), explicit starting_offsets, or a restart on the "
+                             "query's own checkpoint (allow_existing_checkpoint), which resumes from it",
+                    path=self.checkpoint_uri)
             handover_json = self._handover_text()
             conf.update(self._initial_state_conf())
         min_batch = 0 if self._resume_after is None else self._resume_after + 1
@@ -489,6 +503,9 @@ class StandbyReleaseOperator(StreamLaunchOperator):
     release waits for that job's commit and never releases (or launches) a second time.
     """
 
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("relaunch",)
+
     template_fields: Sequence[str] = (*StreamLaunchOperator.template_fields, "standby_handle")
 
     def __init__(self, *, standby_handle: str | Mapping[str, Any] | FromRecord | None, **kwargs: Any) -> None:
@@ -614,6 +631,9 @@ class HandoverVerifyOperator(JournaledStep, BaseOperator):
     else :class:`SinkNotDelivered` (a sink that skips or loses the new version's writes fails the
     upgrade, which rolls back before the archive). The result's ``sink`` says what was checked.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("verify", "in_place_verify")
 
     template_fields: Sequence[str] = ("handover", "checkpoint_uri", "starting_offsets", "kafka_conn_id",
                                       "storage_conn_id", "sink", *JOURNAL_FIELDS)

@@ -61,6 +61,7 @@ from airflow_ckpt_provider.upgrade.record import (
     rerun_of,
 )
 from airflow_ckpt_provider.upgrade.results import PreflightResult
+from airflow_ckpt_provider.upgrade.steps import PREFLIGHT
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -316,7 +317,7 @@ class UpgradePreflightOperator(BaseOperator):
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
             accepted = {"accepted_undeclared_sink": True} if found_sink.accepted_undeclared else {}
-            journal.record_planning(self.task_id, run_id=run_id, started_at=self._started_at,
+            journal.record_planning(PREFLIGHT, run_id=run_id, started_at=self._started_at,
                                     result={"resuming": False, "old_query_running": running, **self._modes(),
                                             **self._locations(upgrade_id), **accepted},
                                     notes={planner.SUMMARY_NOTE: summary})
@@ -475,7 +476,7 @@ class UpgradePreflightOperator(BaseOperator):
         """The relaunch and rollback modes for the journal's planning, which the steps' planner reads
         (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`): those this preflight checked, or
         on a resumed upgrade those its first run recorded (a re-run's params do not change its course)."""
-        first = planner.result_of(record, self.task_id) if record is not None else None
+        first = planner.result_of(record, PREFLIGHT) if record is not None else None
         if isinstance(first, Mapping) and "relaunch_mode" in first:
             return {key: str(first.get(key, "")) for key in ("relaunch_mode", "rollback_mode")}
         return {"relaunch_mode": str(self.relaunch_mode or ""),
@@ -486,7 +487,7 @@ class UpgradePreflightOperator(BaseOperator):
         (:class:`~airflow_ckpt_provider.upgrade.inputs.RecordInput`): where the state export goes and
         a forward rollback's fresh checkpoint; on a resumed upgrade those its first run recorded (a
         re-run's params do not move them), else those of this run's params."""
-        first = planner.result_of(record, self.task_id) if record is not None else None
+        first = planner.result_of(record, PREFLIGHT) if record is not None else None
         recorded = first if isinstance(first, Mapping) else {}
         return {key: str(recorded.get(key) or fallback) for key, fallback in (
             ("state_export", self._state_export(upgrade_id)), ("rollback_checkpoint", self._rollback_target()))}
@@ -547,7 +548,7 @@ class UpgradePreflightOperator(BaseOperator):
         journal.record_run(run_id, f"resumed: steps done {', '.join(done) or 'none'}; "
                                    f"unfinished {', '.join(open_steps) or 'none'}")
         locations = self._locations(upgrade_id, record)
-        journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
+        journal.record_planning(PREFLIGHT, run_id=run_id, started_at=getattr(self, "_started_at", ""),
                                 result={"resuming": True, **self._modes(record), **locations},
                                 notes={planner.SUMMARY_NOTE: summary})
         return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
@@ -576,7 +577,7 @@ class UpgradePreflightOperator(BaseOperator):
         closing = record.closing_entry() or {}
         first_report = str(closing.get("report") or "")
         if not first_report:  # a journal closed before run entries were kept: the archive's report folder
-            archived = (record.steps.get("archive") or JournalStep(name="archive", state="")).result
+            archived = (record.entry("archive") or JournalStep(name="archive", state="")).result
             location = archived.get("location", "") if isinstance(archived, dict) else ""
             first_report = f"{location.rstrip('/')}/report" if location else ""
         by = str(closing.get("run_id") or (record.runs[-1] if record.runs else "?"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from airflow.sdk import BaseOperator, Context
 
@@ -76,6 +76,9 @@ class StateExportOperator(JournaledStep, BaseOperator):
     :param export_timeout: seconds the job may run before it is killed and the step fails
     :param poll_interval: seconds between looks at the job
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("export_state",)
 
     template_fields: Sequence[str] = ("checkpoint_uri", "export_uri", "handover", "carry_state", "upgrade_id",
                                       "seeded_state", "conf", "master", "deploy_mode", "spark_conn_id", "spark_home",

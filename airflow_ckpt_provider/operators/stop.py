@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 
@@ -65,6 +65,10 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     and never the new one). An interrupted stop is simply asked again: it joins the pending
     request or finds the query stopped.
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("graceful_stop", "in_place_stop", "rollback_stop_new",
+                                             "in_place_rollback_stop")
 
     template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#fde8e8"

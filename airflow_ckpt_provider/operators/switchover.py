@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import Context
 
@@ -161,6 +161,9 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
     :param sink: the job's sink declaration, for the sink ledger when the old query's stop cut a batch
         (SinkSpec, mapping or JSON; default: not declared, at-least-once)
     """
+
+    #: the step kinds it serves (the first unless ``step`` declares another): see JournaledStep
+    STEP_KINDS: ClassVar[tuple[str, ...]] = ("switchover",)
 
     template_fields: Sequence[str] = (*StandbyReleaseOperator.template_fields, "start", "source",
                                       "accept_reprocessing", "accept_data_loss", "carry_state", "accept_empty_state",

@@ -207,8 +207,9 @@ class UpgradeJournal:
 
     # -- steps --------------------------------------------------------------------------------
 
-    def begin(self, name: str, *, run_id: str, phase: str = UPGRADE_PHASE) -> StepStart:
-        """Before a step's side effect. Done already -> ``StepStart(done=True, result)`` and
+    def begin(self, name: str, *, run_id: str, phase: str = UPGRADE_PHASE, kind: str = "") -> StepStart:
+        """Before a step's side effect, keyed by its task id ``name`` and recorded as the step of
+        ``kind`` (its name when ""). Done already -> ``StepStart(done=True, result)`` and
         nothing is written. Otherwise records ``started`` (attempt n+1) and returns the earlier
         record, if any. An upgrade step in a journal already rolling back raises
         :class:`UpgradeRolledBack`; a rollback step switches the journal to the rollback phase."""
@@ -231,7 +232,7 @@ class UpgradeJournal:
         step = JournalStep(name=name, state=STARTED, run_id=run_id,
                            attempts=(previous.attempts + 1) if previous else 1,
                            started_at=previous.started_at if same_run and previous else self.clock().isoformat(),
-                           notes=dict(previous.notes) if previous else {})
+                           notes=dict(previous.notes) if previous else {}, kind=kind if kind != name else "")
         self._write(replace(record, phase=ROLLBACK_PHASE if phase == ROLLBACK_PHASE else record.phase,
                             steps={**record.steps, name: step}))
         return StepStart(done=False, previous=previous)

@@ -150,7 +150,7 @@ def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
     XCom before deferring."""
     def read(record: JournalRecord) -> dict[str, Any] | None:
         for step in steps:
-            entry = record.steps.get(step)
+            entry = record.entry(step)
             if entry is None:
                 continue
             if entry.state == DONE and isinstance(entry.result, Mapping):
@@ -212,7 +212,7 @@ INPUTS: dict[RecordInput, InputSource] = {
 def _states(record: JournalRecord, steps: tuple[str, ...]) -> str:
     """How ``steps`` stand in ``record``, in words (``rollback_handover failed``)."""
     def state(step: str) -> str:
-        entry = record.steps.get(step) or record.planning.get(step)
+        entry = record.entry(step)
         return "not run" if entry is None else str(entry.state)
 
     return ", ".join(f"{step} {state(step)}" for step in steps) or "nothing recorded"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.errors import PathNotRecorded, UnknownStepKind
 from airflow_ckpt_provider.checkpoint.outcome import (
     REFUSED,
     REJECTED,
@@ -41,6 +42,7 @@ from airflow_ckpt_provider.upgrade.steps import (
     APPROVAL,
     COMPATIBILITY_CHECK,
     IN_PLACE_ROLLBACK,
+    KINDS,
     PATH_CHOICE,
     PATHS,
     PLANNING,
@@ -63,9 +65,8 @@ class StepStatus(StrEnum):
 
 
 def _entry(record: JournalRecord | None, name: str) -> JournalStep | None:
-    if record is None:
-        return None
-    return record.steps.get(name) or record.planning.get(name)
+    """The record of the step of kind ``name``, whatever task id it ran under (:meth:`JournalRecord.entry`)."""
+    return record.entry(name) if record is not None else None
 
 
 def status_of(record: JournalRecord | None, name: str) -> StepStatus:
@@ -323,17 +324,25 @@ def _called_for(step: str, plan: RollbackPlan) -> bool:
     return plan.restart_old  # rollback_handover, in_place_rollback_restart
 
 
+def refuse_unknown_kind(step: str) -> None:
+    """:class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind` unless ``step`` is a kind of
+    the step table (:data:`~airflow_ckpt_provider.upgrade.steps.KINDS`)."""
+    if step not in KINDS:
+        raise UnknownStepKind(found=f"step kind {step!r}",
+                              expected=f"one of the step table's kinds: {', '.join(KINDS)}")
+
+
 def next_action(record: JournalRecord | None, step: str) -> NextAction:
-    """What step ``step`` (its name in the step table, :mod:`~airflow_ckpt_provider.upgrade.steps`)
-    does now, decided from the record alone:
+    """What the step of kind ``step`` (its name in the step table, :mod:`~airflow_ckpt_provider.upgrade.steps`,
+    whatever task id it runs under) does now, decided from the record alone:
 
     - ``skip`` every step once the upgrade ended (the journal is closed: upgraded, rejected, refused,
       rolled back);
     - ``skip`` the compatibility check once a step with a side effect began (an upgrade under way
       tried its new version before its stop; nothing is tried again);
     - ``reuse`` its recorded result when it is done (a retried task, a re-triggered run);
-    - ``run`` without a journal (an operator used on its own), or for a step the table does not
-      name (another DAG's journaled task: only the reuse rule applies);
+    - ``run`` without a journal (an operator used on its own), and for a decision before any side
+      effect (it decides for itself and records itself in the planning);
     - ``skip`` when a person rejected the upgrade, when a decision before any side effect refused it
       (:func:`refusal`: the compatibility check or the path choice failed), when the approval was
       asked and has no answer, when the upgrade takes another path (in place or the migration),
@@ -343,8 +352,11 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
 
     Otherwise ``run``. A step of an upgrade that is rolling back is not decided here: the
     journal refuses it when it begins (:class:`~airflow_ckpt_provider.checkpoint.errors.UpgradeRolledBack`).
-    The path comes from the record (:func:`path_taken`); when it does not say, only the reuse,
-    reject and approval rules apply, as before the path was recorded."""
+    Refuses (nothing decided, nothing recorded) a kind the step table does not name
+    (:class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind`) and a step of a path or a
+    rollback over a record that names no path (:func:`path_taken`:
+    :class:`~airflow_ckpt_provider.checkpoint.errors.PathNotRecorded`), which no step could plan."""
+    refuse_unknown_kind(step)
     if record is None:
         return NextAction(Act.RUN, "no journal: the step runs on its own")
     if record.closed:
@@ -357,15 +369,13 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
         return NextAction(Act.SKIP, f"the upgrade is under way ({begun.name} began in run {begun.run_id or '?'} at "
                                     f"{begun.started_at or '?'}): its new version was tried before that; no trial "
                                     "runs again")
-    entry = record.steps.get(step)
+    if step in PLANNING:
+        return NextAction(Act.RUN, f"{step} is a decision before any side effect: it decides for itself")
+    entry = _entry(record, step)
     if entry is not None and entry.state == DONE:
         return NextAction(Act.REUSE, f"done in run {entry.run_id or '?'} at {entry.finished_at or '?'}: "
                                      "its recorded result is returned, nothing is repeated", entry.result)
-    path = path_taken(record)
-    in_rollback = step in ROLLBACK or step in IN_PLACE_ROLLBACK
-    in_path = next((p for p in Path if step in PATHS[p].steps), None) is not None
-    if not (in_rollback or in_path):
-        return NextAction(Act.RUN, f"{step} is not a step of the reference upgrade: it decides for itself")
+    in_path = step not in ROLLBACK and step not in IN_PLACE_ROLLBACK
     if rejected(record):
         return NextAction(Act.SKIP, "the approval answered Reject: nothing is stopped or started")
     refused = refusal(record)
@@ -374,8 +384,12 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     approval = record.planning.get(APPROVAL)
     if approval is not None and approval.state != DONE and not record.started_side_effects:
         return NextAction(Act.SKIP, f"the approval is {approval.state} without an answer: nothing runs before one")
+    path = path_taken(record)
     if path is None:
-        return NextAction(Act.RUN, "the record names no path: the DAG's order decides")
+        raise PathNotRecorded(
+            found=f"upgrade {record.upgrade_id}'s record with no relaunch mode in its preflight's planning and no "
+                  f"in-place choice, asked about step {step}",
+            expected="the path the preflight (and the path choice) recorded: standby, cold, switchover or in place")
     if in_path:
         steps = PATHS[path].steps
         if step not in steps:
@@ -406,5 +420,6 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
 
 __all__ = ["OLD_STOPPED_NOTE", "REFUSAL_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Part", "Refusal", "StepStatus",
            "approval_answer", "approval_text", "completed", "errors", "needs_approval", "next_action", "old_stopped",
-           "outcome", "part_of", "path_taken", "recorded_rollback_mode", "refusal", "rejected", "restart_attempted",
+           "outcome", "part_of", "path_taken", "recorded_rollback_mode", "refusal", "refuse_unknown_kind",
+           "rejected", "restart_attempted",
            "result_of", "rollback_plan", "status_of", "timings"]

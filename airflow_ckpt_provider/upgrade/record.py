@@ -107,7 +107,10 @@ def rerun_of(record: JournalRecord | None) -> Rerun:
 
 @dataclass(frozen=True)
 class JournalStep:
-    """One step's record. ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
+    """One step's record, keyed in the journal by its task id (``name``). ``kind`` is the step of
+    the step table it is (:data:`~airflow_ckpt_provider.upgrade.steps.KINDS`; "" in journals written
+    before kinds were recorded, whose steps' task ids were their kinds: :attr:`step_kind` reads the
+    name then). ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
 
     name: str
     state: str
@@ -118,10 +121,16 @@ class JournalStep:
     result: Any = None
     error: str = ""
     notes: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = ""
 
     @property
     def done(self) -> bool:
         return self.state == DONE
+
+    @property
+    def step_kind(self) -> str:
+        """The step this record is of: its recorded ``kind``, else its name."""
+        return self.kind or self.name
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,15 @@ class JournalRecord:
         if not self.closed:
             return None
         return next((e for e in reversed(self.run_log) if e.get("outcome") == self.outcome), None)
+
+    def entry(self, kind: str) -> JournalStep | None:
+        """The record of the step of ``kind``, whatever task id it ran under: among the steps (the
+        one that began last, should two tasks of one DAG be the same kind), else the decision of
+        that name in ``planning``; None when neither holds one."""
+        found = [step for step in self.steps.values() if step.step_kind == kind]
+        if found:
+            return max(found, key=lambda step: step.started_at)
+        return self.planning.get(kind)
 
     @property
     def started_side_effects(self) -> bool:

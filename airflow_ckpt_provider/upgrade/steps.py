@@ -1,6 +1,8 @@
-"""The upgrade's steps by name, per path: what the reference DAG runs, what the journal records
-each step under, and what the planner (:mod:`airflow_ckpt_provider.upgrade.planner`) decides over.
-A step's name is its task id in the reference DAG and its key in the journal."""
+"""The upgrade's steps by kind, per path: what the reference DAG runs, what the journal records
+each step as, and what the planner (:mod:`airflow_ckpt_provider.upgrade.planner`) decides over.
+A step's kind is its name here and its task id in the reference DAG; the journal keys a step by its
+task id and records its kind beside it, so an operator reused under another task id is read and
+planned as the step it is."""
 
 from __future__ import annotations
 
@@ -116,6 +118,13 @@ PATHS: dict[Path, PathSteps] = {
 }
 
 
+#: Every step kind of the upgrade, in order: the decisions, every path's steps, the rollbacks. A step's
+#: kind is its name in this table; the planner plans a journaled operator by the kind it is
+#: (:attr:`~airflow_ckpt_provider.operators.journaled.JournaledStep.step_kind`), never by its task id.
+KINDS: tuple[str, ...] = tuple(dict.fromkeys(
+    (*PLANNING, *(step for path in Path for step in PATHS[path].steps), *ROLLBACK, *IN_PLACE_ROLLBACK)))
+
+
 def all_steps(path: Path) -> tuple[str, ...]:
     """Every step a DAG of ``path`` (standby, cold or switchover, with the in-place path beside it) may run,
     in order: the decisions, the path's steps, the in-place steps, the rollbacks."""
@@ -124,6 +133,7 @@ def all_steps(path: Path) -> tuple[str, ...]:
     return (*PLANNING, *main, *in_place, *ROLLBACK, *IN_PLACE_ROLLBACK)
 
 
-__all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "PATHS", "PATH_CHOICE", "PLANNING",
+__all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "KINDS",
+           "PATHS", "PATH_CHOICE", "PLANNING",
            "PREFLIGHT", "REFUSING", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "Path", "PathSteps",
            "all_steps"]

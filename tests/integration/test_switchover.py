@@ -346,7 +346,7 @@ def test_a_standby_killed_mid_switch_fails_the_step_and_the_old_version_resumes_
     query_id = CheckpointReader(str(old.checkpoint)).snapshot().query_id
     launcher_handles = hook[1]
     restart = StreamLaunchOperator(
-        task_id="rollback_restart_old", application=str(OLD_JOB),
+        task_id="rollback_restart_old", step="rollback_restart_old", application=str(OLD_JOB),
         application_args=[kafka.bootstrap_servers, old.topic, str(old.checkpoint), str(old.sink), "graceful"],
         checkpoint_uri=str(old.checkpoint), allow_existing_checkpoint=True, conf=CONF, master="local[2]",
         first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, log_dir=str(tmp_path / "logs"))

@@ -34,25 +34,25 @@ def test_the_pages_do_show_source() -> None:
 
 
 def test_sync_adds_a_missing_block_and_is_idempotent() -> None:
-    page = "intro\n<!-- dag-source STOP_RETRY -->\nafter\n"
+    page = "intro\n<!-- dag-source PARAMS -->\nafter\n"
     synced = hooks.sync(page)
-    assert synced.startswith("intro\n<!-- dag-source STOP_RETRY -->\n```python\n")
-    assert "STOP_RETRY: dict[str, Any] =" in synced and synced.endswith("```\nafter\n")
+    assert synced.startswith("intro\n<!-- dag-source PARAMS -->\n```python\n")
+    assert "PARAMS: dict[str, Param] =" in synced and synced.endswith("```\nafter\n")
     assert hooks.sync(synced) == synced and hooks.stale(synced) == []
 
 
 def test_a_changed_copy_is_stale_and_fails_the_build() -> None:
-    synced = hooks.sync("<!-- dag-source STOP_RETRY -->\n")
-    edited = synced.replace("retries", "tries", 1)
-    assert hooks.stale(edited) == ["line 1: <!-- dag-source STOP_RETRY -->"]
-    assert hooks.stale("x\n<!-- dag-source STOP_RETRY -->\nno block\n") == ["line 2: <!-- dag-source STOP_RETRY -->"]
+    synced = hooks.sync("<!-- dag-source PARAMS -->\n")
+    edited = synced.replace("stream_name", "stream", 1)
+    assert hooks.stale(edited) == ["line 1: <!-- dag-source PARAMS -->"]
+    assert hooks.stale("x\n<!-- dag-source PARAMS -->\nno block\n") == ["line 2: <!-- dag-source PARAMS -->"]
     with pytest.raises(hooks.StaleSource, match="make docs-sync"):
         hooks.render(edited)
 
 
 def test_an_unknown_name_is_refused() -> None:
     with pytest.raises(hooks.DagSourceError, match="no 'no_such_task'"):
-        hooks.sync("<!-- dag-source build_stream_upgrade_dag.no_such_task -->\n")
+        hooks.sync("<!-- source airflow_ckpt_provider/dags/stream_upgrade.py build_stream_upgrade_dag.no_such_task -->\n")
 
 
 def test_the_cli_page_documents_every_command() -> None:
@@ -73,3 +73,24 @@ def test_the_readme_links_pages_that_exist() -> None:
     links = re.findall(r"\]\(((?:docs|dags|bench|tests)/[^)#]+)", (REPO / "README.md").read_text(encoding="utf-8"))
     assert links, "the README links no docs page"
     assert [link for link in links if not (REPO / link).exists()] == []
+
+
+def test_the_operators_page_lists_the_kinds_each_operator_serves() -> None:
+    """The table of step kinds on the operators page is each class's STEP_KINDS, in order."""
+    from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
+    from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator, RollbackHandoverOperator
+    from airflow_ckpt_provider.operators.launch import (
+        HandoverVerifyOperator,
+        StandbyReleaseOperator,
+        StreamLaunchOperator,
+    )
+    from airflow_ckpt_provider.operators.state import StateExportOperator
+    from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+    from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+
+    page = (REPO / "docs" / "src" / "operators.md").read_text(encoding="utf-8")
+    for cls in (GracefulStopOperator, CheckpointHandoverOperator, RollbackHandoverOperator, StateExportOperator,
+                CheckpointArchiveOperator, CheckpointRestoreOperator, StreamLaunchOperator, StandbyReleaseOperator,
+                StandbySwitchoverOperator, HandoverVerifyOperator):
+        row = f"| `{cls.__name__}` | " + ", ".join(f"`{kind}`" for kind in cls.STEP_KINDS) + " |"
+        assert row in page, row

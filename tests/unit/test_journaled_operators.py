@@ -19,9 +19,10 @@ from typing import Any
 import fsspec
 import jinja2
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
-from airflow_ckpt_provider.checkpoint.errors import StartMismatch, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.errors import StartMismatch, UnknownStepKind, UpgradeRolledBack
+from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.archive import CheckpointArchiveOperator, CheckpointRestoreOperator
 from airflow_ckpt_provider.operators.handover import CheckpointHandoverOperator
@@ -32,7 +33,7 @@ from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UpgradeIntent
-from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import PATHS, PLANNING, ROLLBACK_SEQUENCE
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import TI, FakeLauncher, local_handle
@@ -46,7 +47,22 @@ def journal(tmp_path: Path) -> UpgradeJournal:
     path = UpgradeJournal.location(str(tmp_path / "archive"), "orders", "up-1")
     journal = UpgradeJournal(fs, path)
     journal.open(INTENT, "up-1", run_id="run-1")
+    # a cold upgrade, planned and approved: each test records the steps before the one it runs
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": "cold"})
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
     return journal
+
+
+def ready(journal: UpgradeJournal, step: str) -> None:
+    """Record as done what the planner needs done before ``step`` on the cold path (for a rollback step:
+    the old version's stop, and the rollback's steps before it in restore mode)."""
+    path = PATHS[StepPath.COLD]
+    rollback = ROLLBACK_SEQUENCE[StepPath.COLD][RollbackMode.RESTORE]
+    before = (path.steps[:path.steps.index(step)] if step in path.steps
+              else (path.stop, path.handover, *rollback[:rollback.index(step)]))
+    for name in before:
+        journal.begin(name, run_id="run-1", phase=ROLLBACK_PHASE if name in rollback else "upgrade")
+        journal.finish(name, None)
 
 
 def context(run_id: str, ti: Any = None) -> dict[str, Any]:
@@ -65,6 +81,7 @@ def live_group() -> Iterator[int]:
 
 def test_a_done_handover_is_returned_even_after_the_checkpoint_is_gone(tmp_path: Path, journal: UpgradeJournal,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ready(journal, "extract_handover")
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(3))
     op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=built.uri, journal=journal.path)
     monkeypatch.setattr("airflow_ckpt_provider.operators.handover.reconciled_handover_view",
@@ -81,6 +98,7 @@ def test_a_done_handover_is_returned_even_after_the_checkpoint_is_gone(tmp_path:
 
 
 def test_a_failed_step_records_its_error(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "extract_handover")
     op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(tmp_path / "missing"),
                                     journal=journal.path)
     with pytest.raises(Exception) as failed:
@@ -99,6 +117,7 @@ def test_a_done_stop_is_not_repeated(tmp_path: Path, journal: UpgradeJournal) ->
 
 
 def test_a_done_launch_returns_and_publishes_its_handle(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "relaunch")
     handle = local_handle(4242, tmp_path / "log", str(tmp_path / "v2")).to_dict()
     journal.begin("relaunch", run_id="run-1")
     journal.finish("relaunch", handle)
@@ -112,6 +131,7 @@ def test_a_done_launch_returns_and_publishes_its_handle(tmp_path: Path, journal:
 
 
 def test_an_interrupted_launch_adopts_the_live_job(tmp_path: Path, journal: UpgradeJournal, live_group: int) -> None:
+    ready(journal, "relaunch")
     cp = tmp_path / "v2"
     started = local_handle(live_group, tmp_path / "log", str(cp))
     journal.begin("relaunch", run_id="run-1")
@@ -129,6 +149,7 @@ def test_an_interrupted_launch_adopts_the_live_job(tmp_path: Path, journal: Upgr
 
 def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Path, journal: UpgradeJournal,
                                                                     live_group: int) -> None:
+    ready(journal, "relaunch")
     from datetime import datetime, timezone
 
     from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat, ProcessScope
@@ -156,6 +177,7 @@ def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Pa
 
 def test_an_interrupted_launch_whose_job_died_launches_again_on_its_checkpoint(
         tmp_path: Path, journal: UpgradeJournal, live_group: int) -> None:
+    ready(journal, "relaunch")
     built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))  # the dead job had begun it
     dead = local_handle(_dead_pid(), tmp_path / "log", built.uri)
     journal.begin("relaunch", run_id="run-1")
@@ -173,6 +195,7 @@ def test_an_interrupted_launch_whose_job_died_launches_again_on_its_checkpoint(
 
 def test_a_fresh_launch_refuses_a_non_empty_checkpoint_but_notes_nothing(tmp_path: Path,
                                                                        journal: UpgradeJournal) -> None:
+    ready(journal, "relaunch")
     built = write_checkpoint(str(tmp_path / "v2"), batches=range(2))
     op = StreamLaunchOperator(task_id="relaunch", application="job.py", checkpoint_uri=built.uri,
                               journal=journal.path)
@@ -184,6 +207,7 @@ def test_a_fresh_launch_refuses_a_non_empty_checkpoint_but_notes_nothing(tmp_pat
 
 
 def test_upgrade_steps_refuse_once_the_rollback_began(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "verify")
     journal.begin("rollback_stop_new", run_id="run-1", phase=ROLLBACK_PHASE)
     op = HandoverVerifyOperator(task_id="verify", handover="{}", checkpoint_uri=str(tmp_path / "v2"),
                                 journal=journal.path)
@@ -193,6 +217,7 @@ def test_upgrade_steps_refuse_once_the_rollback_began(tmp_path: Path, journal: U
 
 
 def test_verify_failure_is_recorded(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "verify")
     built = write_checkpoint(str(tmp_path / "old"), batches=range(3))
     handover = CheckpointReader(built.uri).handover()
     new = write_checkpoint(str(tmp_path / "v2"), batches=range(1))  # started from its own offsets
@@ -204,6 +229,7 @@ def test_verify_failure_is_recorded(tmp_path: Path, journal: UpgradeJournal) -> 
 
 
 def test_an_interrupted_restore_clears_its_partial_copy_and_restores(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "rollback_restore")
     built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
     fs = fsspec.filesystem("file")
     manifest = CheckpointArchive(fs, str(tmp_path / "archive")).archive(fs, built.uri, stream_name="orders",
@@ -223,6 +249,7 @@ def test_an_interrupted_restore_clears_its_partial_copy_and_restores(tmp_path: P
 
 
 def test_a_restore_without_a_note_keeps_an_existing_target(tmp_path: Path, journal: UpgradeJournal) -> None:
+    ready(journal, "rollback_restore")
     built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
     op = CheckpointRestoreOperator(task_id="rollback_restore", archive_uri="", target_uri=built.uri,
                                    skip_if_target_exists=True, journal=journal.path)
@@ -231,6 +258,7 @@ def test_a_restore_without_a_note_keeps_an_existing_target(tmp_path: Path, journ
 
 def test_archive_operator_records_its_manifest_and_does_not_archive_twice(tmp_path: Path,
                                                                          journal: UpgradeJournal) -> None:
+    ready(journal, "archive")
     built = write_checkpoint(str(tmp_path / "v1"), batches=range(3))
     kwargs = {"task_id": "archive", "checkpoint_uri": built.uri, "archive_root": str(tmp_path / "archive"),
               "stream_name": "orders", "upgrade_id": "up-1", "journal": journal.path}
@@ -379,7 +407,7 @@ def test_a_step_the_record_does_not_call_for_skips_itself_and_records_nothing(tm
 
     journal.begin("in_place_stop", run_id="run-1")
     journal.fail("in_place_stop", "escalated")
-    handover = CheckpointHandoverOperator(task_id="in_place_handover", checkpoint_uri=str(cp), journal=journal.path)
+    handover = CheckpointHandoverOperator(task_id="in_place_handover", step="in_place_handover", checkpoint_uri=str(cp), journal=journal.path)
     with pytest.raises(AirflowSkipException, match="in_place_stop, before it on the in_place path, is failed"):
         handover.execute(context("run-1"))
     assert journal.step("in_place_handover") is None
@@ -390,7 +418,7 @@ def test_a_step_the_record_does_not_call_for_skips_itself_and_records_nothing(tm
             journal.finish(name, {})
     journal.begin("in_place_stop", run_id="run-1")
     journal.finish("in_place_stop", {})
-    rollback = GracefulStopOperator(task_id="in_place_rollback_stop", checkpoint_uri=str(cp), journal=journal.path,
+    rollback = GracefulStopOperator(task_id="in_place_rollback_stop", step="in_place_rollback_stop", checkpoint_uri=str(cp), journal=journal.path,
                                     journal_phase=ROLLBACK_PHASE)
     with pytest.raises(AirflowSkipException, match="the upgrade completed"):
         rollback.execute(context("run-1"))
@@ -440,7 +468,7 @@ def test_a_step_not_called_for_skips_before_its_templates_and_inputs_are_read(tm
     plan_in(journal)  # cold, restore mode: the forward restart is never called for
     context = {"run_id": "run-1", "ti": SimpleNamespace(xcom_pull=lambda **_: None)}
     forward = StreamLaunchOperator(
-        task_id="rollback_restart_forward", application="v1.py", checkpoint_uri=str(tmp_path / "fresh"),
+        task_id="rollback_restart_forward", step="rollback_restart_forward", application="v1.py", checkpoint_uri=str(tmp_path / "fresh"),
         starting_offsets="{{ ti.xcom_pull(task_ids='rollback_handover')['starting_offsets'] }}",
         journal="{{ ti.xcom_pull(task_ids='absent') or '" + journal.path + "' }}", journal_phase=ROLLBACK_PHASE)
     with pytest.raises(AirflowSkipException, match="rollback_restart_forward is not part of this rollback"):
@@ -451,7 +479,7 @@ def test_a_step_not_called_for_skips_before_its_templates_and_inputs_are_read(tm
     needed.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]
     assert needed.checkpoint_uri == "run-1/v1"
 
-    orphan = GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri="{{ ti.xcom_pull()['x'] }}",
+    orphan = GracefulStopOperator(task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri="{{ ti.xcom_pull()['x'] }}",
                                   journal="{{ ti.xcom_pull(task_ids='preflight') or '' }}", require_journal=True)
     with pytest.raises(AirflowSkipException, match="no upgrade journal"):
         orphan.render_template_fields(context, jinja2.Environment())  # type: ignore[arg-type]
@@ -525,7 +553,7 @@ def test_a_compatibility_refusal_ends_the_upgrade_refused_and_frees_the_stream(
 
     # the steps after it: an upgrade step and a rollback step (all_done) skip themselves, saying why
     for step in (GracefulStopOperator(task_id="start_standby", checkpoint_uri=str(tmp_path / "v2"), journal=uri),
-                 GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri=str(tmp_path / "v2"), journal=uri,
+                 GracefulStopOperator(task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri=str(tmp_path / "v2"), journal=uri,
                                       journal_phase=ROLLBACK_PHASE)):
         with pytest.raises(AirflowSkipException, match="compatibility_check refused the upgrade before anything was "
                                                        "stopped: the new version does not start"):
@@ -576,3 +604,49 @@ def test_a_compatibility_refusal_ends_the_upgrade_refused_and_frees_the_stream(
                               new_checkpoint_uri=str(tmp_path / "v2"), path=PATHS[StepPath.STANDBY],
                               journal=fixed["journal"]).execute(context("run-2", ReportTI({})))  # type: ignore[arg-type]
     assert second.read().outcome == "refused" and read_lock(second.fs, second.lock_path) is None
+
+
+def test_every_journaled_operator_class_serves_kinds_of_the_step_table() -> None:
+    from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
+    from airflow_ckpt_provider.operators.launch import StandbyReleaseOperator
+    from airflow_ckpt_provider.operators.state import StateExportOperator
+    from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+    from airflow_ckpt_provider.upgrade.steps import KINDS
+
+    classes = (GracefulStopOperator, CheckpointHandoverOperator, RollbackHandoverOperator, StateExportOperator,
+               CheckpointArchiveOperator, CheckpointRestoreOperator, StreamLaunchOperator, StandbyReleaseOperator,
+               StandbySwitchoverOperator, HandoverVerifyOperator)
+    served = [kind for cls in classes for kind in cls.STEP_KINDS]
+    assert set(served) <= set(KINDS)
+    assert sorted(served) == sorted([*(k for k in KINDS if k not in PLANNING), "relaunch"]), \
+        "every step kind has its class (relaunch two: a cold launch and a standby's release)"
+
+
+@pytest.mark.parametrize(("step", "found"), [("launch", "step kind 'launch'"),
+                                             ("relaunch", "step='relaunch' for a GracefulStopOperator")])
+def test_an_operator_declared_as_a_kind_its_class_does_not_serve_is_refused(step: str, found: str) -> None:
+    with pytest.raises(UnknownStepKind, match=found):
+        GracefulStopOperator(task_id="stop", step=step, checkpoint_uri="/cp/v1")
+
+
+def test_an_operator_under_another_task_id_is_planned_and_recorded_as_its_kind(tmp_path: Path,
+                                                                              journal: UpgradeJournal) -> None:
+    """Another team's DAG: the stop runs as ``stop_orders``, the rollback's stop as ``undo_v2``: each
+    is planned as the step it is (a Reject skips them too) and recorded under its task id with its kind."""
+    op = GracefulStopOperator(task_id="stop_orders", checkpoint_uri=str(tmp_path / "v1"), journal=journal.path)
+    assert op.step_kind == "graceful_stop"
+    undo = GracefulStopOperator(task_id="undo_v2", step="rollback_stop_new", checkpoint_uri=str(tmp_path / "v2"),
+                                journal=journal.path, journal_phase=ROLLBACK_PHASE)
+    assert undo.step_kind == "rollback_stop_new"
+    with pytest.raises(AirflowSkipException, match="undo_v2: the old version was not stopped by this upgrade"):
+        undo.execute(context("run-1"))
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Reject"})
+    with pytest.raises(AirflowSkipException, match="stop_orders: the approval answered Reject"):
+        op.execute(context("run-1"))
+    assert journal.read().steps == {}
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
+    journal.begin("stop_orders", run_id="run-1", kind="graceful_stop")
+    journal.finish("stop_orders", {"outcome": "graceful"})
+    assert op.execute(context("run-2")) == {"outcome": "graceful"}  # reused, by its kind
+    entry = journal.read().steps["stop_orders"]
+    assert entry.kind == "graceful_stop" and journal.read().entry("graceful_stop") == entry

@@ -23,6 +23,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointNotEmpty,
     FileSinkHazard,
     FirstCommitTimeout,
+    HandoverMissing,
     InvalidHandover,
     InvalidOffsets,
     LaunchFailed,
@@ -279,6 +280,34 @@ def test_launch_refusals_start_nothing(tmp_path: Path) -> None:
             operator.execute({"ti": ti})
         assert fake.launches == [] and ti.xcom == {}
     assert not (tmp_path / "new-cp").exists()
+
+
+@pytest.mark.parametrize("handover", [{"starting_offsets": None}, {"starting_offsets": ""},
+                                      {"starting_offsets": None, "handover": ""}], ids=["none", "empty", "no handover"])
+def test_a_launch_onto_a_new_checkpoint_without_a_handover_is_refused(tmp_path: Path,
+                                                                    handover: dict[str, Any]) -> None:
+    """It used to launch after a warning: Spark's default (latest) skips every record in between."""
+    operator, fake = launch_operator(tmp_path, **handover)
+    ti = TI()
+    with pytest.raises(HandoverMissing, match="found a launch of job.py onto the new checkpoint .*new-cp with no "
+                                              "handover and no starting_offsets"):
+        operator.execute({"ti": ti})
+    assert fake.launches == [] and ti.xcom == {}
+    assert not (tmp_path / "new-cp").exists()
+
+
+@pytest.mark.parametrize("kwargs", [{"starting_offsets": "earliest"}, {"starting_offsets": "latest"},
+                                    {"starting_offsets": None, "allow_existing_checkpoint": True}],
+                         ids=["earliest", "latest", "own checkpoint"])
+def test_launches_that_need_no_handover_start(tmp_path: Path, kwargs: dict[str, Any]) -> None:
+    """A fresh stream that says where it starts, and a restart on the query's own checkpoint (the
+    in-place restart, the rollback's restart of the old version: Spark resumes from it)."""
+    if kwargs.get("allow_existing_checkpoint"):
+        write_checkpoint(str(tmp_path / "new-cp"), batches=range(2))
+    operator, fake = launch_operator(tmp_path, **kwargs)
+    with pytest.raises(TaskDeferred):
+        operator.execute({"ti": TI()})
+    assert len(fake.launches) == 1 and fake.launches[0]["starting_offsets"] == kwargs["starting_offsets"]
 
 
 def test_launch_argument_checks() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from airflow_ckpt_provider.checkpoint.errors import PathNotRecorded, UnknownStepKind
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode, RollbackPlan
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
@@ -25,7 +26,16 @@ from airflow_ckpt_provider.upgrade.record import (
     JournalStep,
     UpgradeIntent,
 )
-from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, PLANNING, ROLLBACK, Path, PathSteps, all_steps
+from airflow_ckpt_provider.upgrade.steps import (
+    IN_PLACE_ROLLBACK,
+    KINDS,
+    PATHS,
+    PLANNING,
+    ROLLBACK,
+    Path,
+    PathSteps,
+    all_steps,
+)
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
 
@@ -247,12 +257,74 @@ def acts(rec: JournalRecord | None, steps: tuple[str, ...] | list[str]) -> dict[
 RUN, SKIP, REUSE = planner.Act.RUN, planner.Act.SKIP, planner.Act.REUSE
 
 
-def test_without_a_journal_or_outside_the_table_a_step_runs() -> None:
+def test_without_a_journal_a_step_runs() -> None:
     assert planner.next_action(None, "graceful_stop").act is RUN
-    # another team's journaled task: only the reuse rule applies
-    assert planner.next_action(planned(Path.COLD), "my_stop").act is RUN
+
+
+@pytest.mark.parametrize("rec", [None, record(), planned(Path.COLD),
+                                 record(planning={"approve": {"chosen": "Reject"}})],
+                         ids=["no journal", "no path", "cold", "rejected"])
+@pytest.mark.parametrize("kind", ["my_stop", "", "Graceful_Stop", "rollback", "report"])
+def test_a_kind_outside_the_step_table_is_refused(rec: JournalRecord | None, kind: str) -> None:
+    """Nothing is planned for a kind the table does not name (it used to run, even after a Reject)."""
+    with pytest.raises(UnknownStepKind, match=f"found step kind {kind!r}; expected one of the step table's kinds"):
+        planner.next_action(rec, kind)
+
+
+NO_PATH = [record(), record({"graceful_stop": FAILED}),
+           record(planning={"preflight": {"relaunch_mode": ""}, "approve": {"chosen": "Approve"}})]
+
+
+@pytest.mark.parametrize("rec", NO_PATH, ids=["empty", "a stop failed", "no relaunch mode"])
+@pytest.mark.parametrize("step", [s for s in KINDS if s not in PLANNING])
+def test_a_record_naming_no_path_refuses_every_step_of_a_path_or_a_rollback(rec: JournalRecord, step: str) -> None:
+    """A record without the preflight's modes used to run both the in-place and the migration steps
+    ("the DAG's order decides"): no step can be planned from it, so each refuses, naming the step."""
+    with pytest.raises(PathNotRecorded, match=f"asked about step {step}; expected the path the preflight"):
+        planner.next_action(rec, step)
+
+
+def test_without_a_path_the_reuse_reject_and_approval_rules_still_decide() -> None:
+    """What is decided before the path is read: a done step reuses its result, a Reject skips, an
+    unanswered approval skips, a decision runs."""
+    assert planner.next_action(record({"graceful_stop": DONE}), "graceful_stop").act is REUSE
     rejected = record(planning={"approve": {"chosen": "Reject"}})
-    assert planner.next_action(rejected, "my_stop").act is RUN
+    assert acts(rejected, ["graceful_stop", "in_place_stop", "rollback_stop_new"]) == {
+        "graceful_stop": SKIP, "in_place_stop": SKIP, "rollback_stop_new": SKIP}
+    waiting = replace(rejected, planning={"approve": JournalStep(name="approve", state=STARTED)})
+    assert planner.next_action(waiting, "start_standby").act is SKIP
+    assert acts(record(), PLANNING) == {name: RUN for name in PLANNING}
+
+
+def test_a_step_is_planned_by_its_kind_whatever_task_id_it_ran_under() -> None:
+    """Another team's DAG runs the stop as ``stop_orders`` (kind graceful_stop) and the handover as
+    ``take_offsets``: the journal keys them by task id, the planner reads them by kind."""
+    rec = planned(Path.COLD)
+    steps = {"stop_orders": JournalStep(name="stop_orders", state=DONE, kind="graceful_stop", result={"s": 1},
+                                        started_at="2026-01-01T00:00:01+00:00"),
+             "take_offsets": JournalStep(name="take_offsets", state=FAILED, kind="extract_handover",
+                                         started_at="2026-01-01T00:00:02+00:00")}
+    rec = replace(rec, steps=steps)
+    assert planner.status_of(rec, "graceful_stop") is StepStatus.DONE
+    assert planner.status_of(rec, "extract_handover") is StepStatus.FAILED
+    assert planner.next_action(rec, "graceful_stop") == planner.NextAction(
+        REUSE, "done in run ? at ?: its recorded result is returned, nothing is repeated", {"s": 1})
+    assert planner.next_action(rec, "export_state").reason == "extract_handover, before it on the cold path, is failed"
+    assert planner.rollback_plan(rec, PATHS[Path.COLD]).restart_old, "the stop under its own task id counts"
+    # a Reject skips the reused operator too: it is a step of the table, not "another DAG's task"
+    rejected = replace(rec, steps={}, planning={**rec.planning, "approve": JournalStep(
+        name="approve", state=DONE, result={"chosen": "Reject"})})
+    assert planner.next_action(rejected, "graceful_stop").act is SKIP
+
+
+def test_a_journal_of_task_ids_that_were_kinds_reads_as_before() -> None:
+    """A journal written before kinds were recorded (the reference DAG's task ids are its kinds): its
+    entries name no kind and are read by their names."""
+    step = JournalStep(name="graceful_stop", state=DONE)
+    assert step.kind == "" and step.step_kind == "graceful_stop"
+    rec = replace(planned(Path.COLD), steps={"graceful_stop": step})
+    assert rec.entry("graceful_stop") is step and rec.entry("extract_handover") is None
+    assert JournalRecord.from_json(rec.to_json()).entry("graceful_stop") == step
 
 
 @pytest.mark.parametrize("path", list(Path))
@@ -342,14 +414,6 @@ def test_a_reject_or_an_unanswered_approval_runs_nothing() -> None:
                                          "approve": JournalStep(name="approve", state=STARTED)})
     decision = planner.next_action(waiting, "start_standby")
     assert decision.act is SKIP and "without an answer" in decision.reason
-
-
-def test_a_record_naming_no_path_keeps_the_dags_order() -> None:
-    """A journal without the preflight's modes (the preflight used alone): reuse, reject and the
-    approval decide; the DAG's order does the rest."""
-    rec = record({"graceful_stop": DONE})
-    assert acts(rec, ["graceful_stop", "extract_handover", "in_place_stop", "rollback_stop_new"]) == {
-        "graceful_stop": REUSE, "extract_handover": RUN, "in_place_stop": RUN, "rollback_stop_new": RUN}
 
 
 def test_the_path_and_modes_come_from_the_planning() -> None:

@@ -257,7 +257,7 @@ def test_a_recorded_value_is_read_after_the_templates_and_never_rendered(tmp_pat
     written = {**local_handle(4242, tmp_path / "log", "/c/new").to_dict(), "app_name": "v2 {{ 7 * 7 }}"}
     journal.note("relaunch", handle=written)
     journal.fail("relaunch", "no first commit")
-    op = GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri="/c/new-{{ 7 * 7 }}",
+    op = GracefulStopOperator(task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri="/c/new-{{ 7 * 7 }}",
                               launch_handle=FromRecord(RecordInput.NEW_HANDLE), journal=journal.path,
                               journal_phase=ROLLBACK_PHASE, require_journal=True)
     with structlog.testing.capture_logs() as logs:
@@ -275,7 +275,7 @@ def test_locations_read_from_the_record_are_logged_masked(journal: UpgradeJourna
 
     failed_after_the_stop(journal)
     journal.note("relaunch", handle={"mode": "local", "app_name": "v2", "checkpoint_uri": "s3a://KEY:SECRET@b/cp"})
-    op = GracefulStopOperator(task_id="rollback_stop_new", checkpoint_uri="/c/new", journal=journal.path,
+    op = GracefulStopOperator(task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri="/c/new", journal=journal.path,
                               launch_handle=FromRecord(RecordInput.NEW_HANDLE), journal_phase=ROLLBACK_PHASE)
     with structlog.testing.capture_logs() as logs:
         render(op)
@@ -289,7 +289,7 @@ def test_a_step_not_called_for_skips_before_reading_its_inputs(journal: UpgradeJ
     from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
 
     failed_after_the_stop(journal, mode="restore")
-    op = StreamLaunchOperator(task_id="rollback_restart_forward", application="v1.py",
+    op = StreamLaunchOperator(task_id="rollback_restart_forward", step="rollback_restart_forward", application="v1.py",
                               checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
                               starting_offsets=FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS),
                               journal=journal.path, journal_phase=ROLLBACK_PHASE, require_journal=True)
@@ -304,7 +304,7 @@ def test_a_done_step_reuses_its_result_without_reading_its_inputs(journal: Upgra
 
     failed_after_the_stop(journal, mode="forward")
     done(journal, "rollback_restart_forward", {"mode": "local", "app_name": "v1 again"}, phase=ROLLBACK_PHASE)
-    op = StreamLaunchOperator(task_id="rollback_restart_forward", application="v1.py",
+    op = StreamLaunchOperator(task_id="rollback_restart_forward", step="rollback_restart_forward", application="v1.py",
                               checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
                               starting_offsets=FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS),
                               journal=journal.path, journal_phase=ROLLBACK_PHASE)
@@ -344,7 +344,7 @@ def test_a_forward_restart_needs_the_offsets_its_rollback_handover_recorded(jour
     done(journal, "rollback_stop_new", {"outcome": "not_running"}, phase=ROLLBACK_PHASE)
     done(journal, "rollback_handover", RollbackHandoverUnread(checkpoint="/c/old", error="unreadable").to_dict(),
          phase=ROLLBACK_PHASE)
-    op = StreamLaunchOperator(task_id="rollback_restart_forward", application="v1.py",
+    op = StreamLaunchOperator(task_id="rollback_restart_forward", step="rollback_restart_forward", application="v1.py",
                               checkpoint_uri=FromRecord(RecordInput.ROLLBACK_CHECKPOINT),
                               starting_offsets=FromRecord(RecordInput.ROLLBACK_STARTING_OFFSETS),
                               journal=journal.path, journal_phase=ROLLBACK_PHASE, require_journal=True)
@@ -371,7 +371,9 @@ def test_explicit_arguments_are_used_as_given(journal: UpgradeJournal) -> None:
     from airflow_ckpt_provider.operators.archive import CheckpointRestoreOperator
 
     failed_after_the_stop(journal)
-    for journaled in (journal.path, None):
+    done(journal, "rollback_stop_new", phase="rollback")
+    done(journal, "rollback_handover", phase="rollback")
+    for journaled in (journal.path, None):  # "my_restore" is planned as the rollback_restore it is
         op = CheckpointRestoreOperator(task_id="my_restore", archive_uri="/mine/{{ run_id }}", target_uri="/c/old",
                                        journal=journaled)
         render(op)

@@ -447,3 +447,58 @@ def test_the_switchover_dag_switches_inside_the_drivers(dags: dict) -> None:
     data = DagSerialization.to_dict(dag)
     json.dumps(data)
     assert DagSerialization.from_dict(data).get_task("switchover").standby_handle == "FromRecord(standby_handle)"
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_switchover",
+                                    "stream_upgrade_on_artifact"])
+def test_every_task_has_the_execution_timeout_and_retries_of_its_row(dags: dict, dag_id: str) -> None:
+    """No task waits without a deadline: each step's execution_timeout is its row's budget plus the DAG's
+    waits it covers (the builder's defaults here), the plan's its own."""
+    from datetime import timedelta
+
+    from airflow_ckpt_provider.dags.stream_upgrade import PLAN_TIMEOUT
+
+    dag = dags[dag_id]
+    assert dag.get_task("plan").execution_timeout == PLAN_TIMEOUT
+    minutes = {"graceful_stop": 15, "relaunch": 20, "verify": 600 / 60 + 20 / 60, "archive": 360, "report": 30,
+               "approve": 13 * 60, "rollback_stop_new": 11, "in_place_restart": 20, "rollback_restart_old": 20}
+    for task_id, expected in minutes.items():
+        if not dag.has_task(task_id):  # the switchover DAG's stop and launch are its switchover
+            continue
+        assert dag.get_task(task_id).execution_timeout == timedelta(minutes=expected), task_id
+    assert all(task.execution_timeout is not None for task in dag.tasks), "every task has a deadline"
+    retried = {t.task_id for t in dag.tasks if t.retries == 1}
+    assert retried == ({"graceful_stop", "relaunch", "verify", "switchover"} & set(dag.task_ids)) | {
+        "in_place_stop", "in_place_restart", "in_place_verify", "rollback_stop_new", "in_place_rollback_stop"}
+
+
+@pytest.mark.parametrize("dag_id", ["stream_upgrade", "stream_upgrade_cold", "stream_upgrade_switchover"])
+def test_every_journaled_task_is_declared_as_the_step_kind_it_is(dags: dict, dag_id: str) -> None:
+    """The DAG declares each step's kind (the planner plans by it); the in-place steps are the
+    migration's operator classes declared as their own kinds, not copies under other task ids."""
+    from airflow_ckpt_provider.operators.journaled import JournaledStep
+
+    journaled = [t for t in dags[dag_id].tasks if isinstance(t, JournaledStep)]
+    assert journaled and all(t.step_kind == t.task_id for t in journaled)
+    dag = dags[dag_id]
+    for in_place, migration in (("in_place_stop", "rollback_stop_new"), ("in_place_handover", "extract_handover"),
+                                ("in_place_archive", "archive"), ("in_place_verify", "verify"),
+                                ("in_place_rollback_restart", "rollback_restart_old")):
+        if dag.has_task(migration):
+            assert type(dag.get_task(in_place)) is type(dag.get_task(migration)), in_place
+
+
+def test_the_reference_dag_file_is_its_docs_its_params_and_the_calls() -> None:
+    """dags/stream_upgrade.py builds no operator: the DAGs come from the step table, through the package's
+    factory; under 150 lines of code besides its docstring."""
+    import ast
+
+    source = DAG_FILE.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+    code = [line for line in source.splitlines()[body[0].lineno - 1:]
+            if line.strip() and not line.strip().startswith("#")]
+    assert len(code) < 150, len(code)
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert called == {"Param", "build_stream_upgrade_dag", "Asset"}, called
+    assert not [name for name in called if name.endswith("Operator") or name in ("task", "chain", "DAG")]

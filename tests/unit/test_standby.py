@@ -58,6 +58,8 @@ from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT, await_hand
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
 from airflow_ckpt_provider.upgrade.record import UpgradeIntent
+from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as Path_
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_launch_operators import (
     TI,
@@ -657,6 +659,18 @@ def journal(tmp_path: Path) -> UpgradeJournal:
     journal = UpgradeJournal(fs, path)
     journal.open(UpgradeIntent(stream_name="orders", old_checkpoint=str(tmp_path / "v1"),
                                new_checkpoint=str(tmp_path / "v2")), "up-1", run_id="run-1")
+    return planned_up_to(journal, Path_.STANDBY, "relaunch")
+
+
+def planned_up_to(journal: UpgradeJournal, path: Path_, step: str) -> UpgradeJournal:
+    """``journal`` planned for ``path`` and approved, with every step of that path before ``step`` done
+    (what the planner asks before ``step`` runs)."""
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": path.value})
+    journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
+    steps = PATHS[path].steps
+    for before in steps[:steps.index(step)]:
+        journal.begin(before, run_id="run-1")
+        journal.finish(before, None)
     return journal
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
@@ -56,18 +57,20 @@ from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
 from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE, rollback_plan
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import PATHS
+from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePath
 from tests.unit.conftest import Built, write_checkpoint
 from tests.unit.test_launch_operators import FakeLauncher, dead_pid, first_event, running_pid
 from tests.unit.test_rollback import FakeKafkaHook
-from tests.unit.test_standby import (  # noqa: F401 - journal is a fixture
+from tests.unit.test_standby import (
     TI,
     context,
     heartbeat,
     iso,
-    journal,
     now,
+    planned_up_to,
     poll,
     put,
     read_release,
@@ -83,6 +86,16 @@ from tests.unit.test_withdrawal_race import (  # noqa: F401 - paused is a fixtur
 )
 
 # -- the world: an old query running on v1 (3 committed batches), a standby waiting on v2 ----------
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> UpgradeJournal:
+    """The journal of a switchover upgrade, planned and approved, its standby started."""
+    journal = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path / "archive"), "orders",
+                                                                                "up-1"))
+    journal.open(UpgradeIntent(stream_name="orders", old_checkpoint=str(tmp_path / "v1"),
+                               new_checkpoint=str(tmp_path / "v2")), "up-1", run_id="run-1")
+    return planned_up_to(journal, StepPath.SWITCHOVER, "switchover")
 
 
 def running_old(tmp_path: Path) -> tuple[Path, Built]:

@@ -1,0 +1,111 @@
+"""The reference upgrade DAG, generated from the step table
+(:data:`~airflow_ckpt_provider.upgrade.table.TABLE`): one operator per row of the DAG's path
+(:func:`~airflow_ckpt_provider.upgrade.table.rows`), built by the row's factory
+(:mod:`airflow_ckpt_provider.dags.steps`), wired in the table's order. The repository's
+``dags/stream_upgrade.py`` is this DAG's documentation, its params and the calls of
+:func:`build_stream_upgrade_dag`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import DAG, BaseOperator, Param, chain, task
+
+from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
+from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
+from airflow_ckpt_provider.dags.steps import PARAM_NAMES, Build, operator_of
+from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, PATHS, PLANNING, ROLLBACK, Path
+from airflow_ckpt_provider.upgrade.table import REPORT, rows
+
+#: How long ``plan`` (the params' check) may take.
+PLAN_TIMEOUT = timedelta(minutes=10)
+
+
+def build_stream_upgrade_dag(
+    dag_id: str,
+    *,
+    params: Mapping[str, Param],
+    schedule: Any = None,  # noqa: ANN401 - Airflow's schedule (None, a cron text, assets)
+    defaults: dict[str, Any] | None = None,
+    stop_timeout: float = 300.0,
+    quiet_period: float = 5.0,
+    acknowledged_quiet_period: float = 1.0,
+    poll_interval: float = 0.5,
+    first_commit_timeout: float = 600.0,
+    remove_old_checkpoint: bool = False,
+    progress_window_s: float = 20.0,
+    relaunch_mode: RelaunchMode | str = RelaunchMode.STANDBY,
+    standby_timeout: float = 3600.0,
+    **dag_kwargs: Any,
+) -> DAG:
+    """The upgrade DAG. ``params`` are the trigger form's (they must hold every param the steps
+    read: :data:`~airflow_ckpt_provider.dags.steps.PARAM_NAMES`, else ``ValueError``); ``defaults``
+    override their defaults (scheduled and asset-triggered runs use them); the keyword arguments fix
+    what a trigger form should not change: how long a stop may take before it escalates to a kill,
+    how long the stopped checkpoint must stay quiet (after a clean acknowledgement:
+    ``acknowledged_quiet_period``), how often the triggers look at the checkpoints, how long the new
+    version may take to commit its first batch (or, as a standby, to be ready), whether the old
+    checkpoint is deleted after its verified archive, how long the new query must keep committing
+    during verification, how the new version starts (``relaunch_mode``: standby, cold or switchover)
+    and how long a standby waits for its release before it exits by itself. Each task's retries and
+    ``execution_timeout`` come from its row (a wait set here is added to the timeouts that cover it)."""
+    mode = RelaunchMode(relaunch_mode)
+    missing = sorted(PARAM_NAMES - set(params))
+    if missing:
+        raise ValueError(f"the upgrade DAG {dag_id} needs the params {', '.join(missing)}: the steps read them")
+    known = dict(params)
+    chosen = {name: Param(defaults[name], **{k: v for k, v in p.schema.items() if k != "default"})
+              if defaults and name in defaults else p for name, p in known.items()}
+    with DAG(dag_id=dag_id, schedule=schedule, params=chosen, catchup=False, max_active_runs=1,
+             default_args={"retries": 0}, tags=["checkpoint", "upgrade"], **dag_kwargs) as dag:
+
+        @task(multiple_outputs=True, execution_timeout=PLAN_TIMEOUT)
+        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            """Validate the params and fix what both versions are launched with."""
+            assert params is not None
+            unknown = sorted(set(params) - set(known))
+            if unknown:  # a misspelt key of a trigger's conf would be ignored silently
+                raise ValueError(f"unknown param(s) {', '.join(unknown)}: this DAG's params are "
+                                 f"{', '.join(known)}; fix the trigger's conf")
+            for name in ("old_checkpoint", "new_checkpoint", "archive_root", "old_application", "new_application"):
+                if not params[name]:
+                    raise ValueError(f"param {name} is empty: set it in the trigger form or the defaults")
+            conf = {str(k): str(v) for k, v in (params["spark_conf"] or {}).items()}
+            planned = {
+                "spark_conf": conf,
+                "old_application_args": [str(a) for a in params["old_application_args"]],
+                "new_application_args": [str(a) for a in params["new_application_args"]],
+            }
+            for version in ("old", "new"):  # each version's Spark: its own home, connection, conf
+                spark = SparkSettings.from_json(params[f"{version}_spark"], name=f"param {version}_spark")
+                planned.update({
+                    f"{version}_spark_conf": spark.merged_conf(conf),
+                    f"{version}_master": spark.master(params["spark_master"]),
+                    f"{version}_deploy_mode": "" if spark.conn_id else params["spark_deploy_mode"],
+                    f"{version}_conn_id": spark.conn_id, f"{version}_spark_home": spark.spark_home,
+                    f"{version}_spark_submit": spark.spark_submit,
+                })
+            return planned
+
+        build = Build(mode=mode, planned=plan(), stop_timeout=stop_timeout, quiet_period=quiet_period,
+                      acknowledged_quiet_period=acknowledged_quiet_period, poll_interval=poll_interval,
+                      first_commit_timeout=first_commit_timeout, remove_old_checkpoint=remove_old_checkpoint,
+                      progress_window_s=progress_window_s, standby_timeout=standby_timeout)
+        steps: dict[str, BaseOperator] = {row.kind: operator_of(row, build) for row in rows(Path(mode.value))}
+        # the decisions in order; after the approval the path's steps in order, the in-place steps beside
+        # them, each rollback after its path, the report last. Every step decides for itself from the
+        # journal (upgrade.planner.next_action): one not called for skips itself with the reason; an
+        # upgrade step keeps all_success (a failure or a Reject ends its path at once), a rollback step
+        # runs once its path ended (all_done).
+        chain(build.planned, *[steps[name] for name in PLANNING])
+        ends = []
+        for path, rollback in ((PATHS[Path(mode.value)], ROLLBACK), (PATHS[Path.IN_PLACE], IN_PLACE_ROLLBACK)):
+            chain(steps[PLANNING[-1]], *[steps[name] for name in (*path.steps, *rollback)])
+            ends.append(steps[rollback[-1]])
+        chain(ends, steps[REPORT])
+    return dag
+
+
+__all__ = ["PLAN_TIMEOUT", "build_stream_upgrade_dag"]
