@@ -60,7 +60,6 @@ from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE, rollback_pla
 from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
-from airflow_ckpt_provider.upgrade.steps import Path as UpgradePath
 from tests.unit.conftest import Built, write_checkpoint
 from tests.unit.test_launch_operators import FakeLauncher, dead_pid, first_event, running_pid
 from tests.unit.test_rollback import FakeKafkaHook
@@ -702,7 +701,7 @@ def test_an_old_driver_past_its_last_look_acknowledges_late_and_the_rollback_res
     assert carrying.result() is not None and driver.query.stopped
     step = journal.step("switchover")
     assert step is not None and step.notes[OLD_STOPPED_NOTE] is True
-    plan = rollback_plan(journal.read(), PATHS[UpgradePath.SWITCHOVER])
+    plan = rollback_plan(journal.read(), PATHS[StepPath.SWITCHOVER])
     assert plan.restart_old and plan.stop_new
 
 
