@@ -34,7 +34,7 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
 from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting, SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
 
 
 class TrialKind(StrEnum):
@@ -277,7 +277,7 @@ class CompatibilityVerdict:
         return cls(**_VERDICT.decode(data))
 
 
-# -- the codecs (airflow_ckpt_provider.upgrade.codec) -----------------------------------------------
+# -- the codecs (airflow_ckpt_provider.records.codec) -----------------------------------------------
 # Written by today's release without a format number; strict: only the keys :meth:`to_dict` writes,
 # each of its JSON type. What a value derives from its other fields (a verdict's headline and
 # new_version_starts, a setting's needs_new_checkpoint and recorded, and the check step's
@@ -317,7 +317,7 @@ _TRIAL = Codec("TrialResult", InvalidVerdict, {
                        decode=array_of(dict, decode=lambda o: StatefulOperator(**_OPERATOR.decode(o))),
                        expected="null or an array of objects with operator_id, name and detail"),
     "seconds": Field((float,), required=False, default=0.0, decode=float),
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, version=None, too_large=JsonTooLarge)
 
 _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "in_place_ok": Field((bool,), nullable=True),
@@ -334,7 +334,7 @@ _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "new_version_starts": Field((bool,), required=False, derived=True),
     "headline": Field((str,), required=False, derived=True),
     "summary_md": _SUMMARY_MD,
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, version=None, too_large=JsonTooLarge)
 
 #: The key of :class:`CompatibilitySkipped` (the compatibility check's result when it tried nothing).
 SKIPPED_KEY = "skipped"
@@ -349,7 +349,7 @@ def _reason(value: str) -> str:
 _SKIPPED = Codec("CompatibilitySkipped", InvalidVerdict, {
     SKIPPED_KEY: Field((str,), decode=_reason, expected="the reason, a non-empty string"),
     "summary_md": _SUMMARY_MD,
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, version=None, too_large=JsonTooLarge)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import Codec, Field
 from airflow_ckpt_provider.spark.control import ProcessScope
-from airflow_ckpt_provider.upgrade.codec import Codec, Field
 
 
 class LaunchMode(StrEnum):

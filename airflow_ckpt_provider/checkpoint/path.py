@@ -20,7 +20,7 @@ from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, one_of
 
 
 class UpgradeMode(StrEnum):

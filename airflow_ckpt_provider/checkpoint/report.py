@@ -21,7 +21,7 @@ from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, object_of
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ class UpgradeReport:
         )
 
 
-# -- the codecs of the report and its rows (airflow_ckpt_provider.upgrade.codec) ----------------------
+# -- the codecs of the report and its rows (airflow_ckpt_provider.records.codec) ----------------------
 # Written without a format number, as today's release writes it.
 
 _TEXT_OR_NULL = Field((str,), required=False, nullable=True)

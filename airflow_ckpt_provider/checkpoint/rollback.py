@@ -29,7 +29,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidRollbackHandover, Sou
 from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets, SourceOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot

@@ -55,7 +55,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, object_of
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +390,7 @@ class StateManifest:
             raise StateExportCorrupt(found=exc.found, expected=exc.expected, path=where) from None
 
 
-# -- the codecs of the manifest and its entries (airflow_ckpt_provider.upgrade.codec) -----------------
+# -- the codecs of the manifest and its entries (airflow_ckpt_provider.records.codec) -----------------
 # state-manifest.json is format 1 (every key written since the first export); its stores and files
 # carry no format number of their own.
 

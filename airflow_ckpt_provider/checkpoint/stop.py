@@ -40,12 +40,12 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import InvalidStopResult
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import Codec, Field, object_of, one_of
 from airflow_ckpt_provider.spark.control import (
     Heartbeat,
     StopAck,
     StopRequest,
 )
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, object_of, one_of
 
 log = logging.getLogger(__name__)
 DEFAULT_MISSED_BEATS = 3.0

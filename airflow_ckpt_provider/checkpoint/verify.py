@@ -41,7 +41,7 @@ from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot, CheckpointView
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"

@@ -1,4 +1,4 @@
-"""The decoders moved onto :mod:`airflow_ckpt_provider.upgrade.codec` keep their error types:
+"""The decoders moved onto :mod:`airflow_ckpt_provider.records.codec` keep their error types:
 decision tables written against the hand-written decoders, plus round trips of what the provider
 itself writes. The launch handle accepts and refuses what it did before; the verdict and its trials
 are strict now (only the keys their writers write, each of its JSON type), so the leniencies the

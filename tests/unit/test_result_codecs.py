@@ -1,5 +1,5 @@
 """Every step result the upgrade exchanges (XCom) or records (the journal, an archive, a state
-export) is decoded by its one strict codec (:mod:`airflow_ckpt_provider.upgrade.codec`): what
+export) is decoded by its one strict codec (:mod:`airflow_ckpt_provider.records.codec`): what
 this release writes is read back exactly (the texts below are what its writers wrote, kept as they
 were: archives and state exports keep them for ever), round trips are exact, and anything else is
 refused with the value's own typed error naming what was found."""
