@@ -20,7 +20,7 @@ from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.records.codec import Codec, Field
-from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.records.control import ProcessScope
 
 
 class LaunchMode(StrEnum):

@@ -4,7 +4,7 @@
 
 The running query (see :mod:`airflow_ckpt_provider.spark.graceful_stop`) and the requester (the
 Airflow operator and trigger, or ``ckpt stop``) talk through three small JSON files under the
-checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.spark.control`). This module holds:
+checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.records.control`). This module holds:
 
 * :class:`StopResult` — what a stop achieved (graceful, escalated, not running), as XCom JSON;
 * :class:`StopReason` — why waiting ended (shared by the trigger, the operator and the CLI);
@@ -41,7 +41,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidStopResult
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.records.codec import Codec, Field, object_of, one_of
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     Heartbeat,
     StopAck,
     StopRequest,

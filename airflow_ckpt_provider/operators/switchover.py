@@ -45,8 +45,7 @@ from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice, take_handover
 from airflow_ckpt_provider.operators.journaled import control_flow
 from airflow_ckpt_provider.operators.launch import DEFER_GRACE_S, HANDLE_XCOM_KEY, StandbyReleaseOperator
-from airflow_ckpt_provider.sinks import SinkSpec
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     INTERRUPTED,
     STANDBY_RELEASE,
     SWITCHOVER_HANDOVER,
@@ -56,6 +55,7 @@ from airflow_ckpt_provider.spark.control import (
     parse_time,
     pending_request,
 )
+from airflow_ckpt_provider.sinks import SinkSpec
 from airflow_ckpt_provider.spark.state_seed import SEED_STATE_DIR
 from airflow_ckpt_provider.spark.switchover import (
     RefusalReason,

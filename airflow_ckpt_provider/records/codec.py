@@ -39,31 +39,51 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
 from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_limit_problem
 
-__all__ = ["FORMAT_KEY", "Codec", "Field", "JsonLimitExceeded", "TypedError", "array_of", "json_type_name",
-           "load_json_text", "object_of", "one_of"]
+__all__ = ["FORMAT_KEY", "UNVERSIONED", "Codec", "Field", "JsonLimitExceeded", "TypedError", "array_of",
+           "json_type_name", "load_json_text", "object_of", "one_of"]
 
 #: The key of a value's format number.
 FORMAT_KEY = "format"
+#: The format number of a value written before it had one (no ``format`` key): a codec whose
+#: ``versions`` name it reads such a value as that first format; no writer writes it.
+UNVERSIONED = 0
 #: JSON types by the Python type :func:`json.loads` gives them.
 _JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string", int: "integer", float: "number",
                                 bool: "boolean", type(None): "null"}
 
 
 class TypedError(Exception):
-    """Base of the errors a value's codec raises: each says what was ``found`` and what was
-    ``expected`` (keyword arguments). The provider's
-    :class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` derives from it, so the codec
-    recognises a nested value's refusal without importing the layers above it."""
+    """Base of the provider's typed errors: each says what was ``found``, what was ``expected`` and
+    the ``action`` to take (keyword arguments; each class has a default action). The codec raises
+    a value's own error of this family; the provider's
+    :class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` derives from it (adding a
+    summary, a path and a detail), so the codec recognises a nested value's refusal without
+    importing the layers above it. Pickles with its fields."""
 
-    found: str
-    expected: str
+    default_action: ClassVar[str] = "Nothing was changed; fix the cause and retry."
 
-    if TYPE_CHECKING:
-        def __init__(self, *, found: str, expected: str, **details: Any) -> None: ...  # noqa: ANN401
+    def __init__(self, *, found: str, expected: str, action: str | None = None) -> None:
+        self.found = found
+        self.expected = expected
+        self.action = action if action is not None else self.default_action
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"found {self.found}; expected {self.expected}. {self.action}"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
+        return (_rebuild_typed, (type(self), dict(self.__dict__)))
+
+
+def _rebuild_typed(cls: type[TypedError], state: dict[str, Any]) -> TypedError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    Exception.__init__(error, str(error))
+    return error
 
 
 class JsonLimitExceeded(ValueError):
@@ -167,8 +187,9 @@ class Field:
 class Codec:
     """The decoding of one value type (see the module doc): ``what`` names the value in errors,
     ``error`` is its typed error, ``version`` the format number it writes and reads (None: a value
-    of today's release, written without one), ``versions`` the older format numbers it still
-    reads, ``unknown_keys`` "refuse" or (a leniency) "ignore", ``too_large`` the error raised
+    of an older release, written without one), ``versions`` the older format numbers it still
+    reads (:data:`UNVERSIONED`: the value as written before it had a format number, without the
+    key), ``unknown_keys`` "refuse" or (a leniency) "ignore", ``too_large`` the error raised
     (instead of ``error``) for text beyond the size or depth limits (e.g. the typed
     :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`), ``strict_json`` also refuses
     text with duplicate keys or NaN/Infinity."""
@@ -179,6 +200,8 @@ class Codec:
                  too_large: type[TypedError] | None = None, strict_json: bool = False) -> None:
         if FORMAT_KEY in fields:
             raise ValueError(f"{what}: {FORMAT_KEY!r} is the codec's own key, not a field")
+        if version is not None and version <= UNVERSIONED:
+            raise ValueError(f"{what}: format numbers start at {UNVERSIONED + 1}, not {version}")
         if unknown_keys not in ("refuse", "ignore"):
             raise ValueError(f"unknown_keys must be 'refuse' or 'ignore', not {unknown_keys!r}")
         self.what = what
@@ -223,14 +246,16 @@ class Codec:
                                   "wrote it")
             return
         if FORMAT_KEY not in raw:
+            if UNVERSIONED in self.versions:
+                return  # written before the value had a format number: read as format 0
             raise self.refuse(f"{self.what} without a format number", f"{FORMAT_KEY} {self.version}")
         found = raw[FORMAT_KEY]
         if isinstance(found, bool) or not isinstance(found, int):
             raise self.refuse(f"{self.what} format {_short(found)}", f"an integer format number ({self.version})")
-        if found not in self.versions:
+        if found not in self.versions or found == UNVERSIONED:
             newer = " (written by a newer release: upgrade the provider)" if found > self.version else ""
             raise self.refuse(f"{self.what} format {found}{newer}",
-                              f"format {' or '.join(str(v) for v in sorted(self.versions))}")
+                              f"format {' or '.join(str(v) for v in sorted(self.versions - {UNVERSIONED}))}")
 
     def fields_of(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Steps 4 and 5 over a parsed object: each field's decoded value, by field name (derived

@@ -26,7 +26,7 @@ request withdrawn (removed or replaced) or expired meanwhile is not carried out 
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
-standard library and this package's standard-library-only modules (``spark.control``,
+standard library and this package's standard-library-only modules (``records.control``,
 ``clock``, ``batch_names``): the driver has no Airflow.
 
 A request already present when this run starts is honoured only if it is not acknowledged and
@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.clock import utc_iso
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CLEAN,
     CONTROL_DIR,
     HEARTBEAT,

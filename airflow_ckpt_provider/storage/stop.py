@@ -44,7 +44,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     stop_timeline,
     wait_decision,
 )
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     DELIVERED,
     DRIVER,
     HEARTBEAT,

@@ -25,7 +25,7 @@ from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
 from airflow_ckpt_provider.jobs.liveness import started_after as _after
-from airflow_ckpt_provider.spark.control import SWITCHOVER_REFUSAL, HeartbeatState
+from airflow_ckpt_provider.records.control import SWITCHOVER_REFUSAL, HeartbeatState
 from airflow_ckpt_provider.spark.switchover import SwitchoverRefusal
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from airflow_ckpt_provider.storage.reader import CheckpointReader

@@ -12,7 +12,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopReason, ack_answers, wait_decision
-from airflow_ckpt_provider.spark.control import Heartbeat, StopAck, parse_time
+from airflow_ckpt_provider.records.control import Heartbeat, StopAck, parse_time
 from airflow_ckpt_provider.storage.stop import ControlFiles
 
 __all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason", "StopTriggerEvent"]

@@ -26,7 +26,7 @@ from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.jobs.local import group_members
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
+from airflow_ckpt_provider.records.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.audit import broker_ranges
 from tests.harness.records import ContinuousProducer

@@ -28,7 +28,7 @@ from airflow_ckpt_provider.jobs import (
     register_job_kind,
 )
 from airflow_ckpt_provider.jobs.local import group_members
-from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, Heartbeat, ProcessScope
+from airflow_ckpt_provider.records.control import DRIVER, DriverRecord, Heartbeat, ProcessScope
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger
 

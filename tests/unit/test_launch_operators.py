@@ -38,7 +38,7 @@ from airflow_ckpt_provider.operators.launch import (
     SparkUILink,
     StreamLaunchOperator,
 )
-from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.records.control import ProcessScope
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger
 from tests.unit.conftest import kafka_json, write_checkpoint
@@ -109,7 +109,7 @@ def test_trigger_fires_committed(tmp_path: Path) -> None:
 
 def running_heartbeat(cp: Path, *, state: str = "running") -> None:
     from airflow_ckpt_provider.clock import utc_iso
-    from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+    from airflow_ckpt_provider.records.control import HEARTBEAT, Heartbeat
 
     now = utc_iso(timespec="milliseconds")
     beat = Heartbeat(query_id="q", run_id="r", state=state, started_at=now, updated_at=now, interval_s=60.0)
