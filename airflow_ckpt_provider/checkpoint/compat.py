@@ -34,7 +34,7 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
 from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting, SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
 
 class TrialKind(StrEnum):
@@ -155,11 +155,12 @@ class TrialResult:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "started": self.started, "batches_committed": self.batches_committed,
+        return _TRIAL.encode({"kind": self.kind.value, "started": self.started,
+                              "batches_committed": self.batches_committed,
                 "contract_honoured": self.contract_honoured, "error_class": self.error_class,
                 "error_message": self.error_message, "log_tail": self.log_tail,
                 "operators": None if self.operators is None else [o.to_dict() for o in self.operators],
-                "seconds": round(self.seconds, 1)}
+                "seconds": round(self.seconds, 1)})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -257,13 +258,13 @@ class CompatibilityVerdict:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {"in_place_ok": self.in_place_ok, "migrated_ok": self.migrated_ok,
+        return _VERDICT.encode({"in_place_ok": self.in_place_ok, "migrated_ok": self.migrated_ok,
                 "rule": self.rule.value if self.rule else None, "operator": self.operator, "old": self.old,
                 "new": self.new, "error_class": self.error_class, "driver_error": self.driver_error,
                 "log_tail": self.log_tail, "trials": [t.to_dict() for t in self.trials],
                 "new_version_starts": self.new_version_starts, "headline": self.headline(),
                 "state_batch": self.state_batch, "state_rows": self.state_rows,
-                "settings": [s.to_dict() for s in self.settings]}
+                "settings": [s.to_dict() for s in self.settings]})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -317,7 +318,7 @@ _TRIAL = Codec("TrialResult", InvalidVerdict, {
                        decode=array_of(dict, decode=lambda o: StatefulOperator(**_OPERATOR.decode(o))),
                        expected="null or an array of objects with operator_id, name and detail"),
     "seconds": Field((float,), required=False, default=0.0, decode=float),
-}, version=None, too_large=JsonTooLarge)
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "in_place_ok": Field((bool,), nullable=True),
@@ -334,7 +335,7 @@ _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "new_version_starts": Field((bool,), required=False, derived=True),
     "headline": Field((str,), required=False, derived=True),
     "summary_md": _SUMMARY_MD,
-}, version=None, too_large=JsonTooLarge)
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 #: The key of :class:`CompatibilitySkipped` (the compatibility check's result when it tried nothing).
 SKIPPED_KEY = "skipped"
@@ -349,7 +350,7 @@ def _reason(value: str) -> str:
 _SKIPPED = Codec("CompatibilitySkipped", InvalidVerdict, {
     SKIPPED_KEY: Field((str,), decode=_reason, expected="the reason, a non-empty string"),
     "summary_md": _SUMMARY_MD,
-}, version=None, too_large=JsonTooLarge)
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 
 @dataclass(frozen=True)
@@ -360,7 +361,7 @@ class CompatibilitySkipped:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {SKIPPED_KEY: self.reason}
+        return _SKIPPED.encode({SKIPPED_KEY: self.reason})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -40,7 +40,7 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import InvalidStopResult
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.records.codec import Codec, Field, object_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, object_of, one_of
 from airflow_ckpt_provider.records.control import (
     Heartbeat,
     StopAck,
@@ -134,7 +134,7 @@ class StopResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
-        return data
+        return _STOP_RESULT.encode(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -165,7 +165,7 @@ _STOP_RESULT = Codec("StopResult", InvalidStopResult, {
     "timeline": Field((dict,), required=False, nullable=True, decode=object_of(float),
                       expected="seconds (a number) by phase, or null"),
     "detail": _TEXT_OR_NULL,
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 # -- pure decisions ---------------------------------------------------------------------------------
