@@ -1105,6 +1105,15 @@ class SinkDeclarationMismatch(CheckpointError):
 # -- the upgrade's step results (upgrade/results.py) ---------------------------------------------------
 
 
+class InvalidTriggerEvent(CheckpointError, ValueError):
+    """A trigger's event (the graceful stop's, the launch's) that is not one its trigger fires."""
+
+    summary = "invalid trigger event"
+    default_action = ("Nothing was changed. The event is the provider's own, passed from its trigger to its operator: "
+                      "clear the task to wait again; an event of a newer release is not read (upgrade the provider "
+                      "on the workers).")
+
+
 class InvalidStepResult(CheckpointError, ValueError):
     summary = "invalid step result"
     default_action = ("Pass the step's result as its operator returned it (its XCom), unchanged; a result written "

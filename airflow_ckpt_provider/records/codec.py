@@ -299,6 +299,13 @@ class Codec:
         self.check_format(raw)
         return self.fields_of(raw)
 
+    def present(self, data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+        """Like :meth:`decode`, but only the fields ``data`` holds (an absent optional field is left
+        out, so the value type's own default applies: a dataclass's ``default_factory`` too)."""
+        raw = self.parse(data)
+        self.check_format(raw)
+        return {name: value for name, value in self.fields_of(raw).items() if name in raw}
+
     def encode(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """``values`` (already JSON-able) with the format number, as :meth:`decode` reads them back."""
         unknown = sorted(set(values) - set(self.fields))

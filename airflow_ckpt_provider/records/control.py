@@ -201,10 +201,7 @@ class _ControlRecord:
     def from_json(cls: type[T], data: str | bytes) -> T:
         """Decode a control file; :class:`InvalidControlRecord` (or the record's ``invalid`` error)
         when it is not this record's JSON object, the record's own checks' errors beyond that."""
-        codec = cls.codec()
-        raw = codec.parse(data)
-        codec.check_format(raw)
-        return cls(**{name: value for name, value in codec.fields_of(raw).items() if name in raw})  # defaults: own
+        return cls(**cls.codec().present(data))
 
 
 @dataclass(frozen=True)

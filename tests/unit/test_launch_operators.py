@@ -25,6 +25,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     FirstCommitTimeout,
     InvalidHandover,
     InvalidOffsets,
+    InvalidTriggerEvent,
     LaunchFailed,
     NoProgress,
     SharedCheckpoint,
@@ -254,10 +255,10 @@ def test_launch_timeout_kills_unless_told(tmp_path: Path, kill_on_timeout: bool)
 
 def test_launch_rejects_unexpected_events(tmp_path: Path) -> None:
     operator, fake = launch_operator(tmp_path)
-    with pytest.raises(ValueError, match="unexpected trigger event"):
+    with pytest.raises(InvalidTriggerEvent, match="launch trigger event without 'batch'"):
         operator.execute_complete({"ti": TI()}, {"reason": "committed"})
     bad = {**event(LaunchEvent.COMMITTED, local_handle(fake.pid, fake.log_file)), "reason": "exploded"}
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidTriggerEvent, match="'exploded' is not one of"):
         operator.execute_complete({"ti": TI()}, bad)
 
 
