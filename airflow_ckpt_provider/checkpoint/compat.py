@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
-from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting, SettingVerdict
+from airflow_ckpt_provider.checkpoint.fixed_settings import SETTING_CODEC as _SETTING
+from airflow_ckpt_provider.checkpoint.fixed_settings import SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
@@ -126,8 +127,10 @@ class StatefulOperator:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StatefulOperator:
-        """From the operators record a trial's driver writes (lenient: ids as text accepted)."""
-        return cls(int(raw["operator_id"]), str(raw["name"]), str(raw.get("detail") or ""))
+        """From the operators record a trial's driver writes, through its codec (lenient: ids as
+        text accepted, keys a driver adds ignored); :class:`InvalidVerdict` otherwise."""
+        values = _DRIVER_OPERATOR.decode(raw)
+        return cls(values["operator_id"], values["name"], values["detail"] or "")
 
     def describe(self) -> str:
         return f"{self.operator_id} {self.name}" + (f" ({self.detail})" if self.detail else "")
@@ -295,16 +298,12 @@ _OPERATOR = Codec("stateful operator", InvalidVerdict, {
     "detail": _TEXT,
 }, version=None)
 
-_SETTING = Codec("setting verdict", InvalidVerdict, {
-    "setting": Field((str,), decode=one_of(*FixedSetting, decode=FixedSetting)),
-    "old": Field((str,)),
-    "new": Field((str,)),
-    "effect": Field((str,), decode=one_of(*Effect, decode=Effect)),
-    "spark_error": _TEXT,
-    "migration": _TEXT,
-    "needs_new_checkpoint": Field((bool,), required=False, derived=True),
-    "recorded": Field((str,), required=False, derived=True),
-}, version=None)
+#: what a trial's driver writes of a stateful operator (an older driver wrote ids as text)
+_DRIVER_OPERATOR = Codec("stateful operator of the trial's driver", InvalidVerdict, {
+    "operator_id": Field((int, str), decode=int),
+    "name": Field((str,)),
+    "detail": Field((str,), required=False, nullable=True),
+}, version=None, unknown_keys="ignore")
 
 _TRIAL = Codec("TrialResult", InvalidVerdict, {
     "kind": Field((str,), decode=one_of(*TrialKind, decode=TrialKind)),

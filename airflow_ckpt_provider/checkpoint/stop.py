@@ -316,7 +316,7 @@ class QueryLiveness:
         return {"status": self.status.value, "detail": self.describe(), "action": self.action(),
                 "last_committed_batch": self.last_commit.batch_id if self.last_commit else None,
                 "last_commit_age_s": None if self.commit_age_s is None else round(self.commit_age_s, 1),
-                "heartbeat": json.loads(self.heartbeat.to_json()) if self.heartbeat else None}
+                "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None}
 
 
 def classify_query(

@@ -424,7 +424,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                first_commit_at=self._first_commit_time(new, fired.batch))
         self.log.info("switchover done: %s", split.describe())
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
-                                used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+                                used=used.to_dict(), downtime=split.to_dict()).to_dict()
 
     def _check_seed(self, release: SwitchoverRelease, used: SwitchoverHandover) -> None:
         """The standby seeded the state the release asked for, in the release's folder under the new
@@ -539,8 +539,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
             starting_offsets=result.offsets(self.source).to_json(), handover_json=result.handover.to_json(), conf={},
             requested_by=f"{self.dag_id}.{self.task_id}", standby_run_id=beat.run_id)
-        fallback = {"release": json.loads(standby_release.to_json()), "stop": stop.to_dict(),
-                    "handover": result.to_dict(), "refusal": json.loads(refusal.to_json()),
+        fallback = {"release": standby_release.to_dict(), "stop": stop.to_dict(),
+                    "handover": result.to_dict(), "refusal": refusal.to_dict(),
                     "stop_requested_at": utc_iso(datetime.fromtimestamp(requested_at, timezone.utc), "milliseconds"),
                     "stop_acknowledged_at": ack.stopped_at, "handed_over_at": handed_over_at}
         journal = self.open_journal()

@@ -46,7 +46,7 @@ import os
 import socket
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
@@ -194,8 +194,12 @@ class _ControlRecord:
             _ControlRecord._codecs[cls] = found
         return found
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as its JSON object, with its format number."""
+        return self.codec().encode(asdict(self))  # type: ignore[call-overload]
+
     def to_json(self) -> str:
-        return json.dumps(self.codec().encode(asdict(self)), sort_keys=True)  # type: ignore[call-overload]
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls: type[T], data: str | bytes) -> T:
