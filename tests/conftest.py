@@ -117,7 +117,7 @@ def make_demo(kafka, tmp_path: Path) -> Iterator[Callable[..., UpgradeDemo]]:  #
     is killed at the end (a failed test leaves none). Its standbys skip their rehearsal (a few
     seconds of each launch, before the stop) unless ``rehearsal=True``: these tests measure no
     downtime; the stateful switchover's system test and the standby's integration tests rehearse."""
-    from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
+    from airflow_ckpt_provider.records.control import CONF_STANDBY_REHEARSAL
 
     made: list[UpgradeDemo] = []
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
-from airflow_ckpt_provider.checkpoint.fixed_settings import Effect, FixedSetting, SettingVerdict
+from airflow_ckpt_provider.checkpoint.fixed_settings import SETTING_CODEC as _SETTING
+from airflow_ckpt_provider.checkpoint.fixed_settings import SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
 
 class TrialKind(StrEnum):
@@ -126,8 +127,10 @@ class StatefulOperator:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StatefulOperator:
-        """From the operators record a trial's driver writes (lenient: ids as text accepted)."""
-        return cls(int(raw["operator_id"]), str(raw["name"]), str(raw.get("detail") or ""))
+        """From the operators record a trial's driver writes, through its codec (lenient: ids as
+        text accepted, keys a driver adds ignored); :class:`InvalidVerdict` otherwise."""
+        values = _DRIVER_OPERATOR.decode(raw)
+        return cls(values["operator_id"], values["name"], values["detail"] or "")
 
     def describe(self) -> str:
         return f"{self.operator_id} {self.name}" + (f" ({self.detail})" if self.detail else "")
@@ -155,11 +158,12 @@ class TrialResult:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "started": self.started, "batches_committed": self.batches_committed,
+        return _TRIAL.encode({"kind": self.kind.value, "started": self.started,
+                              "batches_committed": self.batches_committed,
                 "contract_honoured": self.contract_honoured, "error_class": self.error_class,
                 "error_message": self.error_message, "log_tail": self.log_tail,
                 "operators": None if self.operators is None else [o.to_dict() for o in self.operators],
-                "seconds": round(self.seconds, 1)}
+                "seconds": round(self.seconds, 1)})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -257,13 +261,13 @@ class CompatibilityVerdict:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {"in_place_ok": self.in_place_ok, "migrated_ok": self.migrated_ok,
+        return _VERDICT.encode({"in_place_ok": self.in_place_ok, "migrated_ok": self.migrated_ok,
                 "rule": self.rule.value if self.rule else None, "operator": self.operator, "old": self.old,
                 "new": self.new, "error_class": self.error_class, "driver_error": self.driver_error,
                 "log_tail": self.log_tail, "trials": [t.to_dict() for t in self.trials],
                 "new_version_starts": self.new_version_starts, "headline": self.headline(),
                 "state_batch": self.state_batch, "state_rows": self.state_rows,
-                "settings": [s.to_dict() for s in self.settings]}
+                "settings": [s.to_dict() for s in self.settings]})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -277,7 +281,7 @@ class CompatibilityVerdict:
         return cls(**_VERDICT.decode(data))
 
 
-# -- the codecs (airflow_ckpt_provider.upgrade.codec) -----------------------------------------------
+# -- the codecs (airflow_ckpt_provider.records.codec) -----------------------------------------------
 # Written by today's release without a format number; strict: only the keys :meth:`to_dict` writes,
 # each of its JSON type. What a value derives from its other fields (a verdict's headline and
 # new_version_starts, a setting's needs_new_checkpoint and recorded, and the check step's
@@ -294,16 +298,12 @@ _OPERATOR = Codec("stateful operator", InvalidVerdict, {
     "detail": _TEXT,
 }, version=None)
 
-_SETTING = Codec("setting verdict", InvalidVerdict, {
-    "setting": Field((str,), decode=one_of(*FixedSetting, decode=FixedSetting)),
-    "old": Field((str,)),
-    "new": Field((str,)),
-    "effect": Field((str,), decode=one_of(*Effect, decode=Effect)),
-    "spark_error": _TEXT,
-    "migration": _TEXT,
-    "needs_new_checkpoint": Field((bool,), required=False, derived=True),
-    "recorded": Field((str,), required=False, derived=True),
-}, version=None)
+#: what a trial's driver writes of a stateful operator (an older driver wrote ids as text)
+_DRIVER_OPERATOR = Codec("stateful operator of the trial's driver", InvalidVerdict, {
+    "operator_id": Field((int, str), decode=int),
+    "name": Field((str,)),
+    "detail": Field((str,), required=False, nullable=True),
+}, version=None, unknown_keys="ignore")
 
 _TRIAL = Codec("TrialResult", InvalidVerdict, {
     "kind": Field((str,), decode=one_of(*TrialKind, decode=TrialKind)),
@@ -317,7 +317,7 @@ _TRIAL = Codec("TrialResult", InvalidVerdict, {
                        decode=array_of(dict, decode=lambda o: StatefulOperator(**_OPERATOR.decode(o))),
                        expected="null or an array of objects with operator_id, name and detail"),
     "seconds": Field((float,), required=False, default=0.0, decode=float),
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "in_place_ok": Field((bool,), nullable=True),
@@ -334,7 +334,7 @@ _VERDICT = Codec("CompatibilityVerdict", InvalidVerdict, {
     "new_version_starts": Field((bool,), required=False, derived=True),
     "headline": Field((str,), required=False, derived=True),
     "summary_md": _SUMMARY_MD,
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 #: The key of :class:`CompatibilitySkipped` (the compatibility check's result when it tried nothing).
 SKIPPED_KEY = "skipped"
@@ -349,7 +349,7 @@ def _reason(value: str) -> str:
 _SKIPPED = Codec("CompatibilitySkipped", InvalidVerdict, {
     SKIPPED_KEY: Field((str,), decode=_reason, expected="the reason, a non-empty string"),
     "summary_md": _SUMMARY_MD,
-}, version=None, raise_as_is=(JsonTooLarge,))
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge)
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ class CompatibilitySkipped:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {SKIPPED_KEY: self.reason}
+        return _SKIPPED.encode({SKIPPED_KEY: self.reason})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -20,6 +20,7 @@ import logging
 from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
+from airflow_ckpt_provider.records.codec import TypedError
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ def shorten(text: str, limit: int = MAX_FIELD_CHARS, *, keep_end: bool = False) 
     return f"{text[:half]}...[{cut:,} characters cut]...{text[-(limit - half):]}"
 
 
-class ProviderError(Exception):
-    """Base of every error this provider raises on purpose (see the module docstring)."""
+class ProviderError(TypedError):
+    """Base of every error this provider raises on purpose (see the module docstring); a
+    :class:`~airflow_ckpt_provider.records.codec.TypedError`, so the codec recognises it."""
 
     summary: ClassVar[str] = "error"
     default_action: ClassVar[str] = "Nothing was changed; fix the cause and retry."
@@ -61,7 +63,7 @@ class ProviderError(Exception):
         self.action = action if action is not None else self.default_action
         self.path = path
         self.detail = detail
-        super().__init__(str(self))
+        Exception.__init__(self, str(self))
         if len(self.full_text()) > len(str(self)):
             log.debug("%s (in full): %s", type(self).__name__, self.full_text())
 
@@ -1101,6 +1103,15 @@ class SinkDeclarationMismatch(CheckpointError):
 
 
 # -- the upgrade's step results (upgrade/results.py) ---------------------------------------------------
+
+
+class InvalidTriggerEvent(CheckpointError, ValueError):
+    """A trigger's event (the graceful stop's, the launch's) that is not one its trigger fires."""
+
+    summary = "invalid trigger event"
+    default_action = ("Nothing was changed. The event is the provider's own, passed from its trigger to its operator: "
+                      "clear the task to wait again; an event of a newer release is not read (upgrade the provider "
+                      "on the workers).")
 
 
 class InvalidStepResult(CheckpointError, ValueError):

@@ -42,7 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import Codec, Field, one_of
 
 #: Spark's state store providers, by the class name ``stateStore.providerClass`` holds.
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -160,9 +162,24 @@ class SettingVerdict:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SettingVerdict:
-        """From :meth:`to_dict` (derived keys ignored); ``ValueError`` / ``KeyError`` otherwise."""
-        return cls(FixedSetting(raw["setting"]), str(raw["old"]), str(raw["new"]), Effect(raw["effect"]),
-                   str(raw.get("spark_error") or ""), str(raw.get("migration") or ""))
+        """From :meth:`to_dict` through :data:`SETTING_CODEC` (derived keys checked, then left
+        out); :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidVerdict` otherwise."""
+        return cls(**SETTING_CODEC.decode(raw))
+
+
+#: The codec of a :class:`SettingVerdict` (:mod:`airflow_ckpt_provider.records.codec`): a part of the
+#: compatibility verdict, whose format number covers it; what it derives (needs_new_checkpoint,
+#: recorded) is type-checked, then left out.
+SETTING_CODEC = Codec("setting verdict", InvalidVerdict, {
+    "setting": Field((str,), decode=one_of(*FixedSetting, decode=FixedSetting)),
+    "old": Field((str,)),
+    "new": Field((str,)),
+    "effect": Field((str,), decode=one_of(*Effect, decode=Effect)),
+    "spark_error": Field((str,), required=False, default=""),
+    "migration": Field((str,), required=False, default=""),
+    "needs_new_checkpoint": Field((bool,), required=False, derived=True),
+    "recorded": Field((str,), required=False, derived=True),
+}, version=None)
 
 
 def _value(conf: Mapping[str, str], key: FixedSetting) -> str:

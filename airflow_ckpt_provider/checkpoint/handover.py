@@ -29,7 +29,7 @@ from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind, S
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import StartMode, StartPlan
 from airflow_ckpt_provider.clock import utc_iso
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
@@ -223,7 +223,7 @@ _HANDOVER = Codec("Handover", InvalidHandover, {
     "taken_at": Field((str,)),
     "held_by_sink": Field((str,), required=False, nullable=True),
     "sources": Field((list,), decode=array_of(dict, decode=_source_from_dict)),
-}, version=Handover.FORMAT, raise_as_is=(JsonTooLarge,), strict_json=True)
+}, version=Handover.FORMAT, too_large=JsonTooLarge, strict_json=True)
 
 
 def handover_from_snapshot(snapshot: CheckpointSnapshot, *, taken_at: str | None = None) -> Handover:
@@ -302,7 +302,7 @@ class HandoverResult:
             value["start_plan"] = self.start_plan.to_dict()
         if self.sink is not None:
             value["sink"] = dict(self.sink)
-        return value
+        return _RESULT.encode(value)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -367,4 +367,4 @@ _RESULT = Codec("HandoverResult", InvalidHandover, {
     "reconciliation": Field((dict,), required=False, default=MappingProxyType({})),
     "start_plan": Field((dict,), required=False, nullable=True, decode=_start_plan),
     "sink": Field((dict,), required=False, nullable=True),
-}, version=None, raise_as_is=(JsonTooLarge,), strict_json=True)
+}, versions=(UNVERSIONED,), too_large=JsonTooLarge, strict_json=True)

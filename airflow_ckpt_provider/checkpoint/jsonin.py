@@ -1,33 +1,22 @@
 """Reading JSON input: the one parser every JSON document the core reads goes through (pure).
 
-:func:`load_json` checks the size and depth limits of :mod:`airflow_ckpt_provider.json_limits`
-before parsing and raises :class:`JsonTooLarge` (a :class:`CheckpointError` and a ``ValueError``,
-so callers that refuse malformed JSON refuse this too) instead of ``RecursionError`` or a
-``MemoryError``. ``strict`` also refuses duplicate object keys and NaN/Infinity.
+:func:`load_json` parses through the records' parser
+(:func:`airflow_ckpt_provider.records.codec.load_json_text`: the size and depth limits of
+:mod:`airflow_ckpt_provider.json_limits` checked before parsing) and raises :class:`JsonTooLarge` (a
+:class:`CheckpointError` and a ``ValueError``, so callers that refuse malformed JSON refuse this
+too) instead of ``RecursionError`` or a ``MemoryError``. ``strict`` also refuses duplicate object
+keys and NaN/Infinity.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import JsonTooLarge
 from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_limit_problem
+from airflow_ckpt_provider.records.codec import JsonLimitExceeded, load_json_text
 
 __all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "check_json_limits", "load_json"]
-
-
-def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in items:
-        if key in result:
-            raise ValueError(f"duplicate key {key[:40]!r}")
-        result[key] = value
-    return result
-
-
-def _constant(name: str) -> Any:  # noqa: ANN401 - never returns
-    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def check_json_limits(data: str | bytes, *, what: str = "JSON", path: str | None = None, line: int | None = None,
@@ -48,11 +37,7 @@ def load_json(data: str | bytes, *, what: str = "JSON", path: str | None = None,
     Raises :class:`JsonTooLarge` beyond the limits and ``ValueError`` (``json.JSONDecodeError``,
     ``UnicodeDecodeError``) when it is not JSON.
     """
-    check_json_limits(data, what=what, path=path, line=line, max_bytes=max_bytes, max_depth=max_depth)
     try:
-        if strict:
-            return json.loads(data, object_pairs_hook=_pairs, parse_constant=_constant)
-        return json.loads(data)
-    except RecursionError:  # cannot happen within the depth limit; never a traceback if it does
-        raise JsonTooLarge(found=f"{what}: JSON too deeply nested to parse",
-                           expected=f"JSON nested at most {max_depth} levels deep", path=path, line=line) from None
+        return load_json_text(data, what=what, strict=strict, max_bytes=max_bytes, max_depth=max_depth)
+    except JsonLimitExceeded as exc:
+        raise JsonTooLarge(found=exc.found, expected=exc.expected, path=path, line=line) from None

@@ -19,8 +19,8 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidLaunchHandle
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.secrets import redact_command, redact_text
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.spark.control import ProcessScope
-from airflow_ckpt_provider.upgrade.codec import Codec, Field
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field
+from airflow_ckpt_provider.records.control import ProcessScope
 
 
 class LaunchMode(StrEnum):
@@ -116,7 +116,7 @@ class LaunchHandle:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["mode"] = self.kind
-        return data
+        return _HANDLE.encode(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -144,7 +144,7 @@ _HANDLE = Codec("LaunchHandle", InvalidLaunchHandle, {
     **{name: Field(required=False) for name in ("driver_id", "master", "application_id", "log_path", "ui_url")},
     "extra": Field(required=False, default=MappingProxyType({})),
     **{name: Field(required=False, default="") for name in ("launch_id", "host", "boot_id", "pid_namespace")},
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 def _mode(value: object) -> LaunchMode | str:

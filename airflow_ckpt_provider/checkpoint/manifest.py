@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from airflow_ckpt_provider.checkpoint.errors import InvalidArchiveManifest, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
 
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
@@ -219,7 +219,7 @@ class ArchiveManifest:
         return manifest
 
 
-# -- the codecs of the manifest and its files (airflow_ckpt_provider.upgrade.codec) -------------------
+# -- the codecs of the manifest and its files (airflow_ckpt_provider.records.codec) -------------------
 # manifest.json is format 1 with every key below; construction checks the files' paths and hashes.
 
 _FILE = Codec("archived file", InvalidArchiveManifest, {

@@ -20,7 +20,7 @@ from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradePath
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, one_of
 
 
 class UpgradeMode(StrEnum):
@@ -56,7 +56,8 @@ class PathChoice:
         return f"upgrade path: {what}; {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path.value, "reason": self.reason, "mode": self.mode.value, "in_place": self.in_place}
+        return _PATH_CHOICE.encode({"path": self.path.value, "reason": self.reason, "mode": self.mode.value,
+                                    "in_place": self.in_place})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -77,7 +78,7 @@ _PATH_CHOICE = Codec("PathChoice", InvalidUpgradePath, {
                   decode=one_of(*UpgradeMode, decode=UpgradeMode)),
     "in_place": Field((bool,), required=False, derived=True),
     "summary_md": Field((str,), required=False, derived=True),
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 def choose_path(mode: UpgradeMode | str, verdict: CompatibilityVerdict | None, *,

@@ -14,11 +14,13 @@ from types import MappingProxyType
 
 from airflow_ckpt_provider.checkpoint.errors import (
     ExpiredOffsets,
+    InvalidHandover,
     OffsetsAheadOfBroker,
     UnknownTopic,
     VanishedPartitions,
 )
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of
 
 
 def _fmt(items: list[tuple[str, int]] | list[tuple[str, int, int, int]], limit: int = 5) -> str:
@@ -83,18 +85,14 @@ class Reconciliation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Reconciliation:
-        """Rebuild from :meth:`to_dict`; ``ValueError`` (or ``KeyError``/``TypeError``) when malformed."""
-        added = data.get("addedPartitions") or []
-        expired = data.get("expired") or []
-        if not isinstance(added, list) or not isinstance(expired, list):
-            raise ValueError("addedPartitions and expired must be lists")
-        return cls(
-            starting_offsets=KafkaOffsets.from_json(json.dumps(data["startingOffsets"])),
-            added_partitions=frozenset((str(e["topic"]), int(e["partition"])) for e in added),
-            expired=tuple((str(e["topic"]), int(e["partition"]), int(e["offset"]), int(e["earliest"]))
-                          for e in expired),
-            accept_data_loss=bool(data.get("acceptDataLoss", False)),
-        )
+        """Rebuild from :meth:`to_dict` through its codec (a part of the handover step's result,
+        whose format number covers it); :class:`InvalidHandover` when malformed."""
+        values = _RECONCILIATION.decode(data)
+        return cls(starting_offsets=values["startingOffsets"],
+                   added_partitions=frozenset((e["topic"], e["partition"]) for e in values["addedPartitions"] or ()),
+                   expired=tuple((e["topic"], e["partition"], e["offset"], e["earliest"])
+                                 for e in values["expired"] or ()),
+                   accept_data_loss=values["acceptDataLoss"])
 
     @property
     def accepted_loss(self) -> frozenset[tuple[str, int]]:
@@ -162,3 +160,17 @@ def reconcile(
         expired=tuple(expired),
         accept_data_loss=accept_data_loss,
     )
+
+
+# -- the codec (airflow_ckpt_provider.records.codec) -------------------------------------------------
+
+_ADDED = Codec("added partition", InvalidHandover, {"topic": Field((str,)), "partition": Field((int,))}, version=None)
+_EXPIRED = Codec("expired partition", InvalidHandover, {
+    "topic": Field((str,)), "partition": Field((int,)), "offset": Field((int,)), "earliest": Field((int,)),
+}, version=None)
+_RECONCILIATION = Codec("reconciliation", InvalidHandover, {
+    "startingOffsets": Field((dict,), decode=lambda offsets: KafkaOffsets.from_json(json.dumps(offsets))),
+    "addedPartitions": Field((list,), required=False, nullable=True, decode=array_of(dict, decode=_ADDED.decode)),
+    "expired": Field((list,), required=False, nullable=True, decode=array_of(dict, decode=_EXPIRED.decode)),
+    "acceptDataLoss": Field((bool,), required=False, default=False),
+}, version=None)

@@ -21,7 +21,7 @@ from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
 from airflow_ckpt_provider.clock import epoch_seconds, utc_iso
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, object_of
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class UpgradeReport:
         data["downtime_by_step"] = self.downtime_by_step()
         if data.get("switchover") is None:  # as the release before the switchover path wrote it
             del data["switchover"]
-        return data
+        return _REPORT.encode(data)
 
     def window(self) -> tuple[float, float] | None:
         """This upgrade's downtime window (see :func:`downtime_window`)."""
@@ -254,7 +254,7 @@ class UpgradeReport:
         )
 
 
-# -- the codecs of the report and its rows (airflow_ckpt_provider.upgrade.codec) ----------------------
+# -- the codecs of the report and its rows (airflow_ckpt_provider.records.codec) ----------------------
 # Written without a format number, as today's release writes it.
 
 _TEXT_OR_NULL = Field((str,), required=False, nullable=True)
@@ -297,7 +297,7 @@ _REPORT = Codec("UpgradeReport", InvalidUpgradeReport, {
     "ready_at": _NUMBER_OR_NULL,
     "created_at": Field((str,)),
     "downtime_by_step": Field((dict,), required=False, derived=True, decode=object_of(float)),
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 def _union(spans: list[tuple[float, float]]) -> float:

@@ -34,6 +34,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidOffsets, InvalidStart
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView, reconcile
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointView
@@ -141,7 +142,10 @@ class StartChoice:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StartChoice:
-        return cls.parse(str(data.get("mode", "")), data.get("value"))
+        """From :meth:`to_dict` (or the ``start`` param's object) through its codec; an absent
+        mode is resume. :class:`InvalidStartChoice` for unknown keys or a start that does not parse."""
+        values = _CHOICE.decode(data)
+        return cls.parse(values["mode"], values["value"])
 
 
 def offsets_at_time(found: Mapping[tuple[str, int], int | None], broker: BrokerView) -> KafkaOffsets:
@@ -238,9 +242,10 @@ class StartPlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StartPlan:
-        return cls(StartChoice.from_dict(data["choice"]), KafkaOffsets.from_json(dict(data["starting_offsets"])),
-                   tuple(PartitionStart(str(p["topic"]), int(p["partition"]), int(p["resume_at"]), int(p["start_at"]))
-                         for p in data["partitions"]))
+        """From :meth:`to_dict` through its codec (its counts are derived: checked, recomputed);
+        :class:`InvalidStartChoice` for anything else."""
+        values = _PLAN.decode(data)
+        return cls(values["choice"], values["starting_offsets"], values["partitions"])
 
 
 def plan_start(choice: StartChoice, resume_at: KafkaOffsets, start_at: KafkaOffsets,
@@ -313,3 +318,23 @@ def rewind_warning(batch: int, last_planned: int, batches_to_retain: int = DEFAU
     return (f"**Batch {batch}'s start is purged after about {margin} more batches of the old version** "
             f"(Spark keeps {batches_to_retain}): approve soon, or choose a later batch or at_time; a start "
             "purged by the time of the stop is refused then and the upgrade rolls back.")
+
+
+# -- the codecs (airflow_ckpt_provider.records.codec): parts of the handover step's result, whose
+# format number covers them; a start's mode and value are also the ``start`` param's object --------
+
+_CHOICE = Codec("start", InvalidStartChoice, {
+    "mode": Field((str,), required=False, default=""),
+    "value": Field(required=False, nullable=True),
+}, version=None)
+_PARTITION = Codec("start partition", InvalidStartChoice, {
+    "topic": Field((str,)), "partition": Field((int,)), "resume_at": Field((int,)), "start_at": Field((int,)),
+    "reprocessed": Field((int,), required=False, derived=True), "skipped": Field((int,), required=False, derived=True),
+}, version=None)
+_PLAN = Codec("start plan", InvalidStartChoice, {
+    "choice": Field((dict,), decode=StartChoice.from_dict),
+    "starting_offsets": Field((dict,), decode=lambda offsets: KafkaOffsets.from_json(dict(offsets))),
+    "partitions": Field((list,), decode=array_of(dict, decode=lambda p: PartitionStart(**_PARTITION.decode(p)))),
+    "reprocessed": Field((int,), required=False, derived=True),
+    "skipped": Field((int,), required=False, derived=True),
+}, version=None)

@@ -29,7 +29,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidRollbackHandover, Sou
 from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, KafkaOffsets, SourceOffsets
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
 if TYPE_CHECKING:
     from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
@@ -239,7 +239,7 @@ class RollbackHandover:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return _ROLLBACK.encode({
             "mode": self.mode.value, "checkpoint": self.checkpoint, "resume": self.resume.to_json(),
             "starting_offsets": self.starting_offsets,
             "new_committed_batch": self.new_committed_batch, "new_planned_batch": self.new_planned_batch,
@@ -247,7 +247,7 @@ class RollbackHandover:
             "again_committed": self.again_committed, "again_planned": self.again_planned,
             "partitions": [p.to_dict() for p in self.partitions],
             "summary": self.describe(),
-        }
+        })
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -276,7 +276,7 @@ class RollbackHandoverUnread:
         return f"what the old version processes twice is unknown: {self.error}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode.value, "checkpoint": self.checkpoint, "error": self.error}
+        return _UNREAD.encode({"mode": self.mode.value, "checkpoint": self.checkpoint, "error": self.error})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -337,14 +337,14 @@ _ROLLBACK = Codec("RollbackHandover", InvalidRollbackHandover, {
     "again_committed": _COUNT,
     "again_planned": _COUNT,
     "summary": Field((list,), required=False, derived=True, decode=array_of(str)),
-}, version=None)
+}, versions=(UNVERSIONED,))
 #: :class:`RollbackHandoverUnread`'s codec (no format number, as today's release writes it): only
 #: ``restore`` reaches it (a ``forward`` rollback fails instead).
 _UNREAD = Codec("RollbackHandoverUnread", InvalidRollbackHandover, {
     "mode": Field((str,), decode=one_of(RollbackMode.RESTORE, decode=RollbackMode)),
     "checkpoint": Field((str,)),
     "error": Field((str,)),
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 def _get(offsets: KafkaOffsets | None, key: Partition) -> int | None:

@@ -55,7 +55,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, HandoverResult
 from airflow_ckpt_provider.checkpoint.rewind import StartMode
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, object_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, object_of
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +221,10 @@ class StateExport:
                    operators=tuple(sorted({s.operator_id for s in manifest.stores})))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"location": self.location, "batch_id": self.batch_id, "stores": self.stores, "rows": self.rows,
+        return _STATE_EXPORT.encode({"location": self.location, "batch_id": self.batch_id, "stores": self.stores,
+                                     "rows": self.rows,
                 "bytes": self.size, "seconds": self.seconds, "skipped": self.skipped,
-                "operators": list(self.operators)}
+                "operators": list(self.operators)})
 
     @classmethod
     def from_json(cls, data: StateExport | str | bytes | Mapping[str, Any] | None) -> StateExport | None:
@@ -251,7 +252,7 @@ _STATE_EXPORT = Codec("StateExport", InvalidStateExport, {
     "seconds": Field((float,), required=False, default=0.0),
     "skipped": Field((str,), required=False, default=""),
     "operators": Field((list,), required=False, default=(), decode=array_of(int)),
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 # -- the manifest --------------------------------------------------------------------------------
@@ -390,7 +391,7 @@ class StateManifest:
             raise StateExportCorrupt(found=exc.found, expected=exc.expected, path=where) from None
 
 
-# -- the codecs of the manifest and its entries (airflow_ckpt_provider.upgrade.codec) -----------------
+# -- the codecs of the manifest and its entries (airflow_ckpt_provider.records.codec) -----------------
 # state-manifest.json is format 1 (every key written since the first export); its stores and files
 # carry no format number of their own.
 

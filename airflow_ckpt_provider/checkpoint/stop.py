@@ -4,7 +4,7 @@
 
 The running query (see :mod:`airflow_ckpt_provider.spark.graceful_stop`) and the requester (the
 Airflow operator and trigger, or ``ckpt stop``) talk through three small JSON files under the
-checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.spark.control`). This module holds:
+checkpoint's ``_ckpt/`` folder (:mod:`airflow_ckpt_provider.records.control`). This module holds:
 
 * :class:`StopResult` — what a stop achieved (graceful, escalated, not running), as XCom JSON;
 * :class:`StopReason` — why waiting ended (shared by the trigger, the operator and the CLI);
@@ -44,13 +44,13 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.errors import InvalidStopResult
 from airflow_ckpt_provider.clock import epoch_seconds, utc_now
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, object_of, one_of
+from airflow_ckpt_provider.records.control import (
     Heartbeat,
     StopAck,
     StopRequest,
     StopWithdrawn,
 )
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, object_of, one_of
 
 log = logging.getLogger(__name__)
 DEFAULT_MISSED_BEATS = 3.0
@@ -139,7 +139,7 @@ class StopResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
-        return data
+        return _STOP_RESULT.encode(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -170,7 +170,7 @@ _STOP_RESULT = Codec("StopResult", InvalidStopResult, {
     "timeline": Field((dict,), required=False, nullable=True, decode=object_of(float),
                       expected="seconds (a number) by phase, or null"),
     "detail": _TEXT_OR_NULL,
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 # -- pure decisions ---------------------------------------------------------------------------------
@@ -365,7 +365,7 @@ class QueryLiveness:
         return {"status": self.status.value, "detail": self.describe(), "action": self.action(),
                 "last_committed_batch": self.last_commit.batch_id if self.last_commit else None,
                 "last_commit_age_s": None if self.commit_age_s is None else round(self.commit_age_s, 1),
-                "heartbeat": json.loads(self.heartbeat.to_json()) if self.heartbeat else None}
+                "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None}
 
 
 def classify_query(

@@ -19,7 +19,7 @@ from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, one_of
+from airflow_ckpt_provider.records.codec import Codec, Field, one_of
 
 __all__ = ["DowntimeSplit", "SwitchoverResult", "TakenBy", "downtime_split"]
 

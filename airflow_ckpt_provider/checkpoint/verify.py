@@ -41,7 +41,7 @@ from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import EARLIEST, LATEST, KafkaOffsets
 from airflow_ckpt_provider.checkpoint.reconcile import BrokerView
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot, CheckpointView
-from airflow_ckpt_provider.upgrade.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
 EXACT = "exact"
 AT_EARLIEST = "earliest"
@@ -133,7 +133,7 @@ class VerifyResult:
             value["sink"] = dict(self.sink)
         if self.caught_up is not None:
             value["caught_up"] = self.caught_up
-        return value
+        return _VERIFY_RESULT.encode(value)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -176,7 +176,7 @@ _VERIFY_RESULT = Codec("VerifyResult", InvalidVerifyResult, {
     "progress_batches": Field((list,), required=False, default=(), decode=array_of(int)),
     "sink": Field((dict,), required=False, nullable=True),
     "caught_up": Field((str,), required=False, nullable=True),
-}, version=None)
+}, versions=(UNVERSIONED,))
 
 
 def compare_starts(

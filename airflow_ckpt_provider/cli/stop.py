@@ -26,7 +26,7 @@ from airflow_ckpt_provider.cli.common import (
     storage_options,
 )
 from airflow_ckpt_provider.clock import utc_iso
-from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.records.control import ProcessScope
 from airflow_ckpt_provider.storage.locations import open_location
 from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result, wait_for_ack
 

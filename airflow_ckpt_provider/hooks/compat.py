@@ -62,7 +62,7 @@ from airflow_ckpt_provider.hooks import state_export
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import DriverState
-from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH, CONTROL_DIR
+from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH, CONTROL_DIR
 from airflow_ckpt_provider.spark.trial import (
     CONF_TRIAL,
     CONF_TRIAL_BATCHES,

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.jobs.base import DriverState, JobOptions, job_for
-from airflow_ckpt_provider.spark.control import DriverRecord, DriverStatus, Heartbeat, HeartbeatState, parse_time
+from airflow_ckpt_provider.records.control import DriverRecord, DriverStatus, Heartbeat, HeartbeatState, parse_time
 from airflow_ckpt_provider.storage.stop import ControlFiles
 
 #: A heartbeat started this long before the launch still counts as this launch's (clocks differ).

@@ -32,7 +32,7 @@ from airflow_ckpt_provider.jobs.base import (
     SubmitRequest,
     tail_file,
 )
-from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.records.control import ProcessScope
 from airflow_ckpt_provider.storage.files import open_private
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@
 :class:`~airflow_ckpt_provider.jobs.local.LocalJob` starts this process in a new session (its
 process group is the job: the supervisor, spark-submit, the JVM and the Python driver) with its
 output going to the driver log. It starts the command, writes ``_ckpt/driver.json``
-(:class:`~airflow_ckpt_provider.spark.control.DriverRecord`) through the checkpoint's storage,
+(:class:`~airflow_ckpt_provider.records.control.DriverRecord`) through the checkpoint's storage,
 state ``running``, refreshed every ``--interval`` seconds, and once the command ends, state
 ``exited`` with its exit code and the last lines of the log (secrets redacted). So any process
 that can read the checkpoint — a triggerer in another container or PID namespace, a worker on
@@ -53,7 +53,7 @@ def supervise(command: Sequence[str], *, checkpoint: str, launch_id: str, log_pa
     """Run ``command`` to its end, recording it in ``checkpoint``; returns its exit code."""
     from airflow_ckpt_provider.clock import utc_iso
     from airflow_ckpt_provider.jobs.base import tail_file
-    from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, DriverStatus, ProcessScope
+    from airflow_ckpt_provider.records.control import DRIVER, DriverRecord, DriverStatus, ProcessScope
 
     def utc_now() -> str:
         return utc_iso(timespec="milliseconds")

@@ -31,9 +31,9 @@ from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
+from airflow_ckpt_provider.records.control import HELD
 from airflow_ckpt_provider.sinks import CutDisposition, SinkAccount, SinkKind, SinkSpec, account_cut, sink_holds_batch
 from airflow_ckpt_provider.sinks.ledger import delivered_record
-from airflow_ckpt_provider.spark.control import HELD
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.upgrade.inputs import FromRecord

@@ -34,8 +34,7 @@ from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import observe
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
-from airflow_ckpt_provider.sinks import SinkDelivery, SinkSpec, verify_sink
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CONF_INITIAL_STATE_PATH,
     CONF_STANDBY,
     CONF_STANDBY_TIMEOUT_S,
@@ -46,6 +45,7 @@ from airflow_ckpt_provider.spark.control import (
     ProcessScope,
     StandbyRelease,
 )
+from airflow_ckpt_provider.sinks import SinkDelivery, SinkSpec, verify_sink
 from airflow_ckpt_provider.storage.archive import check_query_stopped
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.locations import check_launch_target

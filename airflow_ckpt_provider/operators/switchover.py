@@ -46,8 +46,7 @@ from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.operators.handover import flag, start_choice, take_handover
 from airflow_ckpt_provider.operators.journaled import control_flow
 from airflow_ckpt_provider.operators.launch import DEFER_GRACE_S, HANDLE_XCOM_KEY, StandbyReleaseOperator
-from airflow_ckpt_provider.sinks import SinkSpec
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     INTERRUPTED,
     STANDBY_RELEASE,
     SWITCHOVER_HANDOVER,
@@ -57,6 +56,7 @@ from airflow_ckpt_provider.spark.control import (
     parse_time,
     pending_request,
 )
+from airflow_ckpt_provider.sinks import SinkSpec
 from airflow_ckpt_provider.spark.state_seed import SEED_STATE_DIR
 from airflow_ckpt_provider.spark.switchover import (
     RefusalReason,
@@ -452,7 +452,7 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
                                first_commit_at=self._first_commit_time(new, fired.batch))
         self.log.info("switchover done: %s", split.describe())
         return SwitchoverResult(handle=handle, stop=stop.to_dict(), handover=result.to_dict(),
-                                used=json.loads(used.to_json()), downtime=split.to_dict()).to_dict()
+                                used=used.to_dict(), downtime=split.to_dict()).to_dict()
 
     def _check_seed(self, release: SwitchoverRelease, used: SwitchoverHandover) -> None:
         """The standby seeded the state the release asked for, in the release's folder under the new
@@ -567,8 +567,8 @@ class StandbySwitchoverOperator(StandbyReleaseOperator):
             release_id=uuid.uuid4().hex, released_at=utc_iso(timespec="milliseconds"),
             starting_offsets=result.offsets(self.source).to_json(), handover_json=result.handover.to_json(), conf={},
             requested_by=f"{self.dag_id}.{self.task_id}", standby_run_id=beat.run_id)
-        fallback = {"release": json.loads(standby_release.to_json()), "stop": stop.to_dict(),
-                    "handover": result.to_dict(), "refusal": json.loads(refusal.to_json()),
+        fallback = {"release": standby_release.to_dict(), "stop": stop.to_dict(),
+                    "handover": result.to_dict(), "refusal": refusal.to_dict(),
                     "stop_requested_at": utc_iso(datetime.fromtimestamp(requested_at, timezone.utc), "milliseconds"),
                     "stop_acknowledged_at": ack.stopped_at, "handed_over_at": handed_over_at}
         journal = self.open_journal()

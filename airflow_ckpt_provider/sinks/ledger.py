@@ -36,12 +36,14 @@ from fsspec import AbstractFileSystem
 from airflow_ckpt_provider.checkpoint.errors import (
     DeltaWritesSkipped,
     FileSinkLocationMismatch,
+    InvalidStepResult,
     SinkDeclarationMismatch,
     SinkNotDelivered,
     UndeclaredSink,
 )
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
 from airflow_ckpt_provider.sinks.delta import DeltaLog, DeltaTxn
 from airflow_ckpt_provider.sinks.spec import SinkKind, SinkSpec
 from airflow_ckpt_provider.storage.files import check_no_links, is_local
@@ -351,7 +353,8 @@ class OffsetRange:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OffsetRange:
-        return cls(str(data["topic"]), int(data["partition"]), int(data["start"]), int(data["end"]))
+        """From :meth:`to_dict` through its codec (``count`` derived: checked, recomputed)."""
+        return cls(**_RANGE.decode(data))
 
 
 def cut_ranges(committed: KafkaOffsets, planned: KafkaOffsets) -> tuple[OffsetRange, ...]:
@@ -406,9 +409,9 @@ class SinkAccount:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SinkAccount:
-        return cls(CutDisposition(data["disposition"]), str(data["why"]), data.get("cut_batch"), data.get("record"),
-                   tuple(OffsetRange.from_dict(r) for r in data.get("twice", ())),
-                   tuple(OffsetRange.from_dict(r) for r in data.get("skipped", ())))
+        """From :meth:`to_dict` through its codec (a part of the step result that carries it, whose
+        format number covers it); :class:`InvalidStepResult` otherwise."""
+        return cls(**_ACCOUNT.decode(data))
 
 
 def _runs(topic: str, partition: int, offsets: Sequence[int]) -> list[OffsetRange]:
@@ -507,3 +510,20 @@ def delivered_record(delivered_batch: int | None, batch: int) -> str | None:
 def _list(numbers: Sequence[int]) -> str:
     shown = ", ".join(map(str, numbers[:12]))
     return shown + (f" and {len(numbers) - 12} more" if len(numbers) > 12 else "")
+
+
+# -- the codecs (airflow_ckpt_provider.records.codec): parts of a step's result ---------------------
+
+_RANGE = Codec("offset range", InvalidStepResult, {
+    "topic": Field((str,)), "partition": Field((int,)), "start": Field((int,)), "end": Field((int,)),
+    "count": Field((int,), required=False, nullable=True, derived=True),
+}, version=None)
+_ACCOUNT = Codec("sink account", InvalidStepResult, {
+    "disposition": Field((str,), decode=one_of(*CutDisposition, decode=CutDisposition)),
+    "why": Field((str,)),
+    "cut_batch": Field((int,), required=False, nullable=True),
+    "record": Field((str,), required=False, nullable=True),
+    "exact": Field((bool,), required=False, derived=True),
+    "twice": Field((list,), required=False, default=(), decode=array_of(dict, decode=OffsetRange.from_dict)),
+    "skipped": Field((list,), required=False, default=(), decode=array_of(dict, decode=OffsetRange.from_dict)),
+}, version=None)

@@ -28,8 +28,7 @@ checked by the core (Hadoop's checksummed local filesystem would hide them and f
 error). Elsewhere (HDFS, S3A, ABFS, GCS) Hadoop's listing says what is a link. It needs a classic
 session (py4j): a Spark Connect client has no JVM to read through.
 
-Not exported by :mod:`airflow_ckpt_provider.spark`: the core imports ``spark.control``, so the
-package's ``__init__`` importing the core would make the two import each other at start-up.
+Not exported by :mod:`airflow_ckpt_provider.spark`: import it from this module.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ and nothing of it reached the sink, so the handover from N is exact. The stop th
 at most the rest of the running batch, on any trigger and any load.
 
 After the job's function returns, the wrapper records the batch as delivered
-(``_ckpt/delivered.json``, :class:`~airflow_ckpt_provider.spark.control.Delivery`): should the
+(``_ckpt/delivered.json``, :class:`~airflow_ckpt_provider.records.control.Delivery`): should the
 query end after that and before Spark commits the batch (a kill, a crash), the provider's sink
 ledger knows the sink has the batch whole and hands over after it.
 
@@ -116,7 +116,7 @@ def foreach_batch(function: Callable[[Any, int], Any], checkpoint: str, *,
 
     def record(batch: Any, batch_id: int) -> None:
         from airflow_ckpt_provider.clock import utc_iso
-        from airflow_ckpt_provider.spark.control import DELIVERED, Delivery
+        from airflow_ckpt_provider.records.control import DELIVERED, Delivery
         from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
         try:

@@ -24,7 +24,7 @@ ledger decides what the sink holds of the batch it cut. While it waits it re-rea
 once more when it is about to stop (its last look: at a boundary it then checks the boundary again,
 so nothing slow sits between that check and ``query.stop()``): a request withdrawn (removed or replaced) or
 expired meanwhile is not carried out — the query keeps running, and the driver answers so in
-``_ckpt/stop-withdrawn.json`` (:class:`~airflow_ckpt_provider.spark.control.StopWithdrawn`). A request
+``_ckpt/stop-withdrawn.json`` (:class:`~airflow_ckpt_provider.records.control.StopWithdrawn`). A request
 withdrawn after that last look is carried out: the driver writes ``_ckpt/stop-ack.json``, then the
 heartbeat with state stopped, and returns. A request the provider withdraws
 (``_ckpt/stop-withdrawal.json``) before the driver ever read it is answered the same way from the
@@ -34,7 +34,7 @@ and ``query.stop()``.
 
 All files go through the Hadoop FileSystem of the checkpoint (via the JVM), so any location the
 query itself can write (local, HDFS, s3a://, abfss://, gs://) works. Imports only pyspark, the
-standard library and this package's standard-library-only modules (``spark.control``,
+standard library and this package's standard-library-only modules (``records.control``,
 ``clock``, ``batch_names``): the driver has no Airflow.
 
 A request already present when this run starts is honoured only if it is not acknowledged and
@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 from airflow_ckpt_provider.batch_names import batch_number
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.faults import pause_point
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CLEAN,
     CONTROL_DIR,
     HEARTBEAT,

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider import json_limits
+from airflow_ckpt_provider.records.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
 from airflow_ckpt_provider.source_header import SOURCE_HEADER
-from airflow_ckpt_provider.spark.control import CONF_CHECKPOINT_LOCATION, CONF_HANDOVER_JSON, CONF_STARTING_OFFSETS
 from airflow_ckpt_provider.spark.standby import await_handover, warm_up_session
 from airflow_ckpt_provider.spark.trial import is_dry_run
 

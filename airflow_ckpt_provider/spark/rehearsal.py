@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.batch_names import batch_number
-from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
+from airflow_ckpt_provider.records.control import CONF_STANDBY_REHEARSAL
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ version BEFORE the old one stops, with ``--conf spark.ckpt.standby=true`` and no
 driver builds its SparkSession, warms it up, then :func:`await_handover` writes a ``standby``
 heartbeat in the new checkpoint's ``_ckpt/`` folder and waits. Once the old version stopped and
 its offsets were handed over, the provider writes ``_ckpt/standby-release.json``
-(:class:`~airflow_ckpt_provider.spark.control.StandbyRelease`); the driver sets the released
+(:class:`~airflow_ckpt_provider.records.control.StandbyRelease`); the driver sets the released
 ``spark.ckpt.*`` keys in its session and returns, and the job starts its query exactly as a cold
 launch would. Downtime is then the stop, the handover and one first batch on a warm session,
 not a JVM and a session start.
@@ -52,7 +52,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_ckpt_provider.clock import utc_iso
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CLEAN,
     CONF_CHECKPOINT_LOCATION,
     CONF_STANDBY,
@@ -125,7 +125,7 @@ class _StandbyWait:
         self.beats = HeartbeatWriter(self.files, new_heartbeat(spark, run_id=uuid.uuid4().hex, state=STANDBY,
                                                                interval_s=heartbeat_interval),
                                      thread_name="ckpt-standby-heartbeat")
-        # the switchover imports the core, which imports spark.control: bound here, not at import
+        # the switchover imports the core: bound here, not at import
         from airflow_ckpt_provider.spark.switchover import SwitchoverWatch
 
         self.switchover = SwitchoverWatch(spark, self.files, self.run_id, read_record)

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_ckpt_provider import json_limits
-from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
+from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.standby import await_handover
 
 if TYPE_CHECKING:

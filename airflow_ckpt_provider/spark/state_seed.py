@@ -17,7 +17,6 @@ package's ``spark`` modules: never Airflow or fsspec.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -97,7 +96,7 @@ def seed_state(spark: Any, handover: Handover, batch: int | None, target: str, *
         result = export_state(spark, checkpoint, batch, target)
     manifest = StateManifest(
         checkpoint_uri=checkpoint, query_id=handover.query_id, batch_id=batch, upgrade_id=upgrade_id,
-        handover=json.loads(handover.to_json()), state_store_provider=provider,
+        handover=handover.to_dict(), state_store_provider=provider,
         checkpoint_format_version=format_version, batch_watermark_ms=offsets.batch_watermark_ms or 0,
         next_batch_watermark_ms=commit.next_batch_watermark_ms, spark_version=str(spark.version),
         created_at=utc_iso(timespec="seconds"), stores=tuple(ExportedStore.from_job(s) for s in result["stores"]))

@@ -67,8 +67,7 @@ from airflow_ckpt_provider.checkpoint.rewind import StartChoice, StartMode, Star
 from airflow_ckpt_provider.checkpoint.state import state_batch
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.spark.checkpoint_files import read_batch_start, read_handover_and_operators
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CLEAN,
     CONF_HANDOVER_JSON,
     CONF_INITIAL_STATE_PATH,
@@ -86,6 +85,7 @@ from airflow_ckpt_provider.spark.control import (
     _ControlRecord,
     parse_time,
 )
+from airflow_ckpt_provider.spark.checkpoint_files import read_batch_start, read_handover_and_operators
 from airflow_ckpt_provider.spark.state_seed import seed_location, seed_state
 
 log = logging.getLogger(__name__)

@@ -62,7 +62,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
 )
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.clock import utc_now
-from airflow_ckpt_provider.spark.control import parse_time
+from airflow_ckpt_provider.records.control import parse_time
 from airflow_ckpt_provider.storage.checksums import check_state_checksums
 from airflow_ckpt_provider.storage.files import (
     check_no_links,

@@ -21,7 +21,7 @@ import fsspec
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointNotEmpty, FileSinkHazard, SharedCheckpoint
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
-from airflow_ckpt_provider.spark.control import CONTROL_DIR
+from airflow_ckpt_provider.records.control import CONTROL_DIR
 from airflow_ckpt_provider.storage.listing import list_names
 
 if TYPE_CHECKING:

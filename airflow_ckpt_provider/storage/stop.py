@@ -11,7 +11,6 @@ The values and decisions they use (:class:`StopResult`, :class:`StopReason`, :fu
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import time
@@ -48,7 +47,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
     withdrawal_decision,
 )
 from airflow_ckpt_provider.clock import utc_iso
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     DELIVERED,
     DRIVER,
     HEARTBEAT,
@@ -470,7 +469,7 @@ def finish_stop(
         last_planned_batch=state.last_planned_batch,
         request_id=request_id,
         query_id=ack.query_id if ack is not None else None,
-        ack=json.loads(ack.to_json()) if ack is not None else None,
+        ack=ack.to_dict() if ack is not None else None,
         escalation=escalation,
         timeline=stop_timeline(request, ack, noticed_at, time.time())
         if request is not None and request.request_id == request_id else None,
@@ -530,6 +529,6 @@ def not_running_result(
         waited_s=round(time.time() - started, 3), last_planned_batch=state.last_planned_batch,
         request_id=ack.request_id if ack is not None else None,
         query_id=beat.query_id if beat is not None else None,
-        ack=json.loads(ack.to_json()) if ack is not None else None,
+        ack=ack.to_dict() if ack is not None else None,
         detail=liveness.describe(),
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidTriggerEvent
 from airflow_ckpt_provider.checkpoint.handover import handover_from_snapshot
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.verify import unread_partitions
@@ -25,7 +25,8 @@ from airflow_ckpt_provider.enums import StrEnum
 from airflow_ckpt_provider.jobs import DriverState, observe
 from airflow_ckpt_provider.jobs.base import tail_text
 from airflow_ckpt_provider.jobs.liveness import started_after as _after
-from airflow_ckpt_provider.spark.control import SWITCHOVER_REFUSAL, HeartbeatState
+from airflow_ckpt_provider.records.codec import FORMAT_KEY, UNVERSIONED, Codec, Field, one_of
+from airflow_ckpt_provider.records.control import SWITCHOVER_REFUSAL, HeartbeatState
 from airflow_ckpt_provider.spark.switchover import SwitchoverRefusal
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from airflow_ckpt_provider.storage.reader import CheckpointReader
@@ -78,33 +79,40 @@ class LaunchTriggerEvent:
         data = asdict(self)
         data.update(reason=self.reason.value, state=self.state.value,
                     handle=dict(self.handle) if self.handle is not None else None)
-        return data
+        return _EVENT.encode(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any] | None) -> LaunchTriggerEvent:
-        """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
-        raw = json.loads(data) if isinstance(data, str) else data
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"unexpected trigger event of type {type(raw).__name__}; expected a dict")
-        missing, unknown = REQUIRED_KEYS - set(raw), set(raw) - EVENT_KEYS
-        if missing or unknown:
-            raise ValueError(f"unexpected trigger event keys {sorted(raw)}; expected {sorted(EVENT_KEYS)} "
-                             f"({sorted(EVENT_KEYS - REQUIRED_KEYS)} optional)")
-        state = str(raw["state"]).lower()
-        return cls(reason=LaunchEvent(raw["reason"]),
-                   batch=None if raw["batch"] is None else int(raw["batch"]),
-                   state=DriverState(state) if state in DriverState._value2member_map_ else DriverState.UNKNOWN,
-                   log_tail=str(raw["log_tail"] or ""), handle=dict(raw["handle"]) if raw["handle"] else None,
-                   waited_s=float(raw["waited_s"]), evidence=str(raw.get("evidence") or ""))
+        """Decode a trigger event (dict or JSON) through its codec (format 1; an event of an
+        earlier release, without a format number or ``evidence``, still reads; a state this
+        release does not know reads as unknown); :class:`InvalidTriggerEvent` naming what is wrong."""
+        if data is None:
+            raise _EVENT.refuse("no trigger event (None)", "the launch trigger's event")
+        values = _EVENT.decode(data)
+        return cls(**{**values, "log_tail": values["log_tail"] or "", "evidence": values["evidence"] or ""})
 
 
+def _state(value: str) -> DriverState:
+    state = value.lower()
+    return DriverState(state) if state in DriverState._value2member_map_ else DriverState.UNKNOWN
+
+
+_EVENT = Codec("launch trigger event", InvalidTriggerEvent, {
+    "reason": Field((str,), decode=one_of(*(e.value for e in LaunchEvent), decode=LaunchEvent)),
+    "batch": Field((int,), nullable=True),
+    "state": Field((str,), decode=_state),
+    "log_tail": Field((str,), nullable=True, decode=str),
+    "handle": Field((dict,), nullable=True, decode=lambda handle: dict(handle) or None),
+    "waited_s": Field((float,), decode=float),
+    "evidence": Field((str,), required=False, nullable=True),
+}, versions=(UNVERSIONED,))
 #: Keys of every event this trigger fires; the operators check them on resume.
-EVENT_KEYS = frozenset({"reason", "batch", "state", "log_tail", "handle", "waited_s", "evidence"})
+EVENT_KEYS = frozenset({FORMAT_KEY, *_EVENT.fields})
 #: Keys an event from an earlier version of this trigger (still deferred during an upgrade) has.
-REQUIRED_KEYS = EVENT_KEYS - {"evidence"}
+REQUIRED_KEYS = EVENT_KEYS - {"evidence", FORMAT_KEY}
 
 
 class LaunchTrigger(BaseTrigger):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -11,8 +10,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_ckpt_provider.checkpoint.errors import InvalidTriggerEvent
 from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopReason, ack_answers, wait_decision
-from airflow_ckpt_provider.spark.control import Heartbeat, StopAck, parse_time
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, one_of
+from airflow_ckpt_provider.records.control import Heartbeat, StopAck, parse_time
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.triggers.checks import bounded_check
 
@@ -21,7 +22,7 @@ __all__ = ["EVENT_KEYS", "GracefulStopTrigger", "StopReason", "StopTriggerEvent"
 #: Seconds between progress lines while waiting for the acknowledgement.
 PROGRESS_EVERY_S = 15.0
 #: Keys of every event this trigger fires; the operator checks them on resume.
-EVENT_KEYS = frozenset({"reason", "request_id", "run_id", "ack", "heartbeat", "requested_at", "waited_s"})
+EVENT_KEYS = frozenset({"format", "reason", "request_id", "run_id", "ack", "heartbeat", "requested_at", "waited_s"})
 
 
 @dataclass(frozen=True)
@@ -39,26 +40,37 @@ class StopTriggerEvent:
     waited_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "reason": self.reason.value, "request_id": self.request_id, "run_id": self.run_id,
             "ack": self.ack.to_json() if self.ack is not None else None,
             "heartbeat": self.heartbeat.to_json() if self.heartbeat is not None else None,
             "requested_at": self.requested_at, "waited_s": self.waited_s,
         }
+        return _EVENT.encode(data)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str | None) -> StopTriggerEvent:
-        """Validate a trigger event (dict or JSON); ``ValueError`` naming what is wrong."""
-        raw = json.loads(data) if isinstance(data, str) else data
-        if not isinstance(raw, Mapping) or set(raw) != EVENT_KEYS:
-            raise ValueError(f"unexpected trigger event {raw!r}: expected keys {sorted(EVENT_KEYS)}")
-        event = cls(reason=StopReason(raw["reason"]), request_id=str(raw["request_id"]), run_id=str(raw["run_id"]),
-                    ack=StopAck.from_json(raw["ack"]) if raw["ack"] else None,
-                    heartbeat=Heartbeat.from_json(raw["heartbeat"]) if raw["heartbeat"] else None,
-                    requested_at=float(raw["requested_at"]), waited_s=float(raw["waited_s"]))
+        """Decode a trigger event (dict or JSON) through its codec (format 1; an event of an
+        earlier release, without a format number, still reads); :class:`InvalidTriggerEvent`
+        naming what is wrong, also for an acknowledgement without its ack."""
+        if data is None:
+            raise _EVENT.refuse("no trigger event (None)", "the graceful stop trigger's event")
+        event = cls(**_EVENT.decode(data))
         if event.reason is StopReason.ACKNOWLEDGED and event.ack is None:
-            raise ValueError(f"trigger event {raw!r} acknowledges without an ack")
+            raise _EVENT.refuse(f"an acknowledged event of request {event.request_id!r} without its ack",
+                                "the ack that answered the request")
         return event
+
+
+_EVENT = Codec("graceful stop trigger event", InvalidTriggerEvent, {
+    "reason": Field((str,), decode=one_of(*(r.value for r in StopReason), decode=StopReason)),
+    "request_id": Field((str,)),
+    "run_id": Field((str,)),
+    "ack": Field((str,), nullable=True, decode=lambda text: StopAck.from_json(text) if text else None),
+    "heartbeat": Field((str,), nullable=True, decode=lambda text: Heartbeat.from_json(text) if text else None),
+    "requested_at": Field((float,), decode=float),
+    "waited_s": Field((float,), decode=float),
+}, versions=(UNVERSIONED,))
 
 
 class GracefulStopTrigger(BaseTrigger):

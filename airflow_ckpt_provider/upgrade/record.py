@@ -31,9 +31,9 @@ from typing import Any
 
 from airflow_ckpt_provider import __version__
 from airflow_ckpt_provider.checkpoint.errors import JournalCorrupt, JournalOfAnotherRelease, shorten
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import FORMAT_KEY, Codec, Field, array_of
 
 #: The journal's format. 2: each journal names the release that wrote it (``release``), and the
 #: preflight's planning records the relaunch and rollback modes the steps' planner reads. A journal
@@ -205,32 +205,73 @@ class JournalRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes, *, path: str = "") -> JournalRecord:
-        """Parse; :class:`JournalOfAnotherRelease` for a journal of another format (another
-        release wrote it), :class:`JournalCorrupt` for anything that is not a journal."""
+        """Decode through the journal's codec; :class:`JournalOfAnotherRelease` for a journal of
+        another format (another release wrote it), :class:`JournalCorrupt` for anything that is not
+        a journal (unknown keys, a missing or mistyped field, a step that is not one)."""
         try:
-            data = load_json(text)
-            found = data.get("format")
+            data = _JOURNAL.parse(text)
+            found = data.get(FORMAT_KEY)
             if isinstance(found, int) and not isinstance(found, bool) and found != FORMAT:
                 writer = data.get("release")
                 by = f"release {shorten(str(writer), 40)}" if writer else "an earlier release (its journals name none)"
                 raise JournalOfAnotherRelease(
                     found=f"journal format {found}, written by {by}",
                     expected=f"journal format {FORMAT}, which airflow-ckpt-provider {__version__} writes", path=path)
-            if found != FORMAT:
-                raise JournalCorrupt(found=f"journal format {found!r}", expected=f"format {FORMAT}", path=path)
-            steps = {name: JournalStep(**step) for name, step in (data.get("steps") or {}).items()}
-            planning = {name: JournalStep(**step) for name, step in (data.get("planning") or {}).items()}
-            return cls(upgrade_id=data["upgrade_id"], intent=UpgradeIntent(**data["intent"]),
-                       created_at=data["created_at"], runs=tuple(data.get("runs") or ()),
-                       phase=data.get("phase", UPGRADE_PHASE), steps=steps, planning=planning,
-                       planned_handover=data.get("planned_handover"), outcome=data.get("outcome"),
-                       closed_at=data.get("closed_at", ""), release=str(data.get("release") or ""),
-                       run_log=tuple(dict(entry) for entry in data.get("run_log") or ()))
-        except JournalCorrupt:
+            _JOURNAL.check_format(data)
+            values = _JOURNAL.fields_of(data)
+        except JournalOfAnotherRelease:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise JournalCorrupt(found=f"an unreadable journal ({type(exc).__name__}: {exc})",
-                                 expected="the JSON journal this provider writes", path=path) from None
+        except JournalCorrupt as exc:
+            raise JournalCorrupt(found=exc.found, expected=exc.expected, path=path or exc.path) from None
+        # absent or null: the field's default, as the previous decoder read it (a journal without a
+        # release names none; null lists and maps are empty)
+        kept = {name: value for name, value in values.items()
+                if name in data and (value is not None or name in _NULL_MEANS_NONE)}
+        return cls(**{**kept, "release": values["release"] or ""})
+
+
+def _step(value: Any) -> JournalStep:  # noqa: ANN401 - a checked JSON object
+    return JournalStep(**_STEP.present(value))
+
+
+def _steps(value: Any) -> dict[str, JournalStep]:  # noqa: ANN401 - a checked JSON object
+    return {str(name): _step(step) for name, step in value.items()}
+
+
+def _intent(value: Any) -> UpgradeIntent:  # noqa: ANN401 - a checked JSON object
+    return UpgradeIntent(**_INTENT.present(value))
+
+
+# -- the journal's codec (airflow_ckpt_provider.records.codec): format FORMAT; its parts (the intent,
+# each step) are covered by the journal's format number ------------------------------------------------
+
+_INTENT = Codec("journal intent", JournalCorrupt, {
+    "stream_name": Field((str,)), "old_checkpoint": Field((str,)), "new_checkpoint": Field((str,)),
+    "old_application": Field((str,), required=False), "new_application": Field((str,), required=False),
+    "archive_root": Field((str,), required=False),
+}, version=None)
+_STEP = Codec("journal step", JournalCorrupt, {
+    "name": Field((str,)), "state": Field((str,)), "run_id": Field((str,), required=False),
+    "attempts": Field((int,), required=False), "started_at": Field((str,), required=False),
+    "finished_at": Field((str,), required=False), "result": Field(required=False),
+    "error": Field((str,), required=False), "notes": Field((dict,), required=False),
+}, version=None)
+_JOURNAL = Codec("upgrade journal", JournalCorrupt, {
+    "upgrade_id": Field((str,)),
+    "intent": Field((dict,), decode=_intent),
+    "created_at": Field((str,)),
+    "runs": Field((list,), required=False, nullable=True, decode=array_of(str)),
+    "phase": Field((str,), required=False),
+    "steps": Field((dict,), required=False, nullable=True, decode=_steps),
+    "planning": Field((dict,), required=False, nullable=True, decode=_steps),
+    "planned_handover": Field((dict,), required=False, nullable=True),
+    "outcome": Field((str,), required=False, nullable=True),
+    "closed_at": Field((str,), required=False),
+    "run_log": Field((list,), required=False, nullable=True, decode=array_of(dict, decode=dict)),
+    "release": Field((str,), required=False, nullable=True),
+}, version=FORMAT)
+#: the fields whose null is a value (no handover planned, no outcome yet), not "the default"
+_NULL_MEANS_NONE = frozenset({"planned_handover", "outcome"})
 
 
 __all__ = ["DONE", "FAILED", "FINAL_OUTCOMES", "FORMAT", "ROLLBACK_PHASE", "STARTED", "UPGRADE_PHASE", "JournalRecord",

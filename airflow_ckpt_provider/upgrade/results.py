@@ -1,5 +1,5 @@
 """The typed results of the upgrade's steps, as they travel (XCom) and as the journal keeps them,
-each decoded by one strict codec (:mod:`airflow_ckpt_provider.upgrade.codec`): unknown keys and
+each decoded by one strict codec (:mod:`airflow_ckpt_provider.records.codec`): unknown keys and
 other formats are refused with :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult`,
 never guessed at. Pure: no Airflow, no I/O."""
 
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
-from airflow_ckpt_provider.upgrade.codec import Codec, Field
+from airflow_ckpt_provider.records.codec import Codec, Field
 
 
 def _strings(value: Any) -> tuple[str, ...]:  # noqa: ANN401 - a checked JSON array

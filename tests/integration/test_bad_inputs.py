@@ -58,7 +58,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.operators.handover import reconciled_handover
-from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+from airflow_ckpt_provider.records.control import HEARTBEAT, Heartbeat
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import CheckpointArchive, check_archive_location, check_query_stopped
 from airflow_ckpt_provider.storage.locations import check_launch_target

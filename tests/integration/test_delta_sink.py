@@ -526,7 +526,7 @@ def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_table
     (partition, offset) exactly once."""
     from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, TakenBy
     from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
-    from airflow_ckpt_provider.spark.control import STOP_ACK, StopAck
+    from airflow_ckpt_provider.records.control import STOP_ACK, StopAck
     from tests.integration.test_launch_real import _TI, run_operator
     from tests.integration.test_standby import START_TIMEOUT_S, launch_standby, wait_standby
 

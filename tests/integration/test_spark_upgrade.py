@@ -30,7 +30,7 @@ from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.local.spark import SPARK35, SparkInstall, local_spark_conf
-from airflow_ckpt_provider.spark.control import CONF_STANDBY, STANDBY_RELEASE, StandbyRelease
+from airflow_ckpt_provider.records.control import CONF_STANDBY, STANDBY_RELEASE, StandbyRelease
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records

@@ -24,7 +24,7 @@ from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.local.spark import delta_spark_conf, local_spark_conf
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CONF_STANDBY,
     CONF_STANDBY_REHEARSAL,
     CONF_STANDBY_TIMEOUT_S,

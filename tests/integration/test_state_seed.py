@@ -19,7 +19,7 @@ import fsspec
 import pytest
 
 from airflow_ckpt_provider.local.kafka import LocalKafka
-from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
+from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.state import (
     StateMappingError,
     StateNotExported,

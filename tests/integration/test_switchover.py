@@ -38,7 +38,7 @@ from airflow_ckpt_provider.faults import ENV, LOG_ENV
 from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     STOP_ACK,
     STOP_REQUEST,
     SWITCHOVER_HANDOVER,

@@ -32,7 +32,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint import LaunchHandle
 from airflow_ckpt_provider.local.kafka import LocalKafka
-from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
+from airflow_ckpt_provider.records.control import CONF_STANDBY_REHEARSAL
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.airflow_server import PASSWORD_FILE, USER, LocalAirflow
 from tests.harness.upgrade_demo import DAG_ID, DAGS, STREAM, UpgradeDemo, read_dag_report, stop_jobs_under

@@ -19,7 +19,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_ckpt_provider.spark.control import CONF_STANDBY_REHEARSAL
+from airflow_ckpt_provider.records.control import CONF_STANDBY_REHEARSAL
 from airflow_ckpt_provider.storage.journal import list_journals
 from airflow_ckpt_provider.storage.listing import list_batch_ids
 from tests.harness.s3 import REGION

@@ -27,7 +27,7 @@ import pytest
 
 from airflow_ckpt_provider.local.errors import LocalStackError
 from airflow_ckpt_provider.local.spark import SPARK40, SPARK42, spark_install
-from airflow_ckpt_provider.spark.control import SWITCHOVER_HANDOVER
+from airflow_ckpt_provider.records.control import SWITCHOVER_HANDOVER
 from airflow_ckpt_provider.spark.switchover import SwitchoverHandover
 from airflow_ckpt_provider.storage import CheckpointReader
 from tests.harness.records import CUSTOMERS, purchase

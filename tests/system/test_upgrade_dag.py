@@ -31,7 +31,7 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import StopResult
-from airflow_ckpt_provider.spark.control import parse_time
+from airflow_ckpt_provider.records.control import parse_time
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import LOCK, UpgradeJournal
 from airflow_ckpt_provider.storage.stop import ControlFiles

@@ -27,20 +27,26 @@ TOP_NAMES = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.it
 #: so no layer may import it.
 WATCHED = {"airflow", "pyspark", "py4j", "fsspec", "kafka", "confluent_kafka", "tests"}
 
+#: The layers below every other (but the helpers): the versioned strict records, the one codec every
+#: layer decodes through, the driver side (spark/) too. Every layer but the helpers may import them.
+FOUNDATION = {"records"}
+
 #: layer -> (layers of this provider it may import besides HELPERS, watched outside packages it may import)
 RULES: dict[str, tuple[set[str], set[str]]] = {
     # the standard-library-only modules at the package's top
     "helpers": (set(), set()),
+    # the versioned strict records (the codec): below every layer but the helpers (FOUNDATION)
+    "records": (set(), set()),
     # in the user's Spark driver: pyspark and the pure core (standard library only: the driver reads
     # a checkpoint with the provider's own reader); nothing of the Airflow side, fsspec or storage/
     "spark": ({"checkpoint"}, {"pyspark", "py4j"}),
     # the pure core: parsers over bytes and JSON, value objects, decisions, typed errors; no I/O
-    # library, nothing of the Airflow side, not even the storage layer; of the driver side only the
-    # control-file protocol (spark.control, standard library only)
-    "checkpoint": ({"spark.control", "upgrade"}, set()),
+    # library, nothing of the Airflow side, not even the storage layer, nor the driver side (the
+    # control-file protocol is a record: records.control)
+    "checkpoint": (set(), set()),
     # what lists, reads, writes, copies and locks files through fsspec: the core, the upgrade record
     # it reads and writes (storage.journal) and fsspec, never Airflow, Spark or a Kafka client
-    "storage": ({"checkpoint", "spark.control", "upgrade"}, {"fsspec"}),
+    "storage": ({"checkpoint", "upgrade"}, {"fsspec"}),
     # the upgrade as recorded state (the journal's record, its codec, the planner, the step table):
     # pure like the core; no Airflow, no fsspec, not even the storage layer that reads and writes it
     "upgrade": ({"checkpoint"}, set()),
@@ -103,7 +109,7 @@ def target(name: str) -> str | None:
         return parts[0] if parts[0] in WATCHED else None
     if len(parts) == 1 or parts[1] in HELPERS or parts[1] not in TOP_NAMES:
         return None  # a helper, or a name the package's __init__ defines (__version__)
-    return "spark.control" if parts[1:3] == ["spark", "control"] else parts[1]
+    return parts[1]
 
 
 def violations(path: Path) -> list[str]:
@@ -114,7 +120,7 @@ def violations(path: Path) -> list[str]:
         hit = target(name)
         if hit is None or hit.split(".")[0] == layer or hit in outside:
             continue
-        if hit in own or (hit == "spark.control" and "spark" in own):
+        if hit in own or (hit in FOUNDATION and layer != "helpers"):
             continue
         found.append(name)
     return sorted(set(found))
@@ -139,7 +145,7 @@ def test_imports_follow_the_layers(path: Path) -> None:
     ("checkpoint", "def f():\n    from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook",
      ["airflow_ckpt_provider.hooks.storage"]),
     ("checkpoint", "from airflow_ckpt_provider.spark import graceful_stop", ["airflow_ckpt_provider.spark"]),
-    ("checkpoint", "from airflow_ckpt_provider.spark.control import Heartbeat", []),
+    ("checkpoint", "from airflow_ckpt_provider.records.control import Heartbeat", []),
     ("checkpoint", "from airflow_ckpt_provider import clock", []),
     ("checkpoint", "import fsspec", ["fsspec"]),
     ("checkpoint", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fsspec import AbstractFileSystem",
@@ -154,8 +160,19 @@ def test_imports_follow_the_layers(path: Path) -> None:
     ("checkpoint", "from airflow_ckpt_provider.operators.stop import GracefulStopOperator",
      ["airflow_ckpt_provider.operators.stop"]),
     ("checkpoint", "from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets", []),
+    ("checkpoint", "from airflow_ckpt_provider.upgrade.record import JournalRecord",
+     ["airflow_ckpt_provider.upgrade.record"]),
+    ("checkpoint", "def f():\n    from airflow_ckpt_provider import upgrade", ["airflow_ckpt_provider.upgrade"]),
+    ("checkpoint", "import pyspark.sql", ["pyspark.sql"]),
+    ("checkpoint", "from airflow_ckpt_provider.records.codec import Codec", []),
+    ("records", "from airflow_ckpt_provider.checkpoint.errors import CheckpointError",
+     ["airflow_ckpt_provider.checkpoint.errors"]),
+    ("records", "from airflow_ckpt_provider.upgrade import record", ["airflow_ckpt_provider.upgrade"]),
+    ("records", "from ..spark import graceful_stop", ["airflow_ckpt_provider.spark"]),
+    ("records", "import pyspark", ["pyspark"]),
+    ("records", "from airflow_ckpt_provider import clock, json_limits", []),
     ("storage", "import fsspec\nfrom airflow_ckpt_provider.checkpoint.logs import batch_ids", []),
-    ("storage", "from airflow_ckpt_provider.spark.control import CONTROL_DIR", []),
+    ("storage", "from airflow_ckpt_provider.records.control import CONTROL_DIR", []),
     ("storage", "from airflow.sdk import BaseHook", ["airflow.sdk"]),
     ("storage", "from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook",
      ["airflow_ckpt_provider.hooks.storage"]),
@@ -190,6 +207,92 @@ def test_the_rule_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer
     assert violations(module) == wrong
 
 
+def layer_graph(files: list[Path]) -> dict[str, set[str]]:
+    """Which of the package's layers (subpackages) imports which, over ``files``."""
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        layer = layer_of(path)
+        if layer == "helpers" or not path.is_relative_to(PACKAGE):
+            continue
+        for name in imports_of(path):
+            hit = target(name)
+            if hit is not None and hit in TOP_NAMES and hit != layer:
+                graph.setdefault(layer, set()).add(hit)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of layers that import each other, directly or through others (the strongly
+    connected components of more than one layer, Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_two_subpackages_import_each_other() -> None:
+    """The layers form no cycle, direct or through others (lazy imports count: a cycle broken only
+    by importing inside a function is still one)."""
+    assert cycles(layer_graph(FILES)) == []
+
+
+def test_the_cycle_check_sees_direct_and_longer_cycles() -> None:
+    assert cycles({"checkpoint": {"records", "upgrade"}, "upgrade": {"checkpoint"}}) == [["checkpoint", "upgrade"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"spark": {"checkpoint", "records"}, "checkpoint": {"records"}}) == []
+
+
+def test_the_records_layer_is_below_every_other_and_the_core_above_it_only() -> None:
+    """The codec imports nothing of the provider (helpers aside) and nothing watched; the core
+    imports none of the provider's layers but the records, neither Airflow nor Spark; every other
+    layer may use the records."""
+    assert RULES["records"] == (set(), set())
+    own, outside = RULES["checkpoint"]
+    assert own <= FOUNDATION and not outside, RULES["checkpoint"]
+    assert all(layer == "helpers" or "records" not in RULES[layer][0] for layer in RULES), "FOUNDATION says it once"
+
+
+def test_importing_the_records_layer_loads_nothing_else_of_the_provider() -> None:
+    """In a fresh interpreter: importing every module of ``records/`` loads no other layer of the
+    provider (only the standard-library helpers at its top) and no outside package the table watches."""
+    modules = sorted(p.stem for p in (PACKAGE / "records").glob("*.py") if p.stem != "__init__")
+    assert modules, "no modules in records/"
+    code = ("import sys\n"
+            f"for name in {modules!r}:\n"
+            "    __import__('airflow_ckpt_provider.records.' + name)\n"
+            f"own = sorted(m for m in sys.modules if m.startswith('airflow_ckpt_provider.') and m.split('.')[1] not in "
+            f"{sorted(HELPERS | {'records'})!r})\n"
+            f"watched = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(WATCHED)!r})\n"
+            "print(own + watched)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 #: What the two pure layers, the core (``checkpoint/``) and the upgrade record (``upgrade/``), may
 #: never reach, by the table: no I/O library, no Airflow, and none of the layers that do I/O or
 #: hold Airflow.
@@ -211,8 +314,8 @@ def test_the_table_keeps_the_pure_layers_pure_and_storage_free_of_airflow() -> N
 @pytest.mark.parametrize("layer", PURE_LAYERS)
 def test_importing_a_pure_layer_loads_no_io_library_and_no_outer_layer(layer: str) -> None:
     """The transitive rule, in a fresh interpreter: importing every module of the core, or every
-    module of the upgrade record (and what those import: the core imports ``upgrade.codec``, the
-    upgrade record imports the core) loads neither fsspec, Airflow, Spark nor a Kafka client, nor
+    module of the upgrade record (and what those import: the core imports the records, the upgrade
+    record imports the core) loads neither fsspec, Airflow, Spark nor a Kafka client, nor
     any module of the storage layer or the Airflow side."""
     modules = sorted(p.stem for p in (PACKAGE / layer).glob("*.py") if p.stem != "__init__")
     assert modules, f"no modules in {layer}/"

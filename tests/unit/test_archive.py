@@ -38,7 +38,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     plan_retention,
     sanitize_upgrade_id,
 )
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
+from airflow_ckpt_provider.records.control import HEARTBEAT, STOP_ACK, Heartbeat, StopAck
 from airflow_ckpt_provider.storage import archive as archive_module
 from airflow_ckpt_provider.storage import files, transfer
 from airflow_ckpt_provider.storage.archive import CheckpointArchive, check_query_stopped

@@ -34,7 +34,7 @@ from airflow_ckpt_provider.checkpoint.path import PathChoice
 from airflow_ckpt_provider.checkpoint.state import StateExport, StateManifest
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult
-from airflow_ckpt_provider.spark.control import Heartbeat
+from airflow_ckpt_provider.records.control import Heartbeat
 from airflow_ckpt_provider.upgrade.record import JournalRecord
 from tests.unit.conftest import write_checkpoint
 

@@ -1,4 +1,4 @@
-"""The strict codec (airflow_ckpt_provider.upgrade.codec) as decision tables: each step of the
+"""The strict codec (airflow_ckpt_provider.records.codec) as decision tables: each step of the
 decoding (parse, object, format number, unknown keys, fields) refuses with the value's own typed
 error, saying what was found and what was expected; round trips of encode and decode."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidVerdict, JsonTooLarge
 from airflow_ckpt_provider.json_limits import MAX_JSON_DEPTH
-from airflow_ckpt_provider.upgrade.codec import FORMAT_KEY, Codec, Field, array_of, json_type_name, one_of
+from airflow_ckpt_provider.records.codec import FORMAT_KEY, Codec, Field, array_of, json_type_name, one_of
 
 
 class SampleError(CheckpointError, ValueError):
@@ -107,7 +107,7 @@ def test_a_decoded_colour_is_the_decoders_value() -> None:
 
 
 def test_errors_of_parsing_it_is_told_to_keep_go_up_unchanged() -> None:
-    keeping = Codec("Kept", SampleError, {"a": Field()}, version=None, raise_as_is=(JsonTooLarge,))
+    keeping = Codec("Kept", SampleError, {"a": Field()}, version=None, too_large=JsonTooLarge)
     with pytest.raises(JsonTooLarge):
         keeping.decode("[" * (MAX_JSON_DEPTH + 1))
     with pytest.raises(SampleError):

@@ -1,4 +1,4 @@
-"""The decoders moved onto :mod:`airflow_ckpt_provider.upgrade.codec` keep their error types:
+"""The decoders moved onto :mod:`airflow_ckpt_provider.records.codec` keep their error types:
 decision tables written against the hand-written decoders, plus round trips of what the provider
 itself writes. The launch handle accepts and refuses what it did before; the verdict and its trials
 are strict now (only the keys their writers write, each of its JSON type), so the leniencies the
@@ -81,7 +81,10 @@ VERDICT_TABLE: list[tuple[str, Any, Check | type[Exception]]] = [
     ("a trial as JSON text", verdict_with(trials=[TRIAL.to_json()]), InvalidVerdict),
     ("trials null", verdict_with(trials=None), InvalidVerdict),
     ("a derived key of another type", verdict_with(headline=5), InvalidVerdict),
-    ("a format number", verdict_with(format=1), InvalidVerdict),
+    ("format 1, as this release writes it", verdict_with(format=1), same(VERDICT)),
+    ("no format number, as the previous release wrote it", verdict_without("format"), same(VERDICT)),
+    ("a newer format", verdict_with(format=2), InvalidVerdict),
+    ("format 0 written out", verdict_with(format=0), InvalidVerdict),
     ("not JSON", "{nope", InvalidVerdict),
     ("empty text", "", InvalidVerdict),
     ("a JSON array", "[]", InvalidVerdict),

@@ -358,7 +358,7 @@ def test_the_migrated_trial_gets_the_state_the_upgrade_carries(monkeypatch: pyte
                                                                 carry_state: bool) -> None:
     from airflow_ckpt_provider.checkpoint.state import StateExportPlan
     from airflow_ckpt_provider.hooks import compat as hook
-    from airflow_ckpt_provider.spark.control import CONF_INITIAL_STATE_PATH
+    from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH
 
     old = spark_checkpoint(tmp_path, stateful=True)
     exports: list[dict[str, Any]] = []

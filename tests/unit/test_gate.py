@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_ckpt_provider.spark.control import STOP_REQUEST, STOP_WITHDRAWN, StopRequest, StopWithdrawn
+from airflow_ckpt_provider.records.control import STOP_REQUEST, STOP_WITHDRAWN, StopRequest, StopWithdrawn
 from airflow_ckpt_provider.spark.gate import HELD_MARKER, BatchGate, BatchHeld, foreach_batch, gate_for
 from airflow_ckpt_provider.spark.graceful_stop import GracefulStop
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from airflow_ckpt_provider.checkpoint.errors import InvalidTriggerEvent
 from airflow_ckpt_provider.checkpoint.launch import InvalidLaunchHandle, LaunchHandle, LaunchMode
 from airflow_ckpt_provider.jobs import (
     DriverState,
@@ -28,7 +29,7 @@ from airflow_ckpt_provider.jobs import (
     register_job_kind,
 )
 from airflow_ckpt_provider.jobs.local import group_members
-from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, Heartbeat, ProcessScope
+from airflow_ckpt_provider.records.control import DRIVER, DriverRecord, Heartbeat, ProcessScope
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger
 
@@ -240,7 +241,10 @@ def test_an_event_of_the_earlier_launch_trigger_still_validates() -> None:
     event = LaunchTriggerEvent.from_json(earlier)
     assert (event.reason, event.state, event.evidence) == (LaunchEvent.DIED, DriverState.EXITED, "")
     assert LaunchTriggerEvent.from_json(event.to_json()) == event
-    with pytest.raises(ValueError, match="unexpected trigger event keys"):
+    with pytest.raises(InvalidTriggerEvent, match="unknown key.*'surprise'"):
         LaunchTriggerEvent.from_json({**earlier, "surprise": 1})
+    with pytest.raises(InvalidTriggerEvent, match="format 2 .written by a newer release"):
+        LaunchTriggerEvent.from_json({**event.to_dict(), "format": 2})
+    assert event.to_dict()["format"] == 1
     with pytest.raises(ValueError):
         LaunchTriggerEvent.from_json({**earlier, "reason": "exploded"})

@@ -152,7 +152,7 @@ def test_an_interrupted_launch_without_a_handle_adopts_by_heartbeat(tmp_path: Pa
     ready(journal, "relaunch")
     from datetime import datetime, timezone
 
-    from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat, ProcessScope
+    from airflow_ckpt_provider.records.control import HEARTBEAT, RUNNING, Heartbeat, ProcessScope
 
     cp = tmp_path / "v2"
     (cp / "_ckpt").mkdir(parents=True)

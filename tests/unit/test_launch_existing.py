@@ -9,7 +9,7 @@ import pytest
 from airflow_ckpt_provider.checkpoint.errors import QueryStillRunning
 from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
-from airflow_ckpt_provider.spark.control import HEARTBEAT, RUNNING, Heartbeat
+from airflow_ckpt_provider.records.control import HEARTBEAT, RUNNING, Heartbeat
 from tests.unit.conftest import write_checkpoint
 
 

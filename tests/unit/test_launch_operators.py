@@ -26,6 +26,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
     HandoverMissing,
     InvalidHandover,
     InvalidOffsets,
+    InvalidTriggerEvent,
     LaunchFailed,
     NoProgress,
     SharedCheckpoint,
@@ -39,7 +40,7 @@ from airflow_ckpt_provider.operators.launch import (
     SparkUILink,
     StreamLaunchOperator,
 )
-from airflow_ckpt_provider.spark.control import ProcessScope
+from airflow_ckpt_provider.records.control import ProcessScope
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.triggers.launch import EVENT_KEYS, LaunchEvent, LaunchTrigger
 from tests.unit.conftest import kafka_json, write_checkpoint
@@ -110,7 +111,7 @@ def test_trigger_fires_committed(tmp_path: Path) -> None:
 
 def running_heartbeat(cp: Path, *, state: str = "running") -> None:
     from airflow_ckpt_provider.clock import utc_iso
-    from airflow_ckpt_provider.spark.control import HEARTBEAT, Heartbeat
+    from airflow_ckpt_provider.records.control import HEARTBEAT, Heartbeat
 
     now = utc_iso(timespec="milliseconds")
     beat = Heartbeat(query_id="q", run_id="r", state=state, started_at=now, updated_at=now, interval_s=60.0)
@@ -255,10 +256,10 @@ def test_launch_timeout_kills_unless_told(tmp_path: Path, kill_on_timeout: bool)
 
 def test_launch_rejects_unexpected_events(tmp_path: Path) -> None:
     operator, fake = launch_operator(tmp_path)
-    with pytest.raises(ValueError, match="unexpected trigger event"):
+    with pytest.raises(InvalidTriggerEvent, match="launch trigger event without 'batch'"):
         operator.execute_complete({"ti": TI()}, {"reason": "committed"})
     bad = {**event(LaunchEvent.COMMITTED, local_handle(fake.pid, fake.log_file)), "reason": "exploded"}
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidTriggerEvent, match="'exploded' is not one of"):
         operator.execute_complete({"ti": TI()}, bad)
 
 

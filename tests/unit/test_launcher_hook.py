@@ -19,7 +19,7 @@ from airflow_ckpt_provider.checkpoint.errors import LaunchFailed
 from airflow_ckpt_provider.hooks.launcher import PYSPARK_PYTHON_ENV, PYTHON_RUNNER, SparkLauncherHook, launch_mode
 from airflow_ckpt_provider.jobs import DriverState
 from airflow_ckpt_provider.jobs.standalone import default_master_ui_url
-from airflow_ckpt_provider.spark.control import DRIVER, DriverRecord, ProcessScope
+from airflow_ckpt_provider.records.control import DRIVER, DriverRecord, ProcessScope
 
 HANDOVER = '{"events":{"0":100,"1":-2}}'
 

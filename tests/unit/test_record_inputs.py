@@ -420,8 +420,8 @@ def test_the_compatibility_check_of_a_new_upgrade_runs_unless_switched_off(journ
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     plan(journal)
     assert check(journal, monkeypatch, enabled="False").execute({"run_id": "run-1"}) == \
-        {"skipped": "switched off", "summary_md": ""}
-    assert journal.read().planning["compatibility_check"].result == {"skipped": "switched off"}
+        {"format": 1, "skipped": "switched off", "summary_md": ""}
+    assert journal.read().planning["compatibility_check"].result == {"format": 1, "skipped": "switched off"}
     assert planner.approval_text(journal.read()) == ""  # a check switched off says nothing to the approver
     with pytest.raises(AssertionError, match="trial started"):  # the param on: the trials run
         check(journal, monkeypatch).execute({"run_id": "run-1"})

@@ -1,5 +1,5 @@
 """Every step result the upgrade exchanges (XCom) or records (the journal, an archive, a state
-export) is decoded by its one strict codec (:mod:`airflow_ckpt_provider.upgrade.codec`): what
+export) is decoded by its one strict codec (:mod:`airflow_ckpt_provider.records.codec`): what
 this release writes is read back exactly (the texts below are what its writers wrote, kept as they
 were: archives and state exports keep them for ever), round trips are exact, and anything else is
 refused with the value's own typed error naming what was found."""
@@ -504,12 +504,40 @@ WRITTEN: dict[str, tuple[Decode, str, Callable[[Any], str]]] = {
 }
 
 
+#: The values written without a format number by the release before this one (the texts above), which
+#: this release writes with format 1 (UNVERSIONED, format 0, is how it reads the texts above).
+VERSIONED_SINCE = frozenset({
+    "handover step", "handover step, rewound", "stop step", "stop step, nothing stopped", "verify result",
+    "verify step, with the sink", "verify step, caught up", "path choice", "path step", "state export step",
+    "state export step, skipped", "rollback handover step", "rollback handover step, by its one decoder",
+    "rollback handover step, new checkpoint unread", "compatibility step", "compatibility step, as recorded",
+    "compatibility step, skipped", "report/upgrade-report.json"})
+
+
+def without_formats(value: Any) -> Any:  # noqa: ANN401 - any JSON value
+    """``value`` without the format numbers of values that had none before (format 1), at any depth."""
+    if isinstance(value, dict):
+        return {k: without_formats(v) for k, v in value.items() if not (k == "format" and v == 1)}
+    if isinstance(value, list):
+        return [without_formats(v) for v in value]
+    return value
+
+
 @pytest.mark.parametrize("name", WRITTEN)
-def test_what_this_release_wrote_is_read_back_and_written_again_byte_for_byte(name: str) -> None:
+def test_what_the_previous_release_wrote_is_read_back_and_written_again_with_its_format(name: str) -> None:
+    """The texts above are read as they were written (the values that had no format number are
+    read as format 0), and written again the same but for the format numbers this release adds;
+    what this release writes reads back to the same value and is written byte for byte again."""
     decode, text, write = WRITTEN[name]
     value = decode(text)
     assert decode(json.loads(text)) == value == decode(text.encode())
-    assert write(value) == text, "the writer's bytes changed: a reader of the previous release must read them"
+    written = write(value)
+    if name in VERSIONED_SINCE:
+        assert json.loads(written)["format"] == 1 and "format" not in json.loads(text)
+        assert without_formats(json.loads(written)) == without_formats(json.loads(text))
+        assert decode(written) == value and write(decode(written)) == written
+    else:
+        assert written == text, "the writer's bytes changed: a reader of the previous release must read them"
 
 
 def test_the_written_values_hold_what_was_written() -> None:
@@ -618,8 +646,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
     ("handover result: its handover's batch as text", HandoverResult.from_json,
      edit(HANDOVER_RESULT, lambda v: v["handover"].update(batch_id="41")), InvalidHandover,
      "'batch_id' of JSON string"),
-    ("handover result: a format number", HandoverResult.from_json, with_(HANDOVER_RESULT, format=1),
-     InvalidHandover, "with a format number"),
+    ("handover result: a newer format", HandoverResult.from_json, with_(HANDOVER_RESULT, format=2),
+     InvalidHandover, "format 2 (written by a newer release"),
     # ArchiveManifest: format 1, sha256, every key
     ("manifest: unknown key", ArchiveManifest.from_json, with_(ARCHIVE_MANIFEST, extra_key=1),
      InvalidArchiveManifest, "unknown key(s) 'extra_key'"),
@@ -681,8 +709,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      "'ack' of JSON array"),
     ("stop: no waited_s", StopResult.from_json, without(STOP_RESULT, "waited_s"), InvalidStopResult,
      "without 'waited_s'"),
-    ("stop: a format number", StopResult.from_json, with_(STOP_RESULT, format=2), InvalidStopResult,
-     "with a format number"),
+    ("stop: a newer format", StopResult.from_json, with_(STOP_RESULT, format=2), InvalidStopResult,
+     "format 2 (written by a newer release"),
     # VerifyResult: each partition by its codec
     ("verify: unknown key", VerifyResult.from_json, with_(VERIFY_RESULT, verdict="ok"), InvalidVerifyResult,
      "unknown key(s) 'verdict'"),
@@ -705,8 +733,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      "'sink' of JSON string"),
     ("verify: no partitions", VerifyResult.from_json, without(VERIFY_RESULT, "partitions"), InvalidVerifyResult,
      "without 'partitions'"),
-    ("verify: a format number", VerifyResult.from_json, with_(VERIFY_RESULT, format=1), InvalidVerifyResult,
-     "with a format number"),
+    ("verify: a newer format", VerifyResult.from_json, with_(VERIFY_RESULT, format=2), InvalidVerifyResult,
+     "format 2 (written by a newer release"),
     # PathChoice
     ("path: unknown key", PathChoice.from_json, with_(PATH_CHOICE, why="x"), InvalidUpgradePath,
      "unknown key(s) 'why'"),
@@ -718,8 +746,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      "'in_place' of JSON string"),
     ("path: no reason", PathChoice.from_json, without(PATH_CHOICE, "reason"), InvalidUpgradePath,
      "without 'reason'"),
-    ("path: a format number", PathChoice.from_json, with_(PATH_CHOICE, format=1), InvalidUpgradePath,
-     "with a format number"),
+    ("path: a newer format", PathChoice.from_json, with_(PATH_CHOICE, format=2), InvalidUpgradePath,
+     "format 2 (written by a newer release"),
     # StateExport
     ("state export: unknown key", StateExport.from_json, with_(STATE_EXPORT, size=812), InvalidStateExport,
      "unknown key(s) 'size'"),
@@ -733,8 +761,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      InvalidStateExport, "item 0 of JSON string"),
     ("state export: no location", StateExport.from_json, without(STATE_EXPORT, "location"), InvalidStateExport,
      "without 'location'"),
-    ("state export: a format number", StateExport.from_json, json.dumps(with_(STATE_EXPORT, format=1)),
-     InvalidStateExport, "with a format number"),
+    ("state export: a newer format", StateExport.from_json, json.dumps(with_(STATE_EXPORT, format=2)),
+     InvalidStateExport, "format 2 (written by a newer release"),
     # RollbackHandover: each partition by its codec
     ("rollback: unknown key", RollbackHandover.from_json, with_(ROLLBACK, error="x"), InvalidRollbackHandover,
      "unknown key(s) 'error'"),
@@ -751,8 +779,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      InvalidRollbackHandover, "item 0 of JSON integer"),
     ("rollback: no checkpoint", RollbackHandover.from_json, without(ROLLBACK, "checkpoint"), InvalidRollbackHandover,
      "without 'checkpoint'"),
-    ("rollback: a format number", RollbackHandover.from_json, with_(ROLLBACK, format=1), InvalidRollbackHandover,
-     "with a format number"),
+    ("rollback: a newer format", RollbackHandover.from_json, with_(ROLLBACK, format=2), InvalidRollbackHandover,
+     "format 2 (written by a newer release"),
     # the rollback step's result by its one decoder: the handover, or the error that kept it from being computed
     ("rollback result: unknown key", rollback_result, with_(ROLLBACK, extra=1), InvalidRollbackHandover,
      "RollbackHandover with unknown key(s) 'extra'"),
@@ -766,8 +794,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      InvalidRollbackHandover, "'error' of JSON integer"),
     ("rollback unread: no checkpoint", rollback_result, without(ROLLBACK_UNREAD, "checkpoint"),
      InvalidRollbackHandover, "RollbackHandoverUnread without 'checkpoint'"),
-    ("rollback unread: a format number", rollback_result, with_(ROLLBACK_UNREAD, format=1), InvalidRollbackHandover,
-     "with a format number"),
+    ("rollback unread: a newer format", rollback_result, with_(ROLLBACK_UNREAD, format=2), InvalidRollbackHandover,
+     "format 2 (written by a newer release"),
     ("rollback unread: by the handover's decoder", RollbackHandover.from_json, ROLLBACK_UNREAD,
      InvalidRollbackHandover, "unknown key(s) 'error'"),
     # the compatibility step's result by its one decoder: the verdict (each trial, operator and setting
@@ -799,16 +827,16 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      edit(COMPAT_RECORDED, first("settings", effect="worse")), InvalidVerdict, "'effect' = 'worse', not valid"),
     ("verdict: no in_place_ok", compatibility_result, without(COMPAT_RECORDED, "in_place_ok"), InvalidVerdict,
      "CompatibilityVerdict without 'in_place_ok'"),
-    ("verdict: a format number", compatibility_result, with_(COMPAT_RECORDED, format=1), InvalidVerdict,
-     "with a format number"),
+    ("verdict: a newer format", compatibility_result, with_(COMPAT_RECORDED, format=2), InvalidVerdict,
+     "format 2 (written by a newer release"),
     ("skipped: a reason of a number", compatibility_result, with_(COMPAT_SKIPPED, skipped=1), InvalidVerdict,
      "'skipped' of JSON integer"),
     ("skipped: an empty reason", compatibility_result, with_(COMPAT_SKIPPED, skipped=" "), InvalidVerdict,
      "'skipped' = ' ', not valid"),
     ("skipped: with a verdict's key", compatibility_result, with_(COMPAT_SKIPPED, in_place_ok=True), InvalidVerdict,
      "CompatibilitySkipped with unknown key(s) 'in_place_ok'"),
-    ("skipped: a format number", compatibility_result, with_(COMPAT_SKIPPED, format=1), InvalidVerdict,
-     "with a format number"),
+    ("skipped: a newer format", compatibility_result, with_(COMPAT_SKIPPED, format=2), InvalidVerdict,
+     "format 2 (written by a newer release"),
     ("skipped: by the verdict's decoder", CompatibilityVerdict.from_json, COMPAT_SKIPPED, InvalidVerdict,
      "unknown key(s) 'skipped'"),
     # UpgradeReport: its steps and batches by their codecs
@@ -828,8 +856,8 @@ REFUSED: list[tuple[str, Decode, Any, type[CheckpointError], str]] = [
      InvalidUpgradeReport, "'handover' of JSON array"),
     ("report: no created_at", UpgradeReport.from_json, without(REPORT, "created_at"), InvalidUpgradeReport,
      "without 'created_at'"),
-    ("report: a format number", UpgradeReport.from_json, with_(REPORT, format=1), InvalidUpgradeReport,
-     "with a format number"),
+    ("report: a newer format", UpgradeReport.from_json, with_(REPORT, format=2), InvalidUpgradeReport,
+     "format 2 (written by a newer release"),
 ]
 
 
@@ -905,7 +933,7 @@ def test_a_skipped_check_is_its_xcom_or_its_record() -> None:
     """The step returns the reason with an empty summary_md for the approval; the journal keeps the reason."""
     from airflow_ckpt_provider.operators.compat import _skipped
 
-    assert _skipped("switched off") == {"skipped": "switched off", "summary_md": ""}
+    assert _skipped("switched off") == {"format": 1, "skipped": "switched off", "summary_md": ""}
     for given in (_skipped("switched off"), COMPAT_SKIPPED, COMPAT_SKIPPED.encode()):
         assert compatibility_result(given) == CompatibilitySkipped("switched off")
 

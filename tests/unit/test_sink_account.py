@@ -169,7 +169,7 @@ def test_a_held_cut_batch_seen_in_the_output_of_a_kafka_sink_counts_none_when_no
 ])
 def test_a_foreach_batch_job_is_decided_by_the_wrappers_delivery_record(
         tmp_path: Path, delivered: int | None, disposition: str, batch_id: int) -> None:
-    from airflow_ckpt_provider.spark.control import DELIVERED, Delivery
+    from airflow_ckpt_provider.records.control import DELIVERED, Delivery
 
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(4), committed=range(3))
     if delivered is not None:
@@ -189,7 +189,7 @@ def test_a_batch_held_at_the_gate_wrote_nothing_whatever_the_sink(kind: str) -> 
 
 
 def test_the_handover_step_reads_the_gate_from_the_stop_acknowledgement(tmp_path: Path) -> None:
-    from airflow_ckpt_provider.spark.control import STOP_ACK, StopAck
+    from airflow_ckpt_provider.records.control import STOP_ACK, StopAck
 
     built = write_checkpoint(str(tmp_path / "ck"), batches=range(4), committed=range(3))
     (tmp_path / "ck" / STOP_ACK).parent.mkdir()

@@ -32,8 +32,7 @@ from airflow_ckpt_provider.checkpoint.errors import (
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY, StandbyReleaseOperator, StreamLaunchOperator
-from airflow_ckpt_provider.spark import graceful_stop, standby
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CONF_CHECKPOINT_LOCATION,
     CONF_HANDOVER_JSON,
     CONF_STANDBY,
@@ -49,11 +48,13 @@ from airflow_ckpt_provider.spark.control import (
     DriverRecord,
     Heartbeat,
     HeartbeatState,
+    InvalidControlRecord,
     ProcessScope,
     StandbyRelease,
     StopAck,
     StopRequest,
 )
+from airflow_ckpt_provider.spark import graceful_stop, standby
 from airflow_ckpt_provider.spark.standby import EXIT_STANDBY_TIMEOUT, await_handover, standby_run_id
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchWait
@@ -128,7 +129,7 @@ def test_standby_release_from_json_ignores_unknown_keys_and_refuses_non_objects(
         ("rel-1", "run-a", {}, "")
     with pytest.raises(ValueError, match="JSON object"):
         StandbyRelease.from_json("[1, 2]")
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidControlRecord, match="without 'released_at'"):
         StandbyRelease.from_json('{"release_id": "only"}')
 
 

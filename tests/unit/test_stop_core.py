@@ -43,7 +43,7 @@ from airflow_ckpt_provider.checkpoint.stop import (
 )
 from airflow_ckpt_provider.jobs import DriverState, JobOptions, job_for
 from airflow_ckpt_provider.jobs.local import group_members, kill_group
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     HEARTBEAT,
     STOP_ACK,
     Heartbeat,

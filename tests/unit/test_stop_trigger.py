@@ -28,7 +28,7 @@ from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.operators.stop import DEFER_GRACE_S, GracefulStopOperator
-from airflow_ckpt_provider.spark.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck, StopRequest
+from airflow_ckpt_provider.records.control import HEARTBEAT, STOP_ACK, Heartbeat, ProcessScope, StopAck, StopRequest
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.triggers.stop import EVENT_KEYS, GracefulStopTrigger, StopReason
 from tests.unit.conftest import write_checkpoint

@@ -21,8 +21,7 @@ from airflow_ckpt_provider.checkpoint.errors import InvalidSwitchoverRelease, Sw
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.state import ExportedStore, StateManifest
-from airflow_ckpt_provider.spark import switchover
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     CONF_HANDOVER_JSON,
     CONF_INITIAL_STATE_PATH,
     CONF_STARTING_OFFSETS,
@@ -32,10 +31,12 @@ from airflow_ckpt_provider.spark.control import (
     SWITCHOVER_HANDOVER,
     SWITCHOVER_REFUSAL,
     SWITCHOVER_RELEASE,
+    InvalidControlRecord,
     StandbyRelease,
     StopAck,
     StopRequest,
 )
+from airflow_ckpt_provider.spark import switchover
 from airflow_ckpt_provider.spark.standby import await_handover
 from airflow_ckpt_provider.spark.switchover import (
     RefusalReason,
@@ -137,7 +138,7 @@ def test_a_release_the_standby_cannot_carry_out_is_refused_by_constructor_and_de
 
 
 def test_the_decoder_refuses_missing_fields_and_non_objects() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidControlRecord, match="without 'standby_run_id'"):
         SwitchoverRelease.from_json('{"release_id": "sw-1", "released_at": "2026-11-28T10:00:00Z"}')
     with pytest.raises(ValueError, match="JSON object"):
         SwitchoverRelease.from_json("[]")

@@ -37,7 +37,7 @@ from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult, TakenBy, downtime_split
 from airflow_ckpt_provider.operators.launch import HANDLE_XCOM_KEY
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     HEARTBEAT,
     STANDBY_RELEASE,
     STOP_ACK,

@@ -140,7 +140,7 @@ def test_handover_result_shapes(tmp_path: Path) -> None:
     got = HandoverResult.from_json(json.dumps(xcom))
     assert (got.handover, got.offsets(), got.accepted_loss) == (handover, offsets(p0=150, p1=200), frozenset({(T, 0)}))
     assert HandoverResult.from_json(xcom) == got == HandoverResult.from_json(got.to_json())
-    assert got.to_dict() == xcom, "the XCom shape is the one the handover operator always returned"
+    assert got.to_dict() == {"format": 1, **xcom}, "the XCom shape the handover operator returned, now with its format"
     for bad in ("not json", "[1]", {**xcom, "extra": 1}, {**xcom, "reconciliation": {"expired": "x"}}):
         with pytest.raises(InvalidHandover):
             HandoverResult.from_json(bad)

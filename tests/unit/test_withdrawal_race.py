@@ -20,7 +20,7 @@ import pytest
 
 from airflow_ckpt_provider import faults
 from airflow_ckpt_provider.checkpoint.stop import WithdrawalVerdict, new_request, withdrawal_decision
-from airflow_ckpt_provider.spark.control import (
+from airflow_ckpt_provider.records.control import (
     HEARTBEAT,
     STOP_ACK,
     STOP_REQUEST,

@@ -1,8 +1,8 @@
 """The control files a running query and the provider exchange through the checkpoint's storage.
 
-Standard library only: this module is shared by the Spark side (inside the user's driver,
-which imports nothing but pyspark and this package's standard-library-only modules: ``spark``,
-``clock``, ``batch_names``) and the Airflow side.
+Standard library only (a module of the records layer, below the core): this module is shared by
+the Spark side (inside the user's driver, which imports nothing but pyspark and this package's
+standard-library-only modules) and the Airflow side.
 
 Layout, inside the checkpoint root (Spark ignores folders it does not know)::
 
@@ -34,7 +34,14 @@ A standby driver heartbeats in state ``standby`` while it waits; a stop request 
 without writing a single checkpoint file (it acknowledges like a stopped query, with no batch).
 
 All are small JSON objects written whole (write to a temporary name, then rename where
-the filesystem allows it). Times are UTC ISO-8601 strings.
+the filesystem allows it). Times are UTC ISO-8601 strings. Each record is decoded by the one codec
+(:mod:`airflow_ckpt_provider.records.codec`), derived from its dataclass's fields: it carries format
+:data:`CONTROL_FORMAT` (a record without a format number is one of a driver or provider released
+before control files had one, read as format 0), a newer format is refused, and a missing field is
+refused, with :class:`InvalidControlRecord` (a ``ValueError``) or the record's own ``invalid`` error.
+Keys no field declares are ignored: a driver and a provider of different releases exchange these
+files, and a field a newer release adds is optional by rule (a change an older reader must not
+miss gets a new format number instead).
 """
 
 from __future__ import annotations
@@ -43,13 +50,13 @@ import json
 import logging
 import os
 import socket
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from airflow_ckpt_provider import json_limits
 from airflow_ckpt_provider.clock import utc_now
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, TypedError
 
 CONTROL_DIR = "_ckpt"
 HEARTBEAT = f"{CONTROL_DIR}/heartbeat.json"
@@ -163,18 +170,50 @@ class ProcessScope:
         return f"host {self.host or '?'}, boot {self.boot_id[:8] or '?'}, {self.pid_namespace or 'pid namespace ?'}"
 
 
+#: The format number every control record is written with.
+CONTROL_FORMAT = 1
+
+
+class InvalidControlRecord(TypedError, ValueError):
+    """A control file that is not its record's JSON: not an object, a format this release does not
+    read, or a field missing (callers read it as "not yet": see :func:`parse_record`)."""
+
+    default_action = ("Nothing was changed. A control file is written whole by the provider or the driver: wait for "
+                      "the next write, or upgrade the side that reads it when a newer release wrote it.")
+
+
 class _ControlRecord:
+    """A control file's record: a frozen dataclass whose JSON goes through its codec (derived from
+    its fields once per class, see the module doc)."""
+
+    #: the error a record that does not decode raises (a record may name its own)
+    invalid: ClassVar[type[TypedError]] = InvalidControlRecord
+    _codecs: ClassVar[dict[type, Codec]] = {}
+
+    @classmethod
+    def codec(cls) -> Codec:
+        """The record's codec: every dataclass field, required when it has no default."""
+        found = _ControlRecord._codecs.get(cls)
+        if found is None:
+            specs = {f.name: Field(required=f.default is MISSING and f.default_factory is MISSING)
+                     for f in fields(cls)}  # type: ignore[arg-type]
+            found = Codec(f"{cls.__name__} control file", cls.invalid, specs, version=CONTROL_FORMAT,
+                          versions=(UNVERSIONED,), unknown_keys="ignore")
+            _ControlRecord._codecs[cls] = found
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as its JSON object, with its format number."""
+        return self.codec().encode(asdict(self))  # type: ignore[call-overload]
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)  # type: ignore[call-overload]
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls: type[T], data: str | bytes) -> T:
-        """Parse a control file; ``ValueError`` when it is not this record's JSON object."""
-        raw: Any = json_limits.loads(data, what=f"{cls.__name__} control file")
-        if not isinstance(raw, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(raw).__name__}")
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        """Decode a control file; :class:`InvalidControlRecord` (or the record's ``invalid`` error)
+        when it is not this record's JSON object, the record's own checks' errors beyond that."""
+        return cls(**cls.codec().present(data))
 
 
 @dataclass(frozen=True)

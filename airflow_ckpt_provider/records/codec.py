@@ -1,12 +1,14 @@
-"""One strict decoding for every value the provider persists or exchanges (pure: no Airflow, no
-fsspec, no I/O).
+"""One strict decoding for every value the provider persists or exchanges: the layer below
+everything (standard library only; it imports nothing of this provider but the standard-library
+helper :mod:`airflow_ckpt_provider.json_limits`), so the pure core, the upgrade record and the
+driver side (``spark/``, in the user's Spark driver) decode through the same rules.
 
 A value type declares a :class:`Codec`: its name, its own typed error, its format number and its
 :class:`Field` s. :meth:`Codec.decode` takes the value's JSON text (or the object XCom gives
 back) and, in this order:
 
-1. parses text through :func:`~airflow_ckpt_provider.checkpoint.jsonin.load_json` (the size and
-   depth limits of :mod:`airflow_ckpt_provider.json_limits`);
+1. parses text through :func:`load_json_text` (the size and depth limits of
+   :mod:`airflow_ckpt_provider.json_limits`);
 2. requires a JSON object;
 3. checks the format number (the ``format`` key): present, an integer, and one this release
    reads; a newer one is refused, never guessed at;
@@ -15,37 +17,112 @@ back) and, in this order:
    value by its own codec, an enum by value, ...); a derived field (one the writer computes from
    the others) is checked and left out.
 
-Anything refused raises the value's own error (a
-:class:`~airflow_ckpt_provider.checkpoint.errors.CheckpointError`) saying what was found and
-what was expected; a field's decoder may raise ``ValueError``, ``TypeError``, ``KeyError`` or a
-nested value's own error and the codec turns it into that error (a nested error that already is
-the value's error goes up unchanged: it keeps its own details). :meth:`Codec.encode` writes the
-format number. :func:`array_of`, :func:`object_of` and :class:`one_of` are the decoders of arrays,
-of objects of like values and of fixed words.
+Anything refused raises the value's own error (a :class:`TypedError`: the provider's
+:class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` family derives from it) saying what
+was found and what was expected; a field's decoder may raise ``ValueError``, ``TypeError``,
+``KeyError`` or a nested value's own error and the codec turns it into that error (a nested error
+that already is the value's error goes up unchanged: it keeps its own details). Text beyond the
+limits raises the codec's ``too_large`` error when it has one (the core's
+:class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`), else the value's error.
+:meth:`Codec.encode` writes the format number. :func:`array_of`, :func:`object_of` and
+:class:`one_of` are the decoders of arrays, of objects of like values and of fixed words.
 
-Strict is the default. The values written by today's release carry no format number and some are
+Strict is the default. The values written by older releases carry no format number and some are
 read leniently (derived keys ignored, numbers accepted as text); their codecs say so explicitly
 (``version=None``, ``unknown_keys="ignore"``, a field without ``types``) so that what they accept
 does not change while they move here, and each leniency can be removed by one line when the
-upgrade record gives them a versioned format.
+value gets a versioned format.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
-if TYPE_CHECKING:
-    from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.json_limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_limit_problem
 
-__all__ = ["FORMAT_KEY", "Codec", "Field", "array_of", "json_type_name", "object_of", "one_of"]
+__all__ = ["FORMAT_KEY", "UNVERSIONED", "Codec", "Field", "JsonLimitExceeded", "TypedError", "array_of",
+           "json_type_name", "load_json_text", "object_of", "one_of"]
 
 #: The key of a value's format number.
 FORMAT_KEY = "format"
+#: The format number of a value written before it had one (no ``format`` key): a codec whose
+#: ``versions`` name it reads such a value as that first format; no writer writes it.
+UNVERSIONED = 0
 #: JSON types by the Python type :func:`json.loads` gives them.
 _JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string", int: "integer", float: "number",
                                 bool: "boolean", type(None): "null"}
+
+
+class TypedError(Exception):
+    """Base of the provider's typed errors: each says what was ``found``, what was ``expected`` and
+    the ``action`` to take (keyword arguments; each class has a default action). The codec raises
+    a value's own error of this family; the provider's
+    :class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` derives from it (adding a
+    summary, a path and a detail), so the codec recognises a nested value's refusal without
+    importing the layers above it. Pickles with its fields."""
+
+    default_action: ClassVar[str] = "Nothing was changed; fix the cause and retry."
+
+    def __init__(self, *, found: str, expected: str, action: str | None = None) -> None:
+        self.found = found
+        self.expected = expected
+        self.action = action if action is not None else self.default_action
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"found {self.found}; expected {self.expected}. {self.action}"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
+        return (_rebuild_typed, (type(self), dict(self.__dict__)))
+
+
+def _rebuild_typed(cls: type[TypedError], state: dict[str, Any]) -> TypedError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    Exception.__init__(error, str(error))
+    return error
+
+
+class JsonLimitExceeded(ValueError):
+    """Text beyond the size or depth limit of :mod:`airflow_ckpt_provider.json_limits` (``problem``
+    says which), raised by :func:`load_json_text` before parsing."""
+
+    def __init__(self, what: str, problem: str, max_bytes: int, max_depth: int) -> None:
+        self.found = f"{what}: {problem}"
+        self.expected = f"at most {max_bytes:,} bytes nested at most {max_depth} levels deep"
+        super().__init__(self.found)
+
+
+def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in items:
+        if key in result:
+            raise ValueError(f"duplicate key {key[:40]!r}")
+        result[key] = value
+    return result
+
+
+def _constant(name: str) -> Any:  # noqa: ANN401 - never returns
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def load_json_text(data: str | bytes, *, what: str = "JSON", strict: bool = False, max_bytes: int = MAX_JSON_BYTES,
+                   max_depth: int = MAX_JSON_DEPTH) -> Any:  # noqa: ANN401 - any JSON value
+    """Parse ``data`` within the limits: :class:`JsonLimitExceeded` beyond them (before parsing),
+    ``ValueError`` (``json.JSONDecodeError``, ``UnicodeDecodeError``) when it is not JSON; ``strict``
+    also refuses duplicate object keys and NaN/Infinity."""
+    problem = json_limit_problem(data, max_bytes=max_bytes, max_depth=max_depth)
+    if problem is not None:
+        raise JsonLimitExceeded(what, problem, max_bytes, max_depth)
+    try:
+        if strict:
+            return json.loads(data, object_pairs_hook=_pairs, parse_constant=_constant)
+        return json.loads(data)
+    except RecursionError:  # cannot happen within the depth limit; never a traceback if it does
+        raise JsonLimitExceeded(what, "JSON too deeply nested to parse", max_bytes, max_depth) from None
 
 
 def json_type_name(value: object) -> str:
@@ -110,18 +187,21 @@ class Field:
 class Codec:
     """The decoding of one value type (see the module doc): ``what`` names the value in errors,
     ``error`` is its typed error, ``version`` the format number it writes and reads (None: a value
-    of today's release, written without one), ``versions`` the older format numbers it still
-    reads, ``unknown_keys`` "refuse" or (a leniency) "ignore", ``raise_as_is`` the errors of
-    parsing that go up unchanged instead of becoming ``error`` (e.g. the typed
+    of an older release, written without one), ``versions`` the older format numbers it still
+    reads (:data:`UNVERSIONED`: the value as written before it had a format number, without the
+    key), ``unknown_keys`` "refuse" or (a leniency) "ignore", ``too_large`` the error raised
+    (instead of ``error``) for text beyond the size or depth limits (e.g. the typed
     :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`), ``strict_json`` also refuses
     text with duplicate keys or NaN/Infinity."""
 
-    def __init__(self, what: str, error: type[CheckpointError], fields: Mapping[str, Field], *,
+    def __init__(self, what: str, error: type[TypedError], fields: Mapping[str, Field], *,
                  version: int | None = 1, versions: tuple[int, ...] = (),
                  unknown_keys: Literal["refuse", "ignore"] = "refuse",
-                 raise_as_is: tuple[type[Exception], ...] = (), strict_json: bool = False) -> None:
+                 too_large: type[TypedError] | None = None, strict_json: bool = False) -> None:
         if FORMAT_KEY in fields:
             raise ValueError(f"{what}: {FORMAT_KEY!r} is the codec's own key, not a field")
+        if version is not None and version <= UNVERSIONED:
+            raise ValueError(f"{what}: format numbers start at {UNVERSIONED + 1}, not {version}")
         if unknown_keys not in ("refuse", "ignore"):
             raise ValueError(f"unknown_keys must be 'refuse' or 'ignore', not {unknown_keys!r}")
         self.what = what
@@ -130,10 +210,10 @@ class Codec:
         self.version = version
         self.versions = frozenset(versions) | ({version} if version is not None else set())
         self.unknown_keys = unknown_keys
-        self.raise_as_is = raise_as_is
+        self.too_large = too_large
         self.strict_json = strict_json
 
-    def refuse(self, found: str, expected: str) -> CheckpointError:
+    def refuse(self, found: str, expected: str) -> TypedError:
         """The value's own error (to raise)."""
         return self.error(found=found, expected=expected)
 
@@ -143,15 +223,14 @@ class Codec:
             return data
         if not isinstance(data, (str, bytes, bytearray)):
             raise self.refuse(f"{self.what} given as a {type(data).__name__}", f"{self.what} JSON text or object")
-        # imported here: the checkpoint package's __init__ imports modules whose values use this codec
-        from airflow_ckpt_provider.checkpoint.jsonin import load_json
-
         try:
-            raw = load_json(bytes(data) if isinstance(data, bytearray) else data, what=self.what,
-                            strict=self.strict_json)
-        except self.raise_as_is:
-            raise
-        except ValueError as exc:  # not JSON, not UTF-8, or beyond the limits (JsonTooLarge is a ValueError)
+            raw = load_json_text(bytes(data) if isinstance(data, bytearray) else data, what=self.what,
+                                 strict=self.strict_json)
+        except JsonLimitExceeded as exc:
+            if self.too_large is not None:
+                raise self.too_large(found=exc.found, expected=exc.expected) from None
+            raise self.refuse(exc.found, f"{self.what} as a JSON object") from None
+        except ValueError as exc:  # not JSON, not UTF-8
             raise self.refuse(_reason(exc, f"{self.what} text that is not JSON ({exc})"),
                               f"{self.what} as a JSON object") from None
         if not isinstance(raw, dict):
@@ -167,20 +246,20 @@ class Codec:
                                   "wrote it")
             return
         if FORMAT_KEY not in raw:
+            if UNVERSIONED in self.versions:
+                return  # written before the value had a format number: read as format 0
             raise self.refuse(f"{self.what} without a format number", f"{FORMAT_KEY} {self.version}")
         found = raw[FORMAT_KEY]
         if isinstance(found, bool) or not isinstance(found, int):
             raise self.refuse(f"{self.what} format {_short(found)}", f"an integer format number ({self.version})")
-        if found not in self.versions:
+        if found not in self.versions or found == UNVERSIONED:
             newer = " (written by a newer release: upgrade the provider)" if found > self.version else ""
             raise self.refuse(f"{self.what} format {found}{newer}",
-                              f"format {' or '.join(str(v) for v in sorted(self.versions))}")
+                              f"format {' or '.join(str(v) for v in sorted(self.versions - {UNVERSIONED}))}")
 
     def fields_of(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Steps 4 and 5 over a parsed object: each field's decoded value, by field name (derived
         fields checked, then left out)."""
-        from airflow_ckpt_provider.checkpoint.errors import CheckpointError  # see parse()
-
         if self.unknown_keys == "refuse":
             unknown = sorted(str(k) for k in raw if k not in self.fields and k != FORMAT_KEY)
             if unknown:
@@ -207,7 +286,7 @@ class Codec:
                     decoded = spec.decode(value)
                 except self.error:
                     raise
-                except (KeyError, TypeError, ValueError, CheckpointError) as exc:
+                except (KeyError, TypeError, ValueError, TypedError) as exc:
                     raise self.refuse(f"{self.what} {name!r} = {_short(value)}, not valid ({_reason(exc)})",
                                       f"{name}: {spec.expects()}") from None
             if not spec.derived:
@@ -219,6 +298,13 @@ class Codec:
         raw = self.parse(data)
         self.check_format(raw)
         return self.fields_of(raw)
+
+    def present(self, data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+        """Like :meth:`decode`, but only the fields ``data`` holds (an absent optional field is left
+        out, so the value type's own default applies: a dataclass's ``default_factory`` too)."""
+        raw = self.parse(data)
+        self.check_format(raw)
+        return {name: value for name, value in self.fields_of(raw).items() if name in raw}
 
     def encode(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """``values`` (already JSON-able) with the format number, as :meth:`decode` reads them back."""
