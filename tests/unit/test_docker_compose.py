@@ -7,8 +7,9 @@ pyspark against ``.ci/constraints.txt``, Python against the tested 3.11 and ``py
 Kafka against the broker's POM. The file is also loaded by the Compose specification's own
 loader (``tests/compose/check``, a Go program on compose-go, as ``docker compose config`` loads
 it: schema validation, interpolation, the project resolved); that test needs Go and fails
-without it in CI (``CI`` set), and skips without it elsewhere. The Spark services' start commands
-run outside containers in ``tests/integration/test_compose_spark_commands.py``.
+without it in CI (``CI`` set), and skips without it elsewhere. The Spark services' start
+commands, the image's wheel stage and the Kafka settings run outside containers in
+``tests/integration/test_compose_commands.py``.
 """
 
 from __future__ import annotations

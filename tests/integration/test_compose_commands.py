@@ -1,4 +1,4 @@
-"""docker-compose.yml's Spark and image-build commands, run outside containers.
+"""docker-compose.yml's Spark, Kafka and image-build settings, run outside containers.
 
 No Docker engine here, so the containers never start; what can run without one does. The
 spark-master and spark-worker commands are taken from the compose file as written, the names
@@ -6,7 +6,9 @@ that only exist in the compose network (host names, ports, the worker's work dir
 by local ones (127.0.0.1, free ports, a temporary folder), and the rest runs unchanged with this
 virtualenv's pyspark ``spark-class``, the script the image puts on PATH: the worker must register
 with the master as ALIVE, and the services' health-check commands must succeed against them.
-The image's wheel stage (``pip wheel --no-deps`` on the files it copies) runs the same way.
+The image's wheel stage (``pip wheel --no-deps`` on the files it copies) runs the same way, and
+the kafka service's ``KAFKA_*`` settings, translated as the apache/kafka image does, start a real
+broker of the same Kafka version.
 """
 
 from __future__ import annotations
@@ -193,3 +195,62 @@ def test_compose_image_wheel_stage_builds_the_provider_wheel(tmp_path: Path) -> 
     assert "airflow_ckpt_provider/local/maven/kafka-broker/pom.xml" in names, "the POMs ship in the wheel"
     assert "Provides-Extra: spark" in metadata
     assert "[apache_airflow_provider]" in entry_points, "Airflow finds the provider through this entry point"
+
+
+def kafka_image_properties(env: dict[str, Any]) -> dict[str, str]:
+    """``server.properties`` entries the apache/kafka image makes of ``KAFKA_*`` variables: the
+    prefix dropped, lower case, ``___`` -> ``-``, ``__`` -> ``_``, ``_`` -> ``.``."""
+    props = {}
+    for key, value in env.items():
+        if key.startswith("KAFKA_"):
+            name = key[len("KAFKA_"):].lower().replace("___", "-").replace("__", "\0").replace("_", ".")
+            props[name.replace("\0", "_")] = str(value)
+    return props
+
+
+def test_compose_kafka_environment_is_real_broker_config(tmp_path: Path) -> None:
+    """The kafka service's settings, translated as the image does and localized, start a real broker
+    (the Kafka version of the broker's POM, the image's tag) that serves both the in-network and
+    the host listener, and every setting is a broker config name the broker reports back."""
+    from kafka import KafkaAdminClient
+
+    from airflow_ckpt_provider.local.kafka import LocalKafka
+
+    props = kafka_image_properties(compose_services()["kafka"]["environment"])
+    listeners = dict(entry.split("://", 1) for entry in props["listeners"].split(","))
+    ports = {name: free_port() for name in listeners}
+    local_listeners = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in ports.items())
+    advertised = ",".join(f"{entry.split('://')[0]}://{LOOPBACK}:{ports[entry.split('://')[0]]}"
+                          for entry in props["advertised.listeners"].split(","))
+    node_id, voter = props["controller.quorum.voters"].split("@")
+    localized = {
+        **props,
+        "listeners": local_listeners,
+        "advertised.listeners": advertised,
+        "controller.quorum.voters": f"{node_id}@{LOOPBACK}:{ports[props['controller.listener.names']]}",
+        "log.dirs": str(tmp_path / "data"),
+    }
+    assert voter.split(":")[-1] == listeners[props["controller.listener.names"]].split(":")[-1]
+    broker = LocalKafka(tmp_path / "kafka", port=ports[props["inter.broker.listener.name"]],
+                        controller_port=ports[props["controller.listener.names"]], broker_config=localized,
+                        startup_timeout=START_LIMIT_S)
+    broker.start()
+    try:
+        for name, port in ports.items():
+            if name == props["controller.listener.names"]:
+                continue
+            admin = KafkaAdminClient(bootstrap_servers=f"{LOOPBACK}:{port}", request_timeout_ms=30000)
+            try:
+                assert admin.describe_cluster()["brokers"], name
+            finally:
+                admin.close()
+        logged = broker.log_file.read_text(errors="replace")
+        dump = logged[logged.index("KafkaConfig values:"):]
+        reported = dict(re.findall(r"^\s+([a-z0-9._-]+) = (.*)$", dump, re.MULTILINE))
+        unknown = sorted(set(props) - set(reported))
+        assert not unknown, f"not broker config names (misspelt KAFKA_* variables?): {unknown}"
+        for name in ("num.partitions", "offsets.topic.replication.factor", "transaction.state.log.min.isr",
+                     "group.initial.rebalance.delay.ms", "process.roles"):
+            assert reported[name].replace(" ", "").strip("[]") == props[name], (name, reported[name])
+    finally:
+        broker.stop()
