@@ -272,6 +272,11 @@ def test_wheel_stage_builds_the_provider_wheel_from_the_context(dockerfile: str)
     for source in ("pyproject.toml", "setup.cfg", "README.md"):
         assert copies.get(source) == PROVIDER_SRC, f"{source} is not copied to {PROVIDER_SRC}: {copies}"
     assert copies.get("airflow_ckpt_provider") == f"{PROVIDER_SRC}/airflow_ckpt_provider", copies
+    assert f"install -d -o airflow -g root {PROVIDER_SRC}" in run_instructions(text), (
+        "setuptools writes next to the sources: the folder must be airflow's"
+    )
+    users = re.findall(r"^\s*USER\s+(\S+)", text, re.MULTILINE)
+    assert users and users[-1] == "airflow", f"the image runs pip as airflow only: {users}"
     wheel_runs = [run for run in run_instructions(text) if "pip wheel" in run]
     assert len(wheel_runs) == 1, run_instructions(text)
     args = wheel_runs[0].split()
