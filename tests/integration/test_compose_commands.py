@@ -120,7 +120,7 @@ class ComposeSpark:
     def healthcheck(self, service: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         test = [str(p) for p in service["healthcheck"]["test"]]
         assert test[0] == "CMD", test
-        return subprocess.run(localize(test[1:], self.names), capture_output=True, text=True, timeout=60)
+        return subprocess.run(localize(test[1:], self.names), capture_output=True, text=True)
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
