@@ -1,14 +1,21 @@
-"""Structural checks of docker-compose.yml, the stack for users who have Docker.
+"""Static checks of docker-compose.yml, the stack for users who have Docker.
 
-No Docker engine is needed: the file is parsed with PyYAML (which resolves the ``<<`` merge keys
+No Docker engine is needed. The file is parsed with PyYAML (which resolves the ``<<`` merge keys
 the same way Compose does) and checked for the properties that make the stack start and stay
-consistent. One extra test validates the file with ``docker compose config`` when that works
-here, and is skipped otherwise.
+consistent, and every version in it is cross-checked against the provider's pins: Airflow and
+pyspark against ``.ci/constraints.txt``, Python against the tested 3.11 and ``python_requires``,
+Kafka against the broker's POM. The file is also loaded by the Compose specification's own
+loader (``tests/compose/check``, a Go program on compose-go, as ``docker compose config`` loads
+it: schema validation, interpolation, the project resolved); that test needs Go and fails
+without it in CI (``CI`` set), and skips without it elsewhere. The Spark services' start
+commands, the image's wheel stage and the Kafka settings run outside containers in
+``tests/integration/test_compose_commands.py``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,6 +27,12 @@ import yaml  # PyYAML, in the dev extra: these checks must fail, not skip, witho
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+CONSTRAINTS_FILE = REPO_ROOT / ".ci" / "constraints.txt"
+KAFKA_BROKER_POM = REPO_ROOT / "airflow_ckpt_provider" / "local" / "maven" / "kafka-broker" / "pom.xml"
+COMPOSE_CHECK_DIR = REPO_ROOT / "tests" / "compose" / "check"
+# The Python the provider is tested with (the virtualenv `make venv` builds, the constraints'
+# interpreter); the image's Python must be this one.
+TESTED_PYTHON = "3.11"
 
 REQUIRED_SERVICES = {
     "kafka",
@@ -42,10 +55,12 @@ AIRFLOW_SERVICES = {
 }
 LONG_RUNNING_AIRFLOW = AIRFLOW_SERVICES - ONE_SHOT_SERVICES
 SPARK_SERVICES = {"spark-master", "spark-worker"}
+IMAGE_SERVICES = AIRFLOW_SERVICES | SPARK_SERVICES
 CHECKPOINT_VOLUME = "checkpoints"
 CHECKPOINT_MOUNT = "/data"
 DAGS_MOUNT = "/opt/airflow/dags"
 AIRFLOW_IMAGE = "airflow-ckpt-provider-airflow"
+PROVIDER_SRC = "/opt/airflow-ckpt-provider"
 
 # An image reference "name:tag" (optionally "@sha256:..."), with a registry port allowed.
 IMAGE_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]*))?(?:@sha256:[0-9a-f]{64})?$")
@@ -133,6 +148,53 @@ def pip_pins(dockerfile: str) -> dict[str, str]:
     return dict(re.findall(r'"([A-Za-z0-9_.-]+)==([0-9][0-9A-Za-z.]*)"', dockerfile))
 
 
+def constraint_pins() -> dict[str, str]:
+    """``name==version`` lines of .ci/constraints.txt, names lower-cased."""
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS_FILE.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^\s*([A-Za-z0-9_.-]+)==([^\s;#]+)", line)
+        if match:
+            pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def pom_property(pom: Path, name: str) -> str:
+    match = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", pom.read_text(encoding="utf-8"))
+    assert match, f"<{name}> not found in {pom}"
+    return match.group(1).strip()
+
+
+def stages(dockerfile: str) -> list[tuple[str, str | None, str]]:
+    """The build stages: (base image, stage name or None, the stage's text)."""
+    found = list(re.finditer(r"^\s*FROM\s+(\S+)(?:\s+AS\s+(\S+))?\s*$", dockerfile, re.MULTILINE | re.IGNORECASE))
+    bounds = [m.start() for m in found] + [len(dockerfile)]
+    return [(m.group(1), m.group(2), dockerfile[bounds[i]:bounds[i + 1]]) for i, m in enumerate(found)]
+
+
+def run_instructions(stage_text: str) -> list[str]:
+    """Each RUN instruction of a stage as one line (continuations joined, comments dropped)."""
+    runs: list[str] = []
+    current: list[str] | None = None
+    for raw in stage_text.splitlines():
+        line = raw.strip()
+        if current is None:
+            if not re.match(r"^RUN\s", line):
+                continue
+            current = []
+            line = line[4:]
+        if line.startswith("#"):
+            continue
+        current.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            runs.append(" ".join(current))
+            current = None
+    return runs
+
+
+def wheel_name() -> str:
+    return f"airflow_ckpt_provider-{provider_version()}-py3-none-any.whl"
+
+
 # --------------------------------------------------------------------------------------------
 # services and images
 
@@ -157,28 +219,21 @@ def test_every_image_is_pinned(services: dict[str, dict[str, Any]]) -> None:
         assert tag != "latest", f"service {name}: image {svc['image']!r} uses 'latest'"
 
 
-@pytest.mark.parametrize(
-    ("service", "expected"),
-    [
-        ("kafka", "apache/kafka:3.9.1"),
-        ("postgres", "postgres:16"),
-    ],
-)
-def test_pinned_third_party_images(services: dict[str, dict[str, Any]], service: str, expected: str) -> None:
-    assert services[service]["image"] == expected
+def test_kafka_image_is_the_brokers_pinned_version(services: dict[str, dict[str, Any]]) -> None:
+    kafka_version = pom_property(KAFKA_BROKER_POM, "kafka.version")
+    assert services["kafka"]["image"] == f"apache/kafka:{kafka_version}", (
+        f"the kafka service must run the broker version the provider is tested with ({kafka_version}, "
+        f"{KAFKA_BROKER_POM.relative_to(REPO_ROOT)})"
+    )
 
 
-def test_spark_images_are_one_pinned_4x_release(services: dict[str, dict[str, Any]]) -> None:
-    images = {services[name]["image"] for name in SPARK_SERVICES}
-    assert len(images) == 1, f"master and worker must run the same Spark: {images}"
-    name, tag = split_image(images.pop())
-    assert name == "apache/spark"
-    assert tag and re.match(r"^4\.\d+\.\d+(-|$)", tag), f"Spark tag {tag!r} is not a pinned 4.x.y release"
+def test_postgres_image(services: dict[str, dict[str, Any]]) -> None:
+    assert services["postgres"]["image"] == "postgres:16"
 
 
-def test_airflow_services_share_the_locally_built_image(services: dict[str, dict[str, Any]]) -> None:
+def test_airflow_and_spark_services_share_the_locally_built_image(services: dict[str, dict[str, Any]]) -> None:
     expected = f"{AIRFLOW_IMAGE}:{provider_version()}"
-    for name in AIRFLOW_SERVICES:
+    for name in IMAGE_SERVICES:
         svc = services[name]
         assert svc.get("image") == expected, f"{name}: image {svc.get('image')!r}, expected {expected!r}"
         build = svc.get("build")
@@ -186,54 +241,89 @@ def test_airflow_services_share_the_locally_built_image(services: dict[str, dict
         assert build.get("dockerfile_inline") == services["airflow-init"]["build"]["dockerfile_inline"]
 
 
-def test_dockerfile_base_is_a_pinned_airflow_3_image(dockerfile: str) -> None:
-    froms = re.findall(r"^\s*FROM\s+(\S+)", dockerfile, re.MULTILINE | re.IGNORECASE)
-    assert len(froms) == 1, f"expected one FROM, got {froms}"
-    name, tag = split_image(froms[0])
-    assert name == "apache/airflow"
-    assert tag and tag != "latest"
-    match = re.match(r"^(3\.\d+\.\d+)-python3\.\d+$", tag)
-    assert match, f"base tag {tag!r} must pin an Airflow 3.x.y release and a Python version"
-    major_minor = tuple(int(p) for p in match.group(1).split(".")[:2])
-    assert major_minor >= (3, 1), "the provider needs Airflow >= 3.1"
+def test_dockerfile_stages_are_the_tested_airflow_and_python(dockerfile: str) -> None:
+    airflow = constraint_pins()["apache-airflow"]
+    expected = f"apache/airflow:{airflow}-python{TESTED_PYTHON}"
+    found = stages(dockerfile)
+    assert len(found) == 2, f"expected a wheel stage and the final stage, got {[(b, n) for b, n, _ in found]}"
+    for base, _, _ in found:
+        assert base == expected, f"base image {base!r}, expected {expected!r} (.ci/constraints.txt's Airflow)"
+    assert found[0][1], "the wheel stage must be named, for COPY --from"
+    assert found[1][1] is None, "the final stage is the image"
 
 
-def test_dockerfile_keeps_the_base_airflow_version(dockerfile: str) -> None:
-    match = re.search(r"^\s*FROM\s+apache/airflow:(\d+\.\d+\.\d+)-", dockerfile, re.MULTILINE)
-    assert match, "FROM apache/airflow:<x.y.z>-pythonX.Y not found"
-    tag = match.group(1)
-    assert pip_pins(dockerfile).get("apache-airflow") == tag, (
-        "pip install must pin apache-airflow to the base image's version so pip cannot replace it"
-    )
+def test_tested_python_is_allowed_by_python_requires() -> None:
+    setup_cfg = (REPO_ROOT / "setup.cfg").read_text(encoding="utf-8")
+    match = re.search(r"^python_requires\s*=\s*>=\s*(\d+)\.(\d+)\s*$", setup_cfg, re.MULTILINE)
+    assert match, "python_requires = >=X.Y not found in setup.cfg"
+    floor = (int(match.group(1)), int(match.group(2)))
+    tested = tuple(int(p) for p in TESTED_PYTHON.split("."))
+    assert tested >= floor, f"the image's Python {TESTED_PYTHON} is below python_requires >={floor[0]}.{floor[1]}"
 
 
-def test_dockerfile_installs_java_17(dockerfile: str) -> None:
-    assert re.search(r"apt-get install\b[^\n]*\bopenjdk-17-jre-headless\b", dockerfile)
-    assert re.search(r"^\s*ENV\s+JAVA_HOME=\S+", dockerfile, re.MULTILINE)
-
-
-def test_dockerfile_installs_the_provider_with_spark_extra(dockerfile: str) -> None:
-    src = "/opt/airflow-ckpt-provider"
+def test_wheel_stage_builds_the_provider_wheel_from_the_context(dockerfile: str) -> None:
+    _, name, text = stages(dockerfile)[0]
     copies: dict[str, str] = {}
-    for line in re.findall(r"^\s*COPY\s+(.+)$", dockerfile, re.MULTILINE):
+    for line in re.findall(r"^\s*COPY\s+(.+)$", text, re.MULTILINE):
         args = [a for a in line.split() if not a.startswith("--")]
         for source in args[:-1]:
             copies[source] = args[-1].rstrip("/")
-    assert copies.get("setup.cfg") == src, copies
-    assert copies.get("pyproject.toml") == src, copies
-    assert copies.get("airflow_ckpt_provider") == f"{src}/airflow_ckpt_provider", copies
-    assert re.search(r"\bpip install\b(?:[^\n]|\\\n)*\"" + re.escape(src) + r"\[spark\]\"", dockerfile), (
-        f"pip install {src}[spark] not found"
+    # what setup.cfg needs to build: the metadata files, the long description and the package
+    for source in ("pyproject.toml", "setup.cfg", "README.md"):
+        assert copies.get(source) == PROVIDER_SRC, f"{source} is not copied to {PROVIDER_SRC}: {copies}"
+    assert copies.get("airflow_ckpt_provider") == f"{PROVIDER_SRC}/airflow_ckpt_provider", copies
+    assert f"install -d -o airflow -g root {PROVIDER_SRC}" in run_instructions(text), (
+        "setuptools writes next to the sources: the folder must be airflow's"
     )
+    users = re.findall(r"^\s*USER\s+(\S+)", text, re.MULTILINE)
+    assert users and users[-1] == "airflow", f"the image runs pip as airflow only: {users}"
+    wheel_runs = [run for run in run_instructions(text) if "pip wheel" in run]
+    assert len(wheel_runs) == 1, run_instructions(text)
+    args = wheel_runs[0].split()
+    assert "--no-deps" in args, "the wheel stage builds the provider's wheel only"
+    assert args[args.index("--wheel-dir") + 1] == f"{PROVIDER_SRC}/dist"
+    assert args[-1] == PROVIDER_SRC
+    final = stages(dockerfile)[1][2]
+    assert re.search(rf"^\s*COPY\s+--from={re.escape(str(name))}\s.*\s{re.escape(PROVIDER_SRC)}/dist\s", final + "\n",
+                     re.MULTILINE), "the final stage must copy the built wheel from the wheel stage"
 
 
-def test_pyspark_in_airflow_matches_the_cluster(services: dict[str, dict[str, Any]], dockerfile: str) -> None:
-    _, tag = split_image(services["spark-master"]["image"])
-    spark_version = re.match(r"^(\d+\.\d+\.\d+)", tag).group(1)
-    pins = pip_pins(dockerfile)
-    assert pins.get("pyspark") == spark_version, f"pyspark pin {pins.get('pyspark')} != cluster {spark_version}"
-    if "pyspark-client" in pins:
-        assert pins["pyspark-client"] == spark_version
+def test_final_stage_installs_the_wheel_constrained_by_the_ci_constraints(dockerfile: str) -> None:
+    final = stages(dockerfile)[1][2]
+    assert re.search(rf"^\s*COPY\s+(--\S+\s+)*\.ci/constraints\.txt\s+{re.escape(PROVIDER_SRC)}/constraints\.txt\s*$",
+                     final, re.MULTILINE), "the final stage must copy .ci/constraints.txt in"
+    installs = [run for run in run_instructions(final) if "pip install" in run]
+    assert installs, "no pip install in the final stage"
+    install = installs[-1]
+    pins = constraint_pins()
+    first = install.split(";")[1] if install.startswith("set ") else install
+    assert f"--constraint {PROVIDER_SRC}/constraints.txt" in first, first
+    assert f'"{PROVIDER_SRC}/dist/{wheel_name()}[spark]"' in first, (
+        f"the wheel {wheel_name()} (the provider's version) must be installed with the [spark] extra: {first}"
+    )
+    in_dockerfile = pip_pins(first)
+    assert in_dockerfile.get("apache-airflow") == pins["apache-airflow"], "pin the base image's Airflow"
+    assert in_dockerfile.get("pyspark") == pins["pyspark"], "full pyspark at the constraints' version"
+    assert "pip check" in install
+
+
+def test_full_pyspark_wins_over_pyspark_client(dockerfile: str) -> None:
+    """As the Makefile does: reinstall full pyspark, without dependencies, when pyspark-client's files won."""
+    install = [run for run in run_instructions(stages(dockerfile)[1][2]) if "pip install" in run][-1]
+    assert re.search(r"pyspark\.__file__\).parent / \"jars\"\).is_dir\(\)\)' \|\| pip install", install), install
+    fallback = install.split("||", 1)[1].split(";")[0]
+    for flag in ("--no-deps", "--force-reinstall", f"--constraint {PROVIDER_SRC}/constraints.txt"):
+        assert flag in fallback, f"{flag} missing in {fallback}"
+    assert pip_pins(fallback) == {"pyspark": constraint_pins()["pyspark"]}, fallback
+    assert "command -v spark-class" in install, "the build must fail when pyspark's spark-class is not on PATH"
+
+
+def test_dockerfile_installs_java_17(dockerfile: str) -> None:
+    final = stages(dockerfile)[1][2]
+    assert re.search(r"apt-get install\b[^\n]*\bopenjdk-17-jre-headless\b", final)
+    assert re.search(r"^\s*ENV\s+JAVA_HOME=\S+", final, re.MULTILINE)
+    users = re.findall(r"^\s*USER\s+(\S+)", final, re.MULTILINE)
+    assert users and users[-1] == "airflow", f"the image must end as the airflow user: {users}"
 
 
 def test_compose_interpolation_is_escaped(services: dict[str, dict[str, Any]]) -> None:
@@ -298,9 +388,11 @@ def test_kafka_healthcheck_asks_the_broker(services: dict[str, dict[str, Any]]) 
 
 @pytest.mark.parametrize(("service", "port"), [("spark-master", "8080"), ("spark-worker", "8081")])
 def test_spark_healthchecks_probe_their_ui(services: dict[str, dict[str, Any]], service: str, port: str) -> None:
+    """The image has curl (the API server's check uses it too); the UI's JSON answers once the daemon serves."""
     svc = services[service]
-    test = " ".join(str(x) for x in svc["healthcheck"]["test"])
-    assert f":{port}" in test or f"/{port}" in test, test
+    assert svc["healthcheck"]["test"] == [
+        "CMD", "curl", "--fail", "--silent", "--output", "/dev/null", f"http://127.0.0.1:{port}/json/",
+    ]
     cmd = command_list(svc)
     assert cmd[cmd.index("--webui-port") + 1] == port
 
@@ -345,10 +437,24 @@ def test_airflow_startup_order(services: dict[str, dict[str, Any]]) -> None:
         deps = depends_on(services[name])
         assert deps.get("postgres", {}).get("condition") == "service_healthy", name
         assert deps.get("airflow-init", {}).get("condition") == "service_completed_successfully", name
-    for name in ("airflow-scheduler", "airflow-triggerer"):
-        deps = depends_on(services[name])
-        assert deps.get("kafka", {}).get("condition") == "service_healthy", name
-        assert deps.get("spark-master", {}).get("condition") == "service_healthy", name
+
+def test_airflow_starts_without_kafka_and_spark(services: dict[str, dict[str, Any]]) -> None:
+    """Only the database and its migration gate Airflow: no Airflow service waits, even through
+    another service, on Kafka or Spark."""
+
+    def reachable(name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(depends_on(services[name]))
+        while todo:
+            dep = todo.pop()
+            if dep not in seen:
+                seen.add(dep)
+                todo.extend(depends_on(services[dep]))
+        return seen
+
+    for name in AIRFLOW_SERVICES:
+        gates = reachable(name) & (SPARK_SERVICES | {"kafka"})
+        assert not gates, f"{name} waits for {sorted(gates)} to start"
 
 
 def test_airflow_init_migrates_the_database(services: dict[str, dict[str, Any]]) -> None:
@@ -424,13 +530,23 @@ def test_kafka_data_on_a_named_volume(services: dict[str, dict[str, Any]], compo
 
 def test_spark_standalone_master_and_worker(services: dict[str, dict[str, Any]]) -> None:
     master = command_list(services["spark-master"])
-    assert "org.apache.spark.deploy.master.Master" in master
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"], master
     assert master[master.index("--port") + 1] == "7077"
-    assert master[master.index("--host") + 1] == "spark-master"
+    assert master[master.index("--host") + 1] == "spark-master" == services["spark-master"]["hostname"]
     worker = command_list(services["spark-worker"])
-    assert "org.apache.spark.deploy.worker.Worker" in worker
+    assert worker[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"], worker
+    assert worker[worker.index("--host") + 1] == "spark-worker" == services["spark-worker"]["hostname"]
     assert worker[-1] == "spark://spark-master:7077"
     assert depends_on(services["spark-worker"]).get("spark-master", {}).get("condition") == "service_healthy"
+
+
+def test_spark_services_run_pysparks_spark_class_without_the_airflow_entrypoint(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The image's entrypoint would run the command as an Airflow subcommand: Spark replaces it with
+    the image's init (dumb-init forwards signals, so `docker compose stop` stops the JVM)."""
+    for name in SPARK_SERVICES:
+        assert services[name].get("entrypoint") == ["/usr/bin/dumb-init", "--"], name
 
 
 def test_spark_services_mount_dags_read_only_and_checkpoints(services: dict[str, dict[str, Any]]) -> None:
@@ -454,12 +570,17 @@ def test_airflow_services_mount_dags_and_checkpoints(services: dict[str, dict[st
 def test_airflow_and_spark_write_checkpoints_as_the_same_user(
     services: dict[str, dict[str, Any]], dockerfile: str
 ) -> None:
-    users = {name: str(services[name].get("user", "")) for name in AIRFLOW_SERVICES | SPARK_SERVICES}
-    assert len(set(users.values())) == 1 and "" not in users.values(), users
-    uid = next(iter(users.values())).split(":")[0]
-    assert uid == "50000", "the Airflow image's user owns /data in the image"
-    assert re.search(r"chown\s+(-R\s+)?airflow:root\s+/data", dockerfile), "/data must belong to airflow in the image"
-    assert "airflow-init" in depends_on(services["spark-master"]), "airflow-init must mount the volume first"
+    """Every container that mounts the checkpoints volume runs the one image as its airflow user,
+    and /data belongs to that user in the image: whichever container mounts the empty volume
+    first, Docker copies that /data into it."""
+    on_volume = {name for name, svc in services.items() if volume_mounts(svc).get(CHECKPOINT_MOUNT)}
+    assert on_volume == IMAGE_SERVICES, sorted(on_volume)
+    assert {services[name]["image"] for name in on_volume} == {f"{AIRFLOW_IMAGE}:{provider_version()}"}
+    users = {name: str(services[name].get("user", "")) for name in on_volume}
+    assert set(users.values()) == {"50000:0"}, f"uid 50000 is the image's airflow user (in /etc/passwd): {users}"
+    final = stages(dockerfile)[1][2]
+    assert re.search(r"chown\s+(-R\s+)?airflow:root\s+/data", final), "/data must belong to airflow in the image"
+    assert re.search(r"mkdir -p /data/checkpoints /data/archive /data/output", final)
 
 
 def test_airflow_common_environment(services: dict[str, dict[str, Any]]) -> None:
@@ -526,6 +647,105 @@ def test_named_volumes_are_declared(services: dict[str, dict[str, Any]], compose
     assert not undeclared, f"named volumes used but not declared: {sorted(undeclared)}"
     unused = declared - used
     assert not unused, f"declared volumes nobody mounts: {sorted(unused)}"
+
+
+# --------------------------------------------------------------------------------------------
+# the Compose specification's own loader (compose-go, as `docker compose config`)
+
+
+def go_binary() -> str | None:
+    return shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
+
+
+def run_compose_check(compose_file: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run tests/compose/check on ``compose_file``; fails in CI without Go, skips elsewhere."""
+    go = go_binary()
+    if go is None:
+        message = ("Go is not installed: expected `go` on PATH (or /usr/local/go/bin/go) to validate "
+                   "docker-compose.yml with compose-go; install Go 1.24+ from https://go.dev/dl/")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_JWT", "AIRFLOW_API", "COMPOSE_"))}
+    return subprocess.run(
+        [go, "run", ".", str(compose_file)], cwd=COMPOSE_CHECK_DIR, capture_output=True, text=True,
+        env={**base, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def normalized() -> dict[str, Any]:
+    result = run_compose_check(COMPOSE_FILE)
+    assert result.returncode == 0, f"compose-go rejects docker-compose.yml:\n{result.stderr}"
+    project = json.loads(result.stdout)
+    assert isinstance(project, dict)
+    return project
+
+
+def test_compose_spec_loader_accepts_the_file(normalized: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    assert normalized["name"] == "airflow-ckpt"
+    assert set(normalized["services"]) == set(services)
+    for name, svc in normalized["services"].items():
+        assert svc.get("image") == services[name]["image"], name
+        if services[name].get("command") is not None:
+            # interpolation turns "$$" into "$"
+            assert svc.get("command") == [part.replace("$$", "$") for part in command_list(services[name])], name
+        if name in IMAGE_SERVICES:
+            assert svc["build"]["context"] == str(REPO_ROOT), "the build context is the repository root"
+            assert svc["user"] == "50000:0", name
+    assert set(normalized["volumes"]) == {"kafka-data", "postgres-db", "checkpoints"}
+
+
+def test_compose_spec_loader_interpolates_the_secrets(normalized: dict[str, Any]) -> None:
+    env = normalized["services"]["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == "ckpt-local-stack-jwt-secret-change-me"
+    overridden = run_compose_check(COMPOSE_FILE, {"AIRFLOW_JWT_SECRET": "from-the-environment"})
+    assert overridden.returncode == 0, overridden.stderr
+    for name in AIRFLOW_SERVICES:
+        env = json.loads(overridden.stdout)["services"][name]["environment"]
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == "from-the-environment", name
+
+
+def test_compose_spec_loader_keeps_the_dollar_of_the_dockerfile(normalized: dict[str, Any]) -> None:
+    """"$$" in the file reaches the Dockerfile as "$": the shell inside the build sees $(...)."""
+    inline = normalized["services"]["airflow-init"]["build"]["dockerfile_inline"]
+    assert '"$(dirname "$(dirname' in inline and "$$" not in inline
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda text: text.replace("    hostname: spark-master\n", "    hostname: spark-master\n    hostnme: x\n", 1),
+         "hostnme"),
+        (lambda text: text.replace("      spark-master:\n        condition: service_healthy",
+                                   "      spark-mastr:\n        condition: service_healthy", 1),
+         "spark-mastr"),
+        (lambda text: text.replace('      - "127.0.0.1:8091:8081"', '      - "127.0.0.1:8091:8081:9"', 1), "8091"),
+    ],
+    ids=["unknown-key", "unknown-dependency", "bad-port"],
+)
+def test_compose_spec_loader_rejects_a_broken_file(tmp_path: Path, change: Any, message: str) -> None:
+    """The check can fail: a misspelt key, a dependency on no service, a malformed port."""
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    broken = change(text)
+    assert broken != text, "the mutation did not apply"
+    target = tmp_path / "docker-compose.yml"
+    target.write_text(broken, encoding="utf-8")
+    (tmp_path / "dags").mkdir()
+    result = run_compose_check(target)
+    assert result.returncode == 1, result.stdout[:500]
+    assert message in result.stderr, result.stderr
+
+
+def test_compose_check_fails_in_ci_without_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="Go is not installed"):
+        run_compose_check(COMPOSE_FILE)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="Go is not installed"):
+        run_compose_check(COMPOSE_FILE)
 
 
 # --------------------------------------------------------------------------------------------
