@@ -268,8 +268,8 @@ def test_wheel_stage_builds_the_provider_wheel_from_the_context(dockerfile: str)
         args = [a for a in line.split() if not a.startswith("--")]
         for source in args[:-1]:
             copies[source] = args[-1].rstrip("/")
-    # what setup.cfg needs to build: the metadata files, the long description and the package
-    for source in ("pyproject.toml", "setup.cfg", "README.md"):
+    # what setup.cfg needs to build: the metadata files, the long description, the license and the package
+    for source in ("pyproject.toml", "setup.cfg", "README.md", "LICENSE"):
         assert copies.get(source) == PROVIDER_SRC, f"{source} is not copied to {PROVIDER_SRC}: {copies}"
     assert copies.get("airflow_ckpt_provider") == f"{PROVIDER_SRC}/airflow_ckpt_provider", copies
     assert f"install -d -o airflow -g root {PROVIDER_SRC}" in run_instructions(text), (
