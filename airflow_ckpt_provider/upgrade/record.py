@@ -133,6 +133,15 @@ class JournalStep:
         return self.kind or self.name
 
 
+def _step_json(step: JournalStep) -> dict[str, Any]:
+    """A step as the journal keeps it: without ``kind`` when none was recorded, so a journal of the
+    release before kinds is written back unchanged."""
+    data = asdict(step)
+    if not step.kind:
+        del data["kind"]
+    return data
+
+
 @dataclass(frozen=True)
 class StepStart:
     """What :meth:`~airflow_ckpt_provider.storage.journal.UpgradeJournal.begin` found: ``done``
@@ -199,8 +208,8 @@ class JournalRecord:
         data = asdict(self)
         data["runs"] = list(self.runs)
         data["run_log"] = [dict(entry) for entry in self.run_log]
-        data["steps"] = {name: asdict(step) for name, step in self.steps.items()}
-        data["planning"] = {name: asdict(step) for name, step in self.planning.items()}
+        data["steps"] = {name: _step_json(step) for name, step in self.steps.items()}
+        data["planning"] = {name: _step_json(step) for name, step in self.planning.items()}
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
@@ -255,6 +264,7 @@ _STEP = Codec("journal step", JournalCorrupt, {
     "attempts": Field((int,), required=False), "started_at": Field((str,), required=False),
     "finished_at": Field((str,), required=False), "result": Field(required=False),
     "error": Field((str,), required=False), "notes": Field((dict,), required=False),
+    "kind": Field((str,), required=False),
 }, version=None)
 _JOURNAL = Codec("upgrade journal", JournalCorrupt, {
     "upgrade_id": Field((str,)),
