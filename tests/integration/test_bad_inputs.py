@@ -698,6 +698,9 @@ def test_a_rolled_back_upgrade_does_not_go_forward_again(shared: Stream, tmp_pat
     journal = UpgradeJournal(fsspec.filesystem("file"), UpgradeJournal.location(str(tmp_path / "archive"), "orders",
                                                                                  "up-x"))
     journal.open(intent, "up-x", run_id="run-1")
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": "cold"})  # the path it took
+    journal.begin("graceful_stop", run_id="run-1")  # the step before the handover on that path: done
+    journal.finish("graceful_stop", {"stopped": True})
     journal.begin("rollback_stop_new", run_id="run-1", phase=ROLLBACK_PHASE)
     unchanged = Unchanged(shared.checkpoint, tmp_path)
     op = CheckpointHandoverOperator(task_id="extract_handover", checkpoint_uri=str(shared.checkpoint),
