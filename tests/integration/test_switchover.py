@@ -206,6 +206,9 @@ def test_a_worker_killed_between_the_release_and_the_stop_request_converges_on_t
     journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
     journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
                                new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": "switchover"})  # the path
+    journal.begin("start_standby", run_id="run-1")  # the step before the switchover on that path: done
+    journal.finish("start_standby", standby.to_dict())
     args: dict[str, Any] = {
         "task_id": "switchover", "application": "unused: the standby runs", "checkpoint_uri": str(new_cp),
         "old_checkpoint_uri": str(old.checkpoint), "standby_handle": standby.to_dict(), "stop_timeout": 180,
@@ -275,6 +278,9 @@ def test_a_standby_killed_mid_switch_fails_the_step_and_the_old_version_resumes_
     journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
     journal.open(UpgradeIntent(stream_name="events", old_checkpoint=str(old.checkpoint),
                                new_checkpoint=str(new_cp)), "up-1", run_id="run-1")
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": "switchover"})  # the path
+    journal.begin("start_standby", run_id="run-1")  # the step before the switchover on that path: done
+    journal.finish("start_standby", standby.to_dict())
     step = StandbySwitchoverOperator(
         task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
         old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
