@@ -358,7 +358,7 @@ def test_a_withdrawn_request_is_answered_by_the_real_driver_in_every_interleavin
     thread.join(timeout=600)
     late = waiting["settled"]
     assert late.verdict is WithdrawalVerdict.ACKNOWLEDGED and late.ack is not None
-    # held for a while before stop(), the 1 s trigger may have started a batch: clean or cut, it stopped
+    # held for a while before stop(), the 3 s trigger may have started a batch: clean or cut, it stopped
     assert late.ack.request_id == second.request_id and late.ack.outcome in ("clean", "interrupted")
     assert job.proc.wait(timeout=120) == 0, "the driver exits by itself after the stop"
     assert not held.exists() and not go.exists(), "the driver went on from its pause point"

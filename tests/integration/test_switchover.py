@@ -113,7 +113,7 @@ def at_log_end(checkpoint: Path, ranges: dict[tuple[str, int], tuple[int, int]])
 
 def test_a_standby_released_for_a_switchover_starts_at_the_old_last_commit_exactly_once(
         kafka, start_job, hook, tmp_path: Path) -> None:  # noqa: ANN001, F811
-    # the old version: Kafka -> Parquet on a 1 s trigger, producer running; the standby beside it
+    # the old version: Kafka -> Parquet on a 3 s trigger, producer running; the standby beside it
     old, launcher, new_cp, new_sink, standby = old_and_standby(start_job, hook, kafka, tmp_path, "graceful")
     run_id = wait_standby(new_cp, standby, launcher)
 

@@ -1,9 +1,10 @@
 """A Kafka -> Parquet streaming job for the graceful stop tests.
 
 Usage: stop_job.py BOOTSTRAP TOPIC CHECKPOINT SINK MODE [HEARTBEAT_INTERVAL_S]
-MODE ``graceful`` runs a file-sink query on a 1 s processing-time trigger under GracefulStop
+MODE ``graceful`` runs a file-sink query on a 3 s processing-time trigger under GracefulStop
 (heartbeat every HEARTBEAT_INTERVAL_S, default 0.5 s; stop request; ack) and exits once it
-returns; MODE ``ignore`` runs the same query but only calls awaitTermination: it never heartbeats,
+returns: it waits up to 120 s for a batch boundary (the gap between two batches, which a batch
+shorter than the trigger interval leaves even on a loaded machine), so its stop is clean; MODE ``ignore`` runs the same query but only calls awaitTermination: it never heartbeats,
 never reads the stop request and runs until it is killed. MODE ``busy`` runs on Spark's DEFAULT
 trigger (the next batch as soon as one commits; ``maxOffsetsPerTrigger`` below the producer's
 rate, so there is always a next batch) with a foreachBatch sink behind ``foreach_batch``, under
@@ -61,13 +62,16 @@ def main() -> None:
             .option("checkpointLocation", checkpoint).start()
     else:
         query = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", checkpoint)
-                 .trigger(processingTime="1 second").start())
+                 .trigger(processingTime="3 seconds").start())
     if mode == "ignore":
         query.awaitTermination()
         return
     # busy-file-cut, busy-delta-cut: stop at once, cutting the batch that runs (a built-in sink has no gate to hold it)
+    # graceful: a clean stop at a real boundary, however slow the machine (the built-in wait of about
+    # two batches is what busy-file shows)
+    boundary_timeout = 0.0 if cut else 120.0 if mode == "graceful" else None
     GracefulStop(spark, query, checkpoint, heartbeat_interval=interval, poll_interval=0.2,
-                 boundary_timeout=0.0 if cut else None).run()
+                 boundary_timeout=boundary_timeout).run()
     spark.stop()
 
 
