@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.records.codec import TypedError
@@ -86,16 +86,6 @@ class ProviderError(TypedError):
                 f"{shorten(self.action)}")
         return redact_location(f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail
                                else text)
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only construction stays picklable
-        return (_rebuild, (type(self), dict(self.__dict__)))
-
-
-def _rebuild(cls: type[ProviderError], state: dict[str, Any]) -> ProviderError:
-    error = cls.__new__(cls)
-    error.__dict__.update(state)
-    Exception.__init__(error, str(error))
-    return error
 
 
 class CheckpointError(ProviderError):

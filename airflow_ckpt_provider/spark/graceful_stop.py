@@ -433,6 +433,8 @@ class GracefulStop:
 
     #: the last request this driver answered as not carried out (StopWithdrawn)
     _answered = ""
+    #: an answer whose writes all failed: written again on every poll until it lands
+    _unanswered: StopWithdrawn | None = None
 
     def _carried_out(self, request: StopRequest, seen_at: str, asked: float) -> bool:
         """Whether ``request`` still stands. When it does not (withdrawn, replaced, expired) and no
@@ -453,27 +455,47 @@ class GracefulStop:
 
     def _answer_withdrawn(self, request_id: str, reason: str, seen_at: str = "") -> None:
         """Write :class:`StopWithdrawn` for ``request_id`` (the query goes on), retried
-        :data:`ANSWER_ATTEMPTS` times; a write that keeps failing is logged and the query runs on
-        (the provider, without an answer, decides as if the query might have stopped)."""
-        from py4j.protocol import Py4JError  # lazily: spark.control's importers (the pure core) load this module
-
+        :data:`ANSWER_ATTEMPTS` times at once; an answer that still cannot be written is kept and
+        written again on every later poll of the main loop (:meth:`_retry_unanswered`) until it
+        lands, while the query runs on (the provider, until it has an answer, takes the query for
+        possibly stopped)."""
         answer = StopWithdrawn(request_id=request_id, run_id=self.run_id, query_id=str(self.query.id), reason=reason,
                                answered_at=utc_iso(timespec="milliseconds"), seen_at=seen_at)
         for attempt in range(1, ANSWER_ATTEMPTS + 1):
-            try:
-                self.files.write(STOP_WITHDRAWN, answer.to_json().encode())
-            except (OSError, Py4JError) as exc:  # the store's error, through py4j or from the rename's check
-                if attempt == ANSWER_ATTEMPTS:
-                    log.error("could not answer the withdrawn stop request %s after %d attempts (%s): the query "
-                              "keeps running, and the provider may take it for stopped", request_id, attempt, exc)
-                    return
-                log.warning("could not answer the withdrawn stop request %s (attempt %d of %d): %s", request_id,
-                            attempt, ANSWER_ATTEMPTS, exc)
-                time.sleep(self.poll_interval * attempt)
-            else:
-                self._answered = request_id
-                log.info("answered stop request %s: %s, the query goes on", request_id, reason)
+            error = self._write_answer(answer)
+            if error is None:
                 return
+            if attempt == ANSWER_ATTEMPTS:
+                log.error("could not answer the withdrawn stop request %s after %d attempts (%s): the query keeps "
+                          "running and the driver tries again on every poll; until it lands the provider may take "
+                          "the query for stopped", request_id, attempt, error)
+                self._unanswered = answer
+                return
+            log.warning("could not answer the withdrawn stop request %s (attempt %d of %d): %s", request_id,
+                        attempt, ANSWER_ATTEMPTS, error)
+            time.sleep(self.poll_interval * attempt)
+
+    def _write_answer(self, answer: StopWithdrawn) -> Exception | None:
+        """Write ``answer``; the store's error if it failed (None once written)."""
+        from py4j.protocol import Py4JError  # lazily: spark.control's importers (the pure core) load this module
+
+        try:
+            self.files.write(STOP_WITHDRAWN, answer.to_json().encode())
+        except (OSError, Py4JError) as exc:  # the store's error, through py4j or from the rename's check
+            return exc
+        self._answered, self._unanswered = answer.request_id, None
+        log.info("answered stop request %s: %s, the query goes on", answer.request_id, answer.reason)
+        return None
+
+    def _retry_unanswered(self) -> None:
+        """Write again the answer that could not be written (:meth:`_answer_withdrawn`), once per poll
+        of the main loop; quiet while the store still refuses (the first failures were logged)."""
+        answer = self._unanswered
+        if answer is None:
+            return
+        error = self._write_answer(answer)
+        if error is not None:
+            log.debug("still cannot answer the withdrawn stop request %s: %s", answer.request_id, error)
 
     def _answer_unseen_withdrawal(self) -> None:
         """Answer a withdrawal (``_ckpt/stop-withdrawal.json``) of a request this driver never read:
@@ -615,6 +637,7 @@ class GracefulStop:
                         self._end_trial(error=str(exc))
                     raise
                 self._record_operators()
+                self._retry_unanswered()
                 if trial is not None and self._trial_batches() >= trial:
                     log.info("trial run: %s batch(es) done, stopping", trial)
                     self.query.stop()

@@ -16,7 +16,7 @@ import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fsspec import AbstractFileSystem
 
@@ -317,6 +317,34 @@ def begin_stop(
     return StopStart(request, run_id, wrote, heartbeat, requested_at)
 
 
+_Decided = TypeVar("_Decided")
+
+
+def poll_until(
+    decide: Callable[[float], _Decided | None],
+    *,
+    deadline: float,
+    poll_interval: float,
+    progress: Callable[[float], None],
+    progress_every_s: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> _Decided:
+    """Call ``decide(now)`` every ``poll_interval`` seconds until it returns a value, and
+    ``progress(now)`` every ``progress_every_s`` seconds meanwhile. ``decide`` owns the deadline
+    (every decision here ends at it); ``deadline`` only keeps the last sleep from overshooting it."""
+    next_progress = clock() + progress_every_s
+    while True:
+        now = clock()
+        decided = decide(now)
+        if decided is not None:
+            return decided
+        if now >= next_progress:
+            next_progress = now + progress_every_s
+            progress(now)
+        sleep(max(0.01, min(poll_interval, deadline - now)))
+
+
 def wait_for_ack(
     control: ControlFiles,
     start: StopStart,
@@ -329,24 +357,25 @@ def wait_for_ack(
     """Synchronous twin of the trigger: poll until acknowledged, not running or ``deadline`` (epoch);
     a progress line every ``progress_every_s`` seconds."""
     assert start.request is not None
-    next_progress = time.time() + progress_every_s
-    while True:
-        if time.time() >= next_progress:
-            next_progress = time.time() + progress_every_s
-            state = control.batch_state()
-            log.info("waiting for query on %s to acknowledge stop request %s: %.0f s of at most %.0f s; "
-                     "last committed batch %s", control.uri, start.request.request_id,
-                     time.time() - start.requested_at, deadline - start.requested_at, state.last_committed_batch)
+    request_id = start.request.request_id
+
+    def decide(now: float) -> tuple[StopReason, StopAck | None] | None:
         ack, heartbeat = control.ack(), control.heartbeat()
-        reason = wait_decision(ack=ack, heartbeat=heartbeat, request_id=start.request.request_id,
-                               run_id=start.run_id, now=time.time(), deadline=deadline, missed_beats=missed_beats)
+        reason = wait_decision(ack=ack, heartbeat=heartbeat, request_id=request_id, run_id=start.run_id, now=now,
+                               deadline=deadline, missed_beats=missed_beats)
         if reason is StopReason.NOT_RUNNING:  # the ack is written just before the stopped beat
             ack = control.ack()
-            if ack_answers(ack, start.request.request_id, start.run_id):
+            if ack_answers(ack, request_id, start.run_id):
                 reason = StopReason.ACKNOWLEDGED
-        if reason is not None:
-            return reason, ack if reason is StopReason.ACKNOWLEDGED else None
-        time.sleep(max(0.01, min(poll_interval, deadline - time.time())))
+        return None if reason is None else (reason, ack if reason is StopReason.ACKNOWLEDGED else None)
+
+    def progress(now: float) -> None:
+        log.info("waiting for query on %s to acknowledge stop request %s: %.0f s of at most %.0f s; "
+                 "last committed batch %s", control.uri, request_id, now - start.requested_at,
+                 deadline - start.requested_at, control.batch_state().last_committed_batch)
+
+    return poll_until(decide, deadline=deadline, poll_interval=poll_interval, progress=progress,
+                      progress_every_s=progress_every_s)
 
 
 @dataclass(frozen=True)
@@ -385,27 +414,29 @@ def withdraw_and_wait(
         return Withdrawal(WithdrawalVerdict.ACKNOWLEDGED, ack, None, control.heartbeat(), False, 0.0)
     removed = control.withdraw(request_id, withdrawn_by)
     deadline = started + timeout_s
-    next_progress = started + progress_every_s
     log.info("withdrew stop request %s on %s; waiting up to %.0f s for the query to answer (withdrawn, or "
              "acknowledged if it was already stopping)", request_id, control.uri, timeout_s)
-    while True:
+
+    def decide(now: float) -> Withdrawal | None:
         ack, answer, heartbeat = control.ack(), control.withdrawn(), control.heartbeat()
-        now = clock()
         verdict = withdrawal_decision(ack=ack, answer=answer, heartbeat=heartbeat, request_id=request_id, now=now,
                                       deadline=deadline, missed_beats=missed_beats)
         if verdict is WithdrawalVerdict.DRIVER_GONE:  # the ack is written just before the stopped beat
             ack = control.ack()
             if ack is not None and ack.request_id == request_id:
                 verdict = WithdrawalVerdict.ACKNOWLEDGED
-        if verdict is not None:
-            return Withdrawal(verdict, ack if verdict is WithdrawalVerdict.ACKNOWLEDGED else None,
-                              answer if verdict is WithdrawalVerdict.CONTINUING else None, heartbeat, removed,
-                              round(now - started, 3))
-        if now >= next_progress:
-            next_progress = now + progress_every_s
-            log.info("waiting for the query on %s to answer the withdrawal of stop request %s: %.0f s of at most "
-                     "%.0f s", control.uri, request_id, now - started, timeout_s)
-        sleep(max(0.01, min(poll_interval, deadline - now)))
+        if verdict is None:
+            return None
+        return Withdrawal(verdict, ack if verdict is WithdrawalVerdict.ACKNOWLEDGED else None,
+                          answer if verdict is WithdrawalVerdict.CONTINUING else None, heartbeat, removed,
+                          round(now - started, 3))
+
+    def progress(now: float) -> None:
+        log.info("waiting for the query on %s to answer the withdrawal of stop request %s: %.0f s of at most "
+                 "%.0f s", control.uri, request_id, now - started, timeout_s)
+
+    return poll_until(decide, deadline=deadline, poll_interval=poll_interval, progress=progress,
+                      progress_every_s=progress_every_s, clock=clock, sleep=sleep)
 
 
 def finish_stop(

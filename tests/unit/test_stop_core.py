@@ -760,3 +760,21 @@ def test_without_an_acknowledged_quiet_period_the_quiet_check_is_unchanged(tmp_p
     finish_stop(control, reason=StopReason.ACKNOWLEDGED, request_id=request.request_id, requested_at=time.time(),
                 ack=an_ack(request.request_id), kill=None, timeout_s=60, quiet_period=5.0)
     assert asked == [5.0]
+
+
+def test_poll_until_decides_reports_progress_and_never_sleeps_past_the_deadline() -> None:
+    from airflow_ckpt_provider.storage.stop import poll_until
+
+    now = [100.0]
+    slept: list[float] = []
+    progress: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    decided = poll_until(lambda t: "done" if t >= 109.5 else None, deadline=109.5, poll_interval=2.0,
+                         progress=progress.append, progress_every_s=3.0, clock=lambda: now[0], sleep=sleep)
+    assert decided == "done"
+    assert slept == [2.0, 2.0, 2.0, 2.0, 1.5], "the last sleep ends at the deadline"
+    assert progress == [104.0, 108.0], "a progress line every 3 s of waiting, not on the first poll"

@@ -315,3 +315,16 @@ def test_an_answer_that_cannot_be_written_is_retried_and_the_query_goes_on(tmp_p
     driver.files.write = failing  # type: ignore[method-assign]
     assert driver.carry_out(request) is None and driver.query.isActive, "the query runs on"
     assert len(failures) == 3 and "could not answer the withdrawn stop request" in caplog.text
+    assert driver.answer(STOP_WITHDRAWN) is None
+
+    # the main loop writes it again on every poll: still refused, then the store takes it
+    driver.stop._retry_unanswered()
+    assert len(failures) == 4 and driver.answer(STOP_WITHDRAWN) is None
+    driver.files.write = written  # type: ignore[method-assign]
+    driver.stop._retry_unanswered()
+    answer = driver.answer(STOP_WITHDRAWN)
+    assert answer is not None and (answer.request_id, answer.run_id) == (request.request_id, "old-run")
+    settled = withdraw_and_wait(control(tmp_path), request.request_id, withdrawn_by="test", timeout_s=600)
+    assert settled.verdict is WithdrawalVerdict.CONTINUING and not settled.verdict.old_stopped
+    driver.stop._retry_unanswered()  # answered: nothing more to write
+    assert driver.stop._unanswered is None
