@@ -71,13 +71,13 @@ earlier steps (the handover, the state export, the archive, launch handles) from
 record (``FromRecord``), never from their XComs: XCom carries only the journal's location. See
 docs "Reliability" and "Inputs from the upgrade record".
 
-Four DAGs come from :func:`~airflow_ckpt_provider.dags.stream_upgrade.build_stream_upgrade_dag`:
+Four DAGs come from one call of :func:`~airflow_ckpt_provider.dags.stream_upgrade.build_reference_dags`:
 ``stream_upgrade`` (standby), ``stream_upgrade_cold`` and ``stream_upgrade_switchover`` for manual
 runs (trigger form), and ``stream_upgrade_on_artifact`` (standby, no approval), scheduled on the
 Asset of the new application artifact. Each is generated from the step table
 (:data:`airflow_ckpt_provider.upgrade.table.TABLE`: one row per step, naming its operator, its
 inputs from the upgrade record, its result type, its retries and its ``execution_timeout``): this
-file holds only the DAGs' documentation, their params and the calls. Copy it and change the
+file holds only the DAGs' documentation, their params and that call. Copy it and change the
 defaults to upgrade your own streams; the operators can also be used one by one (see the docs'
 XCom contract), each planned as the step kind it is.
 """
@@ -86,10 +86,9 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, Param
 
-from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.checkpoint.path import UpgradeMode
-from airflow_ckpt_provider.dags.stream_upgrade import build_stream_upgrade_dag
+from airflow_ckpt_provider.dags.stream_upgrade import build_reference_dags
 
 PARAMS: dict[str, Param] = {
     "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
@@ -156,19 +155,9 @@ PARAMS: dict[str, Param] = {
 }
 
 
-manual = build_stream_upgrade_dag("stream_upgrade", params=PARAMS, doc_md=__doc__)
-# The same upgrade without a standby: the new version starts only after the stop and the archive
-# (one driver at a time; downtime includes the new version's JVM and session start).
-cold = build_stream_upgrade_dag("stream_upgrade_cold", params=PARAMS, doc_md=__doc__, relaunch_mode=RelaunchMode.COLD)
-# The standby takes over inside the drivers (seeding a stateful query's state in its own session):
-# one switchover step instead of stop -> handover -> export -> release, so the downtime does not
-# depend on the scheduler.
-switchover = build_stream_upgrade_dag("stream_upgrade_switchover", params=PARAMS, doc_md=__doc__,
-                                      relaunch_mode=RelaunchMode.SWITCHOVER)
-# Scheduled on the new version's artifact: publishing it (an Asset event) starts the upgrade with
-# the defaults below and no approval. Set the defaults for your stream before enabling it.
-on_artifact = build_stream_upgrade_dag(
-    "stream_upgrade_on_artifact", params=PARAMS, doc_md=__doc__,
-    schedule=[Asset(name="demo_stream_v2_artifact", uri="file:///opt/streams/demo/stream_v2.py")],
-    defaults={"require_approval": False},
-)
+# stream_upgrade (standby), stream_upgrade_cold, stream_upgrade_switchover, and
+# stream_upgrade_on_artifact: scheduled on the new version's artifact (publishing it, an Asset event,
+# starts the upgrade with the defaults above and no approval; set them for your stream first)
+manual, cold, switchover, on_artifact = build_reference_dags(
+    params=PARAMS, doc_md=__doc__,
+    artifact=Asset(name="demo_stream_v2_artifact", uri="file:///opt/streams/demo/stream_v2.py"))

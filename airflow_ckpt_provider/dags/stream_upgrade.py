@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from airflow.sdk import DAG, BaseOperator, Param, chain, task
+from airflow.sdk import DAG, Asset, BaseOperator, Param, chain, task
 
 from airflow_ckpt_provider.checkpoint.launch import RelaunchMode
 from airflow_ckpt_provider.checkpoint.spark_settings import SparkSettings
@@ -109,3 +109,33 @@ def build_stream_upgrade_dag(
 
 
 __all__ = ["PLAN_TIMEOUT", "build_stream_upgrade_dag"]
+
+
+class ReferenceDags(NamedTuple):
+    """The reference upgrade's four DAGs (:func:`build_reference_dags`), one per way of starting the
+    new version or of triggering the upgrade."""
+
+    manual: DAG
+    cold: DAG
+    switchover: DAG
+    on_artifact: DAG
+
+
+def build_reference_dags(*, params: Mapping[str, Param], doc_md: str | None, artifact: Asset,
+                         prefix: str = "stream_upgrade", **kwargs: Any) -> ReferenceDags:
+    """The reference DAGs, each documented by ``doc_md`` and triggered with ``params``:
+    ``<prefix>`` (the standby path, manual trigger), ``<prefix>_cold`` (no standby: the new version
+    starts after the stop and the archive, one driver at a time), ``<prefix>_switchover`` (the
+    standby takes over inside the drivers: the downtime does not depend on the scheduler) and
+    ``<prefix>_on_artifact`` (the standby path scheduled on ``artifact``: publishing the new
+    version starts the upgrade with the params' defaults and no approval). ``kwargs`` go to every
+    :func:`build_stream_upgrade_dag` call; ``ValueError`` as it raises."""
+    def build(suffix: str, **extra: Any) -> DAG:
+        return build_stream_upgrade_dag(f"{prefix}{suffix}", params=params, doc_md=doc_md, **kwargs, **extra)
+
+    return ReferenceDags(
+        manual=build(""),
+        cold=build("_cold", relaunch_mode=RelaunchMode.COLD),
+        switchover=build("_switchover", relaunch_mode=RelaunchMode.SWITCHOVER),
+        on_artifact=build("_on_artifact", schedule=[artifact], defaults={"require_approval": False}),
+    )
