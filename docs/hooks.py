@@ -23,13 +23,31 @@ same for another Python file of the repository (PATH relative to the repository 
 (adding the block after a marker that has none). As an MkDocs hook, it fails the build when a
 block differs from the source, or a marker names something that no longer exists;
 ``tests/unit/test_docs_sources.py`` checks the same in the fast tier.
+
+A line that is exactly ``<!-- api-reference -->`` is replaced, when the site is built (the page
+file keeps the marker), by the API reference generated from the code: for every operator, hook
+and trigger class of the modules ``get_provider_info()`` lists, its extra links, and every DAG
+factory of ``airflow_ckpt_provider.dags`` (a function of a module's ``__all__`` that returns a
+``DAG``): the import path, the signature and the docstring. A public class or factory without a
+docstring fails the build. The reference is read in a child Python (``python docs/hooks.py
+--api-reference OUT``) with a temporary ``AIRFLOW_HOME``: importing Airflow creates folders in its
+home and sets up logging, which the MkDocs process keeps free of.
 """
 
 from __future__ import annotations
 
 import ast
+import enum
+import importlib
+import inspect
+import os
+import pkgutil
 import re
+import subprocess
+import sys
+import tempfile
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +138,8 @@ def extract(spec: str, source: str | None = None) -> str:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise DagSourceError(f"{spec!r}: not a function")
         body0 = node.body[0]
-        has_doc = isinstance(body0, ast.Expr) and isinstance(getattr(body0, "value", None), ast.Constant) \
-            and isinstance(body0.value.value, str)
-        last = body0.end_lineno if has_doc else node.body[0].lineno - 1
+        has_doc = ast.get_docstring(node, clean=False) is not None
+        last = (body0.end_lineno or body0.lineno) if has_doc else body0.lineno - 1
         return _text(lines, _start_line(node, lines), last) + ("\n    ..." if has_doc else "")
     if ".." in spec:
         first_spec, _, last_name = spec.partition("..")
@@ -196,12 +213,169 @@ def render(markdown: str) -> str:
     return markdown
 
 
+# -- the API reference ------------------------------------------------------------------------------
+
+API_MARKER = re.compile(r"^<!-- api-reference -->[ \t]*$", re.MULTILINE)
+#: the sections of the reference: the key of ``get_provider_info()`` listing the modules, the
+#: heading, and the Airflow base class (dotted) whose subclasses the modules define
+API_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("operators", "Operators", "airflow.sdk.BaseOperator"),
+    ("hooks", "Hooks", "airflow.sdk.BaseHook"),
+    ("triggers", "Triggers", "airflow.triggers.base.BaseTrigger"),
+)
+DAGS_PACKAGE = "airflow_ckpt_provider.dags"
+#: Sphinx roles in the docstrings (``:class:`~a.b.C``` and the like), shown as code
+_ROLE = re.compile(r":(?:class|meth|func|mod|data|attr|exc|obj|const):`(~?)([^`]+)`")
+_PARAM = re.compile(r"^:param (\w+): ?(.*)$")
+_PARAM_ITEM = re.compile(r"^- `\w+`: ")
+
+
+class ApiReferenceError(DagSourceError):
+    """The API reference cannot be generated: a public class without a docstring, a listed module
+    that does not import, or the child Python failed."""
+
+
+def _imported(dotted: str) -> Any:  # noqa: ANN401 - a module attribute
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def api_objects() -> Iterator[tuple[str, list[tuple[str, Any]]]]:
+    """Each section of the reference with its ``(import path, object)`` pairs, in the order
+    ``get_provider_info()`` lists the modules (classes in the order their module defines them)."""
+    from airflow_ckpt_provider import get_provider_info
+
+    info = get_provider_info()
+    for key, heading, base in API_KINDS:
+        base_class = _imported(base)
+        modules = [name for entry in info.get(key, []) for name in entry["python-modules"]]
+        found = []
+        for name in modules:
+            module = importlib.import_module(name)
+            found += [(f"{name}.{attr}", value) for attr, value in vars(module).items()
+                      if inspect.isclass(value) and value.__module__ == name and not attr.startswith("_")
+                      and issubclass(value, base_class)]
+        # the public mixins of these modules that they derive from (their arguments come with them)
+        mixins = {f"{c.__module__}.{c.__name__}": c for _, value in found for c in value.__mro__
+                  if c.__module__ in modules and not c.__name__.startswith("_") and not issubclass(c, base_class)}
+        yield heading, found + sorted(mixins.items())
+    yield "Extra links", [(dotted, _imported(dotted)) for dotted in info.get("extra-links", [])]
+    dag_class = _imported("airflow.sdk.DAG")
+    factories = []
+    for sub in pkgutil.iter_modules(importlib.import_module(DAGS_PACKAGE).__path__, f"{DAGS_PACKAGE}."):
+        module = importlib.import_module(sub.name)
+        for attr in getattr(module, "__all__", ()):
+            value = getattr(module, attr)
+            if inspect.isfunction(value) and inspect.signature(value).return_annotation in ("DAG", dag_class):
+                factories.append((f"{sub.name}.{attr}", value))
+    yield "DAG factories", factories
+
+
+def _annotation(annotation: Any) -> str:  # noqa: ANN401 - an annotation as written or evaluated
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+
+
+def signature_text(name: str, target: Callable[..., Any]) -> str:
+    """``name(...)`` with ``target``'s parameters one per line, as written (annotations as text)."""
+    signature = inspect.signature(target)
+    lines: list[str] = []
+    kinds = [p.kind for p in signature.parameters.values()]
+    for index, param in enumerate(signature.parameters.values()):
+        if param.kind is param.KEYWORD_ONLY and inspect.Parameter.VAR_POSITIONAL not in kinds \
+                and (index == 0 or kinds[index - 1] is not param.KEYWORD_ONLY):
+            lines.append("*")
+        text = ("*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else "") \
+            + param.name
+        if param.annotation is not param.empty:
+            text += f": {_annotation(param.annotation)}"
+        if param.default is not param.empty:
+            default = param.default
+            shown = f"{type(default).__name__}.{default.name}" if isinstance(default, enum.Enum) else repr(default)
+            text += f"{' = ' if param.annotation is not param.empty else '='}{shown}"
+        lines.append(text)
+        if param.kind is param.POSITIONAL_ONLY and (index + 1 == len(kinds)
+                                                    or kinds[index + 1] is not param.POSITIONAL_ONLY):
+            lines.append("/")
+    returns = "" if inspect.isclass(target) or signature.return_annotation is signature.empty \
+        else f" -> {_annotation(signature.return_annotation)}"
+    if not lines:
+        return f"{name}(){returns}"
+    return f"{name}(\n" + "".join(f"    {line},\n" for line in lines) + f"){returns}"
+
+
+def docstring_markdown(text: str) -> str:
+    """A docstring as Markdown: its paragraphs as they are, each ``:param NAME: text`` line (and its
+    indented continuation) a list item, Sphinx roles as code."""
+    lines: list[str] = []
+    for line in inspect.cleandoc(text).splitlines():
+        param = _PARAM.match(line)
+        if param:
+            if lines and lines[-1].strip() and not _PARAM_ITEM.match(lines[-1]) and not lines[-1].startswith(" "):
+                lines.append("")  # a Markdown list starts after a blank line
+            line = f"- `{param[1]}`: {param[2]}"
+        lines.append(line)
+    return _ROLE.sub(lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`", "\n".join(lines))
+
+
+def _section(dotted: str, value: Any, shown: set[str]) -> str:  # noqa: ANN401 - a class or function
+    module, _, name = dotted.rpartition(".")
+    doc = value.__dict__.get("__doc__") if inspect.isclass(value) else value.__doc__
+    if not isinstance(doc, str) or not doc.strip():
+        raise ApiReferenceError(f"{dotted} has no docstring: the API reference shows each public class's own")
+    parts = [f"### {name}", "", "```python", f"from {module} import {name}", "", signature_text(name, value), "```"]
+    if inspect.isclass(value):
+        bases = [f"[`{b.__name__}`](#{b.__name__.lower()})" if b.__name__ in shown else f"`{b.__module__}.{b.__name__}`"
+                 for b in value.__bases__ if b is not object]
+        if bases:
+            parts += ["", "Bases: " + ", ".join(bases)]
+    parts += ["", docstring_markdown(doc)]
+    init = value.__dict__.get("__init__") if inspect.isclass(value) else None
+    if inspect.isfunction(init) and init.__doc__:  # the arguments, when the class documents them there
+        parts += ["", docstring_markdown(init.__doc__)]
+    return "\n".join([*parts, ""])
+
+
+def api_markdown() -> str:
+    """The API reference (see the module doc), imported in this process."""
+    sections = list(api_objects())
+    shown = {value.__name__ for _, found in sections for _, value in found}
+    out = []
+    for heading, found in sections:
+        if found:
+            out += [f"## {heading}", ""] + [_section(dotted, value, shown) for dotted, value in found]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def api_reference() -> str:
+    """:func:`api_markdown` from a child Python with a temporary ``AIRFLOW_HOME``
+    (:class:`ApiReferenceError` with its output when it fails)."""
+    with tempfile.TemporaryDirectory(prefix="ckpt-docs-") as tmp:
+        out = Path(tmp) / "reference.md"
+        env = {**os.environ, "AIRFLOW_HOME": str(Path(tmp) / "airflow"),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+        done = subprocess.run([sys.executable, __file__, "--api-reference", str(out)], cwd=REPO, env=env,
+                              capture_output=True, text=True, check=False, timeout=300)
+        if done.returncode != 0 or not out.is_file():
+            raise ApiReferenceError(f"the API reference could not be generated (exit {done.returncode}): "
+                                    + (done.stderr.strip() or done.stdout.strip())[-2000:])
+        return out.read_text(encoding="utf-8")
+
+
+def with_api_reference(markdown: str) -> str:
+    """``markdown`` with its ``<!-- api-reference -->`` line replaced by the API reference."""
+    if not API_MARKER.search(markdown):
+        return markdown
+    reference = api_reference().rstrip("\n")
+    return API_MARKER.sub(lambda _: reference, markdown)
+
+
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    if "<!-- dag-source " not in markdown and "<!-- source " not in markdown:
+    has_source = "<!-- dag-source " in markdown or "<!-- source " in markdown
+    if not has_source and not API_MARKER.search(markdown):
         return markdown
     try:
-        return render(markdown)
-    except (DagSourceError, SyntaxError, OSError) as exc:
+        return with_api_reference(render(markdown) if has_source else markdown)
+    except (DagSourceError, SyntaxError, OSError, subprocess.SubprocessError) as exc:
         from mkdocs.exceptions import PluginError
 
         raise PluginError(f"{page.file.src_path}: {exc}") from exc
@@ -219,4 +393,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--api-reference"] and len(sys.argv) == 3:  # the child Python of api_reference()
+        Path(sys.argv[2]).write_text(api_markdown(), encoding="utf-8")
+        raise SystemExit(0)
     raise SystemExit(main())
