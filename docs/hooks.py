@@ -224,6 +224,8 @@ API_KINDS: tuple[tuple[str, str, str], ...] = (
     ("triggers", "Triggers", "airflow.triggers.base.BaseTrigger"),
 )
 DAGS_PACKAGE = "airflow_ckpt_provider.dags"
+#: Return annotations of the factories that build several DAGs at once
+DAG_SETS = ("ReferenceDags",)
 #: Sphinx roles in the docstrings (``:class:`~a.b.C``` and the like), shown as code
 _ROLE = re.compile(r":(?:class|meth|func|mod|data|attr|exc|obj|const):`(~?)([^`]+)`")
 _PARAM = re.compile(r"^:param (\w+): ?(.*)$")
@@ -266,7 +268,8 @@ def api_objects() -> Iterator[tuple[str, list[tuple[str, Any]]]]:
         module = importlib.import_module(sub.name)
         for attr in getattr(module, "__all__", ()):
             value = getattr(module, attr)
-            if inspect.isfunction(value) and inspect.signature(value).return_annotation in ("DAG", dag_class):
+            returns = inspect.signature(value).return_annotation if inspect.isfunction(value) else None
+            if returns in ("DAG", dag_class) or returns in DAG_SETS:
                 factories.append((f"{sub.name}.{attr}", value))
     yield "DAG factories", factories
 

@@ -108,7 +108,7 @@ def build_stream_upgrade_dag(
     return dag
 
 
-__all__ = ["PLAN_TIMEOUT", "build_stream_upgrade_dag"]
+__all__ = ["PLAN_TIMEOUT", "ReferenceDags", "build_reference_dags", "build_stream_upgrade_dag"]
 
 
 class ReferenceDags(NamedTuple):

@@ -246,9 +246,17 @@ class UpgradeReportOperator(BaseOperator):
         return (f"NO VERSION OF STREAM {self.stream_name!r} IS RUNNING: the old version was stopped and the rollback "
                 f"could not restart it. Start the old version on its checkpoint {self.old_checkpoint_uri} yourself "
                 "(`ckpt launch`; if the rollback's restore failed, restore the archive first with `ckpt restore`), "
-                "check that it commits batches, then release the stream's lock (`ckpt journal <journal> "
-                "--release-lock`) or re-trigger this DAG run to resume the upgrade. The journal stays open and the "
-                "stream locked until then.")
+                f"check that it commits batches, then release the stream's lock (`ckpt journal {self._archive_root()} "
+                f"--name {self.stream_name} --release-lock`) or re-trigger this DAG run to resume the upgrade. The "
+                "journal stays open and the stream locked until then.")
+
+    def _archive_root(self) -> str:
+        """The archive root the journal lives under (``ROOT/STREAM/_upgrades/NAME.json``), for the
+        ``ckpt journal`` command a person runs; ``ARCHIVE_ROOT`` when the journal is not known."""
+        parts = self.journal.rstrip("/").split("/") if self.journal else []
+        if len(parts) < 4 or parts[-2] != "_upgrades":
+            return "ARCHIVE_ROOT"
+        return "/".join(parts[:-3]) or "/"
 
     def _already_done(self, context: Context, record: JournalRecord, done: Mapping[str, Any],
                       steps: list[Any]) -> dict[str, Any]:

@@ -26,6 +26,9 @@ runs: each key's row is its last record in Kafka and counts exactly its records.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -36,6 +39,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from airflow_ckpt_provider import faults
 from airflow_ckpt_provider.checkpoint import reconcile
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, DeltaWritesSkipped, SinkNotDelivered
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
@@ -46,6 +50,8 @@ from airflow_ckpt_provider.sinks import SinkKind, SinkSpec, inspect_sink, verify
 from airflow_ckpt_provider.sinks.delta import DeltaLog
 from airflow_ckpt_provider.spark import delta_txn_conf, delta_txn_options, foreach_batch
 from airflow_ckpt_provider.storage import CheckpointReader
+from airflow_ckpt_provider.storage.journal import UpgradeJournal
+from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, fail_commit_of_a_coming_batch
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture
@@ -60,6 +66,18 @@ CHECKPOINT_INTERVAL = 4
 OLD_BATCHES = 6
 #: Generous bounds for a loaded machine: they only end a broken run.
 DEADLINE_S = 600.0
+REPO = Path(__file__).resolve().parents[2]
+#: The switchover step in a worker process of its own (argv[1]: its arguments as JSON), with a fault
+#: point armed by the environment; prints the step's result as its last line when it completes.
+SWITCHOVER_WORKER = """
+import json, sys
+from types import SimpleNamespace
+from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
+from tests.integration.test_launch_real import _TI
+step = StandbySwitchoverOperator(**json.loads(sys.argv[1]))
+result = step.execute({"run_id": "run-1", "ti": _TI(), "dag": SimpleNamespace(dag_id="upgrade")})
+print(json.dumps(result))
+"""
 
 Writer = Callable[[Any, str, Sequence[str]], Any]  # (frame, checkpoint, tables) -> a started query
 BatchWrite = Callable[[Any, Any, int, str, str], None]  # (session, batch, batch id, checkpoint, table)
@@ -522,11 +540,13 @@ def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_table
     The switchover's stop cuts the running batch (acknowledged ``interrupted``); the standby refuses
     and the step takes over: the ledger reads the table's own record of the old query's batches
     (``txn`` of its query id), hands over after the cut batch when Delta committed it, and releases
-    the standby there. With the producer running throughout, the table holds every Kafka
-    (partition, offset) exactly once."""
+    the standby there. The step runs in a worker process of its own that is killed (SIGKILL) right
+    after that release (``switchover:taken_over``): the retry, on the same journal, releases nothing
+    a second time and takes the standby's first commit from the release it noted. With the producer
+    running throughout, the table holds every Kafka (partition, offset) exactly once."""
     from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult, TakenBy
     from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
-    from airflow_ckpt_provider.records.control import STOP_ACK, StopAck
+    from airflow_ckpt_provider.records.control import STANDBY_RELEASE, STOP_ACK, StopAck
     from tests.integration.test_launch_real import _TI, run_operator
     from tests.integration.test_standby import START_TIMEOUT_S, launch_standby, wait_standby
 
@@ -538,22 +558,48 @@ def test_a_switchover_whose_stop_cuts_a_delta_batch_is_taken_over_with_the_table
     old.wait_for_batches(3, heartbeat=True)
     wait_standby(new_cp, standby, launcher)
     spec = SinkSpec(kind=SinkKind.DELTA, location=table)
-    step = StandbySwitchoverOperator(
-        task_id="switchover", application="unused: the standby runs", checkpoint_uri=str(new_cp),
-        old_checkpoint_uri=str(old.checkpoint), standby_handle=standby.to_dict(), stop_timeout=180,
-        first_commit_timeout=START_TIMEOUT_S, poll_interval=0.5, quiet_period=2, kafka_conn_id=kafka_connection,
-        sink=spec.to_json())
-    step.__dict__["launcher_hook"] = launcher
+    journal = UpgradeJournal(fsspec.filesystem("file"), str(tmp_path / "archive" / "up-1.json"))
+    journal.open(UpgradeIntent(stream_name="orders", old_checkpoint=str(old.checkpoint), new_checkpoint=str(new_cp)),
+                 "up-1", run_id="run-1")
+    journal.record_planning("preflight", run_id="run-1", result={"relaunch_mode": "switchover"})  # the path
+    journal.begin("start_standby", run_id="run-1")  # the step before the switchover on that path: done
+    journal.finish("start_standby", standby.to_dict())
+    args: dict[str, Any] = {
+        "task_id": "switchover", "application": "unused: the standby runs", "checkpoint_uri": str(new_cp),
+        "old_checkpoint_uri": str(old.checkpoint), "standby_handle": standby.to_dict(), "stop_timeout": 180,
+        "first_commit_timeout": START_TIMEOUT_S, "poll_interval": 0.5, "quiet_period": 2,
+        "kafka_conn_id": kafka_connection, "sink": spec.to_json(), "journal": journal.path, "master": "local[2]"}
     old_query_id = CheckpointReader(str(old.checkpoint)).snapshot().query_id
-    try:
-        result = SwitchoverResult.from_json(run_operator(step, {"ti": _TI()}))
-    except Exception as exc:
-        raise AssertionError(f"{old.log.read_text()[-3000:]}\n--- standby ---\n"
-                             f"{launcher.log_tail(standby, 60)}") from exc
+
+    def logs() -> str:
+        return f"{old.log.read_text()[-3000:]}\n--- standby ---\n{launcher.log_tail(standby, 60)}"
+
+    # the first attempt, in a worker of its own, killed right after the provider's release (if it gets there)
+    fired = tmp_path / "faults.log"
+    env = {**os.environ, faults.ENV: "switchover:taken_over", faults.LOG_ENV: str(fired), "PYTHONPATH": str(REPO)}
+    worker = subprocess.run([sys.executable, "-c", SWITCHOVER_WORKER, json.dumps(args)], env=env,
+                            capture_output=True, text=True, timeout=1800, cwd=REPO)
     assert old.proc.wait(timeout=180) == 0
     ack = StopAck.from_json((old.checkpoint / STOP_ACK).read_bytes())
-    taken = HandoverResult.from_json(result.handover)
     if ack.outcome == "interrupted":  # the case this test is for (a batch runs almost all the time)
+        assert worker.returncode == -9 and "switchover:taken_over" in fired.read_text(), worker.stderr[-3000:]
+        noted = journal.step("switchover")
+        assert noted is not None and noted.state == "started" and "fallback" in noted.notes, noted
+        release_bytes = (new_cp / STANDBY_RELEASE).read_bytes()
+        step = StandbySwitchoverOperator(**args)
+        step.__dict__["launcher_hook"] = launcher
+        try:
+            result = SwitchoverResult.from_json(run_operator(step, {"run_id": "run-2", "ti": _TI()}))
+        except Exception as exc:
+            raise AssertionError(logs()) from exc
+        assert (new_cp / STANDBY_RELEASE).read_bytes() == release_bytes, "no second release"
+        done = journal.step("switchover")
+        assert done is not None and done.state == "done" and done.attempts == 2, done
+    else:
+        assert worker.returncode == 0, f"{worker.stderr[-3000:]}\n{logs()}"
+        result = SwitchoverResult.from_json(worker.stdout.strip().splitlines()[-1])
+    taken = HandoverResult.from_json(result.handover)
+    if ack.outcome == "interrupted":
         assert result.taken_by is TakenBy.PROVIDER and result.used["reason"] == "stop_not_clean", result
         assert taken.sink is not None and taken.sink["exact"], taken.sink
         in_table = DeltaLog(LOCAL, table).transactions()[old_query_id].version

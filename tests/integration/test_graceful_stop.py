@@ -64,7 +64,7 @@ class Job:
         path = self.checkpoint / HEARTBEAT
         return Heartbeat.from_json(path.read_text()) if path.exists() else None
 
-    def wait_for_batches(self, count: int, *, heartbeat: bool, timeout: float = 180) -> None:
+    def wait_for_batches(self, count: int, *, heartbeat: bool, timeout: float = 900) -> None:
         """Until batch ``count - 1`` is committed (batch ids: Spark purges old commit files)."""
         deadline = time.monotonic() + timeout
         while max(self.committed(), default=-1) < count - 1 or (heartbeat and not (self.heartbeat() and self.heartbeat().is_alive())):

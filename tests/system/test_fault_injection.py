@@ -77,7 +77,8 @@ UPGRADE_FAULTS = [
 #: tests/integration/test_switchover.py kills the earlier (the re-run writes the stop request the
 #: release names). ``switchover:taken_over`` (the provider's own release after the standby refused
 #: a stop that cut a batch) needs a sink without the gate under load, which the demo never cuts:
-#: tests/unit/test_switchover_step.py resumes the step from that noted release.
+#: tests/integration/test_delta_sink.py kills a worker there on a Delta stream whose stop cuts a batch
+#: and the retry converges (tests/unit/test_switchover_step.py pins the resume logic).
 SWITCHOVER_FAULTS = [
     "start_standby:recorded",   # recorded, nothing launched yet
     "start_standby:launched",   # v2 started as a standby, the worker dies before waiting for it

@@ -155,7 +155,12 @@ def test_a_failed_rollback_says_no_version_runs_and_what_to_do() -> None:
                                new_checkpoint_uri="/ckpt/orders-v2", path=PATHS[StepPath.COLD])
     text = op._no_version_runs()
     assert text.startswith("NO VERSION OF STREAM 'orders' IS RUNNING")
-    assert "/ckpt/orders-v1" in text and "ckpt launch" in text and "--release-lock" in text
+    assert "/ckpt/orders-v1" in text and "ckpt launch" in text
+    assert "`ckpt journal ARCHIVE_ROOT --name orders --release-lock`" in text, "no journal: a placeholder"
+    journaled = UpgradeReportOperator(task_id="report", stream_name="orders", old_checkpoint_uri="/ckpt/orders-v1",
+                                      new_checkpoint_uri="/ckpt/orders-v2", path=PATHS[StepPath.COLD],
+                                      journal="s3://archive/streams/orders/_upgrades/up-1.json")
+    assert "`ckpt journal s3://archive/streams --name orders --release-lock`" in journaled._no_version_runs()
 
 
 def test_a_switchover_report_shows_where_the_downtime_went_in_the_drivers() -> None:
