@@ -6,8 +6,10 @@ decision out.
 The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.upgrade.record.JournalRecord`):
 every step records ``started`` before its side effect and ``done`` or ``failed`` after it, and the
 decisions before any side effect (preflight, compatibility check, path, approval) are in its
-``planning``. Airflow's task states are not read: a step whose task was killed, timed out while
-deferred, or failed after recording ``done`` reads the same here on every executor.
+``planning``; a step's result and notes are read through its row of the step table
+(:mod:`airflow_ckpt_provider.upgrade.table`), never picked out of the JSON. Airflow's task states
+are not read: a step whose task was killed, timed out while deferred, or failed after recording
+``done`` reads the same here on every executor.
 
 The rollback and the outcome are read once the path's steps have ended (the DAG's gates and its
 report run after them): a step then found ``started`` was interrupted and counts as failed, and an
