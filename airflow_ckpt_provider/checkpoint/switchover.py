@@ -132,6 +132,33 @@ class SwitchoverResult:
         """Decode (strict: :class:`InvalidStepResult` for anything else)."""
         return cls(**_RESULT.decode(data))
 
+    @property
+    def launch_handle(self) -> LaunchHandle:
+        """The new query's launch handle (checked when decoded)."""
+        return LaunchHandle.from_json(self.handle)
+
+    @property
+    def stop_result(self) -> StopResult:
+        """The old query's stop (checked when decoded)."""
+        return StopResult.from_json(self.stop)
+
+    @property
+    def handover_result(self) -> HandoverResult:
+        """The handover the provider re-derived, which the later steps take (checked when decoded)."""
+        return HandoverResult.from_json(self.handover)
+
+    @property
+    def seeded_state(self) -> str:
+        """Where the standby seeded the old query's state ("" when it seeded none, or refused)."""
+        return str(self.used.get("state_path") or "") if self.taken_by is TakenBy.STANDBY else ""
+
+    @property
+    def refusal(self) -> tuple[str, str] | None:
+        """The standby's refusal (its reason and what it found) when the provider took over, else None."""
+        if self.taken_by is not TakenBy.PROVIDER:
+            return None
+        return str(self.used.get("reason") or "?"), str(self.used.get("found") or "?")
+
 
 def _checked(decode: Callable[[Mapping[str, Any]], object]) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
     """A decoder that checks a nested value by its own codec and keeps its dict."""
@@ -142,10 +169,18 @@ def _checked(decode: Callable[[Mapping[str, Any]], object]) -> Callable[[Mapping
     return check
 
 
+def _used(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the standby recorded (its handover record, or its refusal): the words the provider reads are text."""
+    wrong = sorted(key for key in ("state_path", "reason", "found") if key in value and not isinstance(value[key], str))
+    if wrong:
+        raise TypeError(f"{', '.join(wrong)} not text")
+    return dict(value)
+
+
 _RESULT = Codec("SwitchoverResult", InvalidStepResult, {
     "handle": Field((dict,), decode=_checked(LaunchHandle.from_json)),
     "stop": Field((dict,), decode=_checked(StopResult.from_json)),
     "handover": Field((dict,), decode=_checked(HandoverResult.from_json)),
-    "used": Field((dict,)),
+    "used": Field((dict,), decode=_used),
     "downtime": Field((dict,), decode=_checked(DowntimeSplit.from_json)),
     "taken_by": Field((str,), required=False, default=TakenBy.STANDBY, decode=one_of(*TakenBy, decode=TakenBy))})

@@ -12,6 +12,7 @@ from airflow_ckpt_provider.operators.handover import flag
 from airflow_ckpt_provider.operators.journaled import journal_at, recorded
 from airflow_ckpt_provider.upgrade.planner import approval_text, needs_approval
 from airflow_ckpt_provider.upgrade.record import FAILED, STARTED
+from airflow_ckpt_provider.upgrade.results import ApprovalAnswer
 from airflow_ckpt_provider.upgrade.steps import APPROVAL
 
 
@@ -67,9 +68,9 @@ class UpgradeApprovalOperator(ApprovalOperator):
         run_id = str(context.get("run_id") or "")
         chosen = [str(o) for o in event.get("chosen_options") or []] if "error" not in event else []
         if journal is not None and chosen and set(chosen) <= set(self.options):
-            journal.record_planning(APPROVAL, run_id=run_id, result={
-                "chosen": chosen[0], "responded_by": event.get("responded_by_user"),
-                "responded_at": str(event.get("responded_at") or "")})
+            answer = ApprovalAnswer(chosen=chosen[0], responded_by=event.get("responded_by_user"),
+                                    responded_at=str(event.get("responded_at") or ""))
+            journal.record_planning(APPROVAL, run_id=run_id, result=answer.to_dict())
             self.log.info("answer %r recorded in the upgrade journal %s", chosen[0], journal.uri)
         return recorded(lambda: super(UpgradeApprovalOperator, self).execute_complete(context, event),
                         failed=lambda exc: journal.record_planning(APPROVAL, run_id=run_id, state=FAILED, error=exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, ClassVar
@@ -22,6 +23,7 @@ from airflow_ckpt_provider.storage.listing import holds_anything
 from airflow_ckpt_provider.storage.restore import restore_archive
 from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE, StepStart
+from airflow_ckpt_provider.upgrade.results import ArchiveResult, RestoreResult
 
 #: With the fault point ``<task id>:copying`` armed, the process is killed after this many files.
 FAULT_AFTER_FILES = 3
@@ -165,15 +167,15 @@ class CheckpointArchiveOperator(JournaledStep, _ArchiveStorage, BaseOperator):
             handover=self._handover(), created_by=_who(context), reason=self.reason,
             dag_run_id=_run_label(context), remove_source=self.remove_source,
         )
-        result = manifest.summary()
+        result = ArchiveResult.from_json(manifest.summary())
         if self.keep_last is not None or self.keep_newer_than is not None:
             plan = archive.prune(stream, keep_last=self.keep_last, keep_newer_than=self.keep_newer_than)
-            result["removed_archives"] = [info.uri for info in plan.remove]
-            result["stale_incomplete_archives"] = [info.uri for info in plan.stale_incomplete]
+            result = replace(result, removed_archives=tuple(info.uri for info in plan.remove),
+                             stale_incomplete_archives=tuple(info.uri for info in plan.stale_incomplete))
         self.log.info("archive %s holds %d files, %s; handover batch %s", manifest.archive_uri,
                       manifest.file_count, human_bytes(manifest.total_bytes),
                       manifest.handover.batch_id if manifest.handover else None)
-        return result
+        return result.to_dict()
 
 
 class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
@@ -234,7 +236,7 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
                 target_fs.rm(target, recursive=True)
         elif self.skip_if_target_exists and holds_anything(target_fs, target):
             self.log.info("%s is still in place: nothing to restore", self.target_uri)
-            return {"restored_to": None, "target_in_place": True}
+            return RestoreResult(None, target_in_place=True).to_dict()
         if not self.archive_uri:
             raise ArchiveNotFound(found="no archive location", expected=f"an archive to restore {self.target_uri} from",
                                   action="The checkpoint is gone and was never archived: restore it from a backup.")
@@ -244,4 +246,4 @@ class CheckpointRestoreOperator(JournaledStep, _ArchiveStorage, BaseOperator):
         manifest = restore_archive(archive_fs, archive_path, target_fs, target, workers=self.workers)
         self.log.info("restored %d files (%s) of query %s to %s", manifest.file_count,
                       human_bytes(manifest.total_bytes), manifest.query_id, self.target_uri)
-        return {**manifest.summary(), "restored_to": self.target_uri}
+        return RestoreResult(self.target_uri, ArchiveResult.from_json(manifest.summary())).to_dict()

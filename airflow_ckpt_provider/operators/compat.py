@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.compat import CompatibilitySkipped, CompatibilityVerdict, compatibility_result
 from airflow_ckpt_provider.checkpoint.errors import NewVersionDoesNotStart
-from airflow_ckpt_provider.checkpoint.path import PathChoice, UpgradeMode, choose_path, resumed_path
+from airflow_ckpt_provider.checkpoint.path import UpgradeMode, choose_path, resumed_path
 from airflow_ckpt_provider.hooks.compat import check_upgrade
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
@@ -267,11 +267,4 @@ def _skipped(reason: str) -> dict[str, Any]:
     return {**CompatibilitySkipped(reason).to_dict(), "summary_md": ""}
 
 
-def path_of(value: Mapping[str, Any] | str | None) -> PathChoice | None:
-    """The path step's XCom as a :class:`PathChoice` (None when it did not run)."""
-    if not value:
-        return None
-    return PathChoice.from_json(value)
-
-
-__all__ = ["CompatibilityCheckOperator", "UpgradePathOperator", "path_of", "verdict_markdown"]
+__all__ = ["CompatibilityCheckOperator", "UpgradePathOperator", "verdict_markdown"]

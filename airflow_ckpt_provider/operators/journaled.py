@@ -36,6 +36,7 @@ from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, resolve
+from airflow_ckpt_provider.upgrade.notes import DecisionNotes
 from airflow_ckpt_provider.upgrade.record import FAILED, ROLLBACK_PHASE, UPGRADE_PHASE, JournalRecord, StepStart
 
 JOURNAL_FIELDS = ("journal", "journal_conn_id")
@@ -286,10 +287,9 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
             summary: Callable[[T], Any] = lambda _: None, said: Callable[[T], str] = lambda _: "") -> T:
     """Run the decision ``action`` (a step before any side effect: the compatibility check, the
     path) and record it in the journal's ``planning`` under ``name``: ``done`` with ``summary``
-    of its result and what it ``said`` to the approver (Markdown, noted as
-    :data:`~airflow_ckpt_provider.upgrade.planner.SUMMARY_NOTE`), or ``failed`` with its error and
-    why in one line (:func:`refusal_reason`, noted as
-    :data:`~airflow_ckpt_provider.upgrade.planner.REFUSAL_NOTE`), then re-raised: the planner reads
+    of its result and what it ``said`` to the approver (Markdown, its
+    :class:`~airflow_ckpt_provider.upgrade.notes.DecisionNotes` ``summary_md``), or ``failed`` with
+    its error and why in one line (:func:`refusal_reason`, its notes' ``refusal``), then re-raised: the planner reads
     that failure as the upgrade's refusal (:func:`~airflow_ckpt_provider.upgrade.planner.refusal`).
     Without a journal it only runs."""
     run_id, started_at = str(context.get("run_id") or ""), utc_iso(timespec="milliseconds")
@@ -297,11 +297,12 @@ def decided(journal: UpgradeJournal | None, name: str, context: Context, action:
         return action()
     return recorded(
         action,
-        failed=lambda exc: journal.record_planning(name, run_id=run_id, started_at=started_at, state=FAILED,
-                                                   error=exc, notes={planner.REFUSAL_NOTE: refusal_reason(exc)}),
+        failed=lambda exc: journal.record_planning(
+            name, run_id=run_id, started_at=started_at, state=FAILED, error=exc,
+            notes=DecisionNotes(refusal=refusal_reason(exc)).to_dict()),
         finished=lambda result: journal.record_planning(name, run_id=run_id, started_at=started_at,
                                                         result=summary(result),
-                                                        notes={planner.SUMMARY_NOTE: said(result)}))
+                                                        notes=DecisionNotes(summary_md=said(result)).to_dict()))
 
 
 def refusal_reason(error: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, NoReturn
 
@@ -50,18 +51,18 @@ from airflow_ckpt_provider.storage.locations import check_launch_target
 from airflow_ckpt_provider.storage.state import plan_state_export
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.storage.transfer import list_tree
-from airflow_ckpt_provider.upgrade import planner
+from airflow_ckpt_provider.upgrade.notes import DecisionNotes
 from airflow_ckpt_provider.upgrade.record import (
     FAILED,
     JournalRecord,
-    JournalStep,
     Rerun,
     UpgradeIntent,
     derive_upgrade_id,
     rerun_of,
 )
-from airflow_ckpt_provider.upgrade.results import PreflightResult
+from airflow_ckpt_provider.upgrade.results import ArchiveResult, PreflightPlanning, PreflightResult
 from airflow_ckpt_provider.upgrade.steps import PREFLIGHT
+from airflow_ckpt_provider.upgrade.table import recorded
 
 
 class UpgradePreflightOperator(BaseOperator):
@@ -316,11 +317,10 @@ class UpgradePreflightOperator(BaseOperator):
             journal.open(intent, upgrade_id, run_id=run_id, planned_handover=handover.to_dict())
             upgrade_id_found, journal_uri = upgrade_id, journal.uri
             summary += f"\n\nUpgrade id `{upgrade_id}`; journal `{journal.uri}`."
-            accepted = {"accepted_undeclared_sink": True} if found_sink.accepted_undeclared else {}
-            journal.record_planning(PREFLIGHT, run_id=run_id, started_at=self._started_at,
-                                    result={"resuming": False, "old_query_running": running, **self._modes(),
-                                            **self._locations(upgrade_id), **accepted},
-                                    notes={planner.SUMMARY_NOTE: summary})
+            planning = replace(self._planning(upgrade_id), resuming=False, old_query_running=running,
+                               accepted_undeclared_sink=True if found_sink.accepted_undeclared else None)
+            journal.record_planning(PREFLIGHT, run_id=run_id, started_at=self._started_at, result=planning.to_dict(),
+                                    notes=DecisionNotes(summary_md=summary).to_dict())
         return PreflightResult(
             summary_md=summary, handover=handover.to_dict(), starting_offsets=offsets,
             reconciliation=result.to_dict(), old_query_running=running, upgrade_id=upgrade_id_found,
@@ -342,7 +342,7 @@ class UpgradePreflightOperator(BaseOperator):
             return
         reason = exc.reason()
         journal.record_planning(self.task_id, run_id=run_id, started_at=getattr(self, "_started_at", ""),
-                                state=FAILED, error=exc, notes={planner.REFUSAL_NOTE: reason})
+                                state=FAILED, error=exc, notes=DecisionNotes(refusal=reason).to_dict())
         journal.close(REFUSED.value, run_id=run_id, reason=reason)
         self.log.error("the upgrade is REFUSED before anything was stopped: %s; journal %s closed (refused), stream "
                        "%s unlocked", reason, journal.uri, intent.stream_name)
@@ -472,25 +472,31 @@ class UpgradePreflightOperator(BaseOperator):
         return (f"Rollback (if needed): **forward**: the old version restarts on the fresh checkpoint `{target}` "
                 "from the new version's handover; nothing is processed twice.")
 
-    def _modes(self, record: JournalRecord | None = None) -> dict[str, str]:
-        """The relaunch and rollback modes for the journal's planning, which the steps' planner reads
-        (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`): those this preflight checked, or
-        on a resumed upgrade those its first run recorded (a re-run's params do not change its course)."""
-        first = planner.result_of(record, PREFLIGHT) if record is not None else None
-        if isinstance(first, Mapping) and "relaunch_mode" in first:
-            return {key: str(first.get(key, "")) for key in ("relaunch_mode", "rollback_mode")}
-        return {"relaunch_mode": str(self.relaunch_mode or ""),
-                "rollback_mode": str(self.rollback_mode or RollbackMode.RESTORE.value)}
+    def _planning(self, upgrade_id: str, record: JournalRecord | None = None) -> PreflightPlanning:
+        """The modes and locations for the journal's planning (:class:`PreflightPlanning`), which the
+        steps' planner and inputs read (:func:`~airflow_ckpt_provider.upgrade.planner.next_action`):
+        the relaunch and rollback modes this preflight checked, or on a resumed upgrade those its first
+        run recorded (a re-run's params do not change its course), and the locations
+        (:meth:`_locations`)."""
+        first = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+        if first is not None and first.relaunch_mode is not None:
+            relaunch, rollback = first.relaunch_mode, first.rollback
+        else:
+            relaunch = str(self.relaunch_mode or "")
+            rollback = RollbackMode(str(self.rollback_mode or RollbackMode.RESTORE.value))
+        locations = self._locations(upgrade_id, record)
+        return PreflightPlanning(relaunch_mode=relaunch, rollback_mode=rollback, state_export=locations["state_export"],
+                                 rollback_checkpoint=locations["rollback_checkpoint"])
 
     def _locations(self, upgrade_id: str, record: JournalRecord | None = None) -> dict[str, str]:
         """The locations the steps read from the journal's planning
         (:class:`~airflow_ckpt_provider.upgrade.inputs.RecordInput`): where the state export goes and
         a forward rollback's fresh checkpoint; on a resumed upgrade those its first run recorded (a
         re-run's params do not move them), else those of this run's params."""
-        first = planner.result_of(record, PREFLIGHT) if record is not None else None
-        recorded = first if isinstance(first, Mapping) else {}
-        return {key: str(recorded.get(key) or fallback) for key, fallback in (
-            ("state_export", self._state_export(upgrade_id)), ("rollback_checkpoint", self._rollback_target()))}
+        first = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+        return {"state_export": (first.state_export if first is not None else None) or self._state_export(upgrade_id),
+                "rollback_checkpoint": (first.rollback_checkpoint if first is not None else None)
+                or self._rollback_target()}
 
     def _rollback_target(self) -> str:
         """A forward rollback's fresh checkpoint: the one given, else beside the new checkpoint."""
@@ -549,8 +555,8 @@ class UpgradePreflightOperator(BaseOperator):
                                    f"unfinished {', '.join(open_steps) or 'none'}")
         locations = self._locations(upgrade_id, record)
         journal.record_planning(PREFLIGHT, run_id=run_id, started_at=getattr(self, "_started_at", ""),
-                                result={"resuming": True, **self._modes(record), **locations},
-                                notes={planner.SUMMARY_NOTE: summary})
+                                result=replace(self._planning(upgrade_id, record), resuming=True).to_dict(),
+                                notes=DecisionNotes(summary_md=summary).to_dict())
         return PreflightResult(summary_md=summary, handover=planned, upgrade_id=upgrade_id, journal=journal.uri,
                                resuming=True, steps_done=tuple(done), state_export=locations["state_export"],
                                rollback_checkpoint=locations["rollback_checkpoint"]).to_dict()
@@ -577,8 +583,8 @@ class UpgradePreflightOperator(BaseOperator):
         closing = record.closing_entry() or {}
         first_report = str(closing.get("report") or "")
         if not first_report:  # a journal closed before run entries were kept: the archive's report folder
-            archived = (record.entry("archive") or JournalStep(name="archive", state="")).result
-            location = archived.get("location", "") if isinstance(archived, dict) else ""
+            archived = recorded(record, "archive", as_type=ArchiveResult)
+            location = archived.location if archived is not None else ""
             first_report = f"{location.rstrip('/')}/report" if location else ""
         by = str(closing.get("run_id") or (record.runs[-1] if record.runs else "?"))
         # what this run's report reads (UpgradeReportOperator): the journal is closed, its planning stays as it is

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.compat import CompatibilitySkipped, compatibility_result
-from airflow_ckpt_provider.checkpoint.errors import (
-    CheckpointError,
-    InvalidRollbackHandover,
-    InvalidVerdict,
-    UpgradeFailed,
-    UpgradeRefused,
-)
+from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict
+from airflow_ckpt_provider.checkpoint.errors import CheckpointError, UpgradeFailed, UpgradeRefused
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
 from airflow_ckpt_provider.checkpoint.outcome import (
     ALREADY_DONE,
@@ -26,21 +20,23 @@ from airflow_ckpt_provider.checkpoint.outcome import (
     UPGRADED,
     TaskState,
 )
+from airflow_ckpt_provider.checkpoint.path import PathChoice
 from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
-from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread, rollback_result
-from airflow_ckpt_provider.checkpoint.stop import describe_stop_timeline
-from airflow_ckpt_provider.checkpoint.switchover import TakenBy
+from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread
+from airflow_ckpt_provider.checkpoint.state import StateExport
+from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
 from airflow_ckpt_provider.clock import epoch_seconds
 from airflow_ckpt_provider.faults import fault_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.operators.compat import path_of
 from airflow_ckpt_provider.operators.journaled import journal_at
 from airflow_ckpt_provider.storage.history import batch_history
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import JournalRecord
-from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PLANNING, PREFLIGHT, PathSteps
+from airflow_ckpt_provider.upgrade.results import ArchiveResult, PreflightPlanning
+from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATH_CHOICE, PLANNING, PREFLIGHT, PathSteps
+from airflow_ckpt_provider.upgrade.table import handover_of, recorded, stop_of
 
 
 class UpgradeReportOperator(BaseOperator):
@@ -62,6 +58,10 @@ class UpgradeReportOperator(BaseOperator):
     refuses; the report then only adds where it is stored). Returns the report as a dict (XCom).
     When the preflight's record says the trigger accepted a sink that is not declared, the report
     notes that exactness is not proven.
+    Every recorded result and note is read through its row of the step table
+    (:func:`~airflow_ckpt_provider.upgrade.table.recorded`): one that is not its row's type fails
+    the report with :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` (which step,
+    what it found, what it expected) before anything is stored and with the journal left open.
 
     ``path`` (:class:`~airflow_ckpt_provider.upgrade.steps.PathSteps`) names the path's steps:
     its stop's StopResult gives the notes on where the stop's time went, its handover and archive
@@ -136,7 +136,7 @@ class UpgradeReportOperator(BaseOperator):
         done = already_done(record, str(context.get("run_id", "")))
         if record is not None and done is not None:  # this run ran none of the steps
             return self._already_done(context, record, done, planner.timings(None, self.step_names))
-        chosen = path_of(planner.result_of(record, "choose_path"))
+        chosen = recorded(record, PATH_CHOICE, as_type=PathChoice)
         in_place = chosen is not None and chosen.in_place and self.in_place is not None
         path = self.in_place if in_place and self.in_place is not None else self.path
         new_checkpoint = self.old_checkpoint_uri if in_place else self.new_checkpoint_uri
@@ -145,9 +145,9 @@ class UpgradeReportOperator(BaseOperator):
         if record is None:
             notes.append("no upgrade journal: the preflight refused the upgrade before opening one (nothing was "
                          "stopped, copied or started); its log says why")
-        handover = _mapping(planner.part_of(record, path, planner.Part.HANDOVER))
-        archive = _mapping(planner.result_of(record, path.archive))
-        archive_uri = str(archive.get("location", ""))
+        handover = handover_of(record, path)
+        archive = recorded(record, path.archive, as_type=ArchiveResult)
+        archive_uri = archive.location if archive is not None else ""
         notes.extend(f"{name} failed: {error}" for name, error in planner.errors(record, self.step_names).items())
         if refused is not None:
             notes.insert(0, f"{refused.describe()}; nothing was stopped, copied or started (the old version runs on "
@@ -156,14 +156,14 @@ class UpgradeReportOperator(BaseOperator):
         if outcome == ROLLBACK_FAILED:
             notes.insert(0, self._no_version_runs())
             self.log.error("%s", notes[0])
-        stop = planner.part_of(record, path, planner.Part.STOP)
-        if isinstance(stop, Mapping) and stop.get("timeline"):
-            notes.append(f"{path.stop}: {describe_stop_timeline(stop['timeline'])}")
-        rollback = _rollback(planner.result_of(record, path.rollback_handover), path.rollback_handover, notes) \
+        stop = stop_of(record, path)
+        if stop is not None and stop.timeline:
+            notes.append(f"{path.stop}: {stop.describe_timeline()}")
+        rollback = _rollback(record, path.rollback_handover, notes) \
             if path.rollback_handover and planner.restart_attempted(record, path) else None
-        compatibility = _compatibility(planner.result_of(record, COMPATIBILITY_CHECK), notes)
-        preflight = _mapping(planner.result_of(record, PREFLIGHT))
-        if preflight.get("accepted_undeclared_sink") is True:
+        compatibility = _compatibility(recorded(record, COMPATIBILITY_CHECK))
+        preflight = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+        if preflight is not None and preflight.accepted_undeclared_sink is True:
             notes.append("the sink was not declared and the trigger accepted that (accept_undeclared_sink): the sink "
                          "may have skipped or duplicated a batch the stop cut; exactness is not proven")
         if journal is not None and record is not None:
@@ -172,8 +172,8 @@ class UpgradeReportOperator(BaseOperator):
         storage = CheckpointStorageHook(storage_conn_id=self.storage_conn_id)
         old_batches = self._history(storage, self.old_checkpoint_uri, notes)
         if in_place:  # one checkpoint, read once: the new version's batches are those after the handover's
-            last_old = _mapping(handover.get("handover")).get("batch_id")
-            cut = last_old if isinstance(last_old, int) else max((b.batch_id for b in old_batches), default=-1)
+            last_old = handover.handover.batch_id if handover is not None else None
+            cut = last_old if last_old is not None else max((b.batch_id for b in old_batches), default=-1)
             new_batches = [b for b in old_batches if b.batch_id > cut] if outcome not in (REJECTED, REFUSED) else []
             old_batches = [b for b in old_batches if b.batch_id <= cut]
         else:
@@ -183,28 +183,30 @@ class UpgradeReportOperator(BaseOperator):
         stop_requested_at = epoch_seconds(stopped.started_at) if stopped and stopped.started_at else None
         ready_at = epoch_seconds(launched.ended_at) if launched and launched.ended_at \
             and launched.state == TaskState.SUCCESS else None
-        state_export = planner.result_of(record, path.state_export) if path.state_export else None
-        switched = _mapping(planner.result_of(record, path.switchover)) if path.switchover else {}
-        if switched.get("taken_by") == TakenBy.PROVIDER.value:
-            refusal = _mapping(switched.get("used"))
-            notes.append(f"{path.switchover}: the standby refused ({refusal.get('reason', '?')}: "
-                         f"{refusal.get('found', '?')}); the provider took the handover with the sink ledger and "
-                         "released the standby at it")
+        state_export = recorded(record, path.state_export, as_type=StateExport) if path.state_export else None
+        switched = recorded(record, path.switchover, as_type=SwitchoverResult) if path.switchover else None
+        if switched is not None and switched.refusal is not None:
+            reason, found = switched.refusal
+            notes.append(f"{path.switchover}: the standby refused ({reason}: {found}); the provider took the handover "
+                         "with the sink ledger and released the standby at it")
         report = UpgradeReport(
             stream=self.stream_name, outcome=outcome, run_id=str(context.get("run_id", "")),
             old_checkpoint=self.old_checkpoint_uri, new_checkpoint=new_checkpoint,
-            archive=archive_uri, handover=handover.get("handover"),
-            starting_offsets=handover.get("starting_offsets", ""), steps=tuple(steps),
+            archive=archive_uri, handover=handover.handover.to_dict() if handover is not None else None,
+            starting_offsets=handover.starting_offsets.to_json() if handover is not None and
+            handover.starting_offsets is not None else "", steps=tuple(steps),
             downtime_s=downtime_seconds(old_batches, new_batches, stop_requested_at=stop_requested_at,
                                         ready_at=ready_at) if outcome == UPGRADED else None,
             stop_requested_at=stop_requested_at, ready_at=ready_at,
             old_batches=tuple(old_batches), new_batches=tuple(new_batches), notes=tuple(notes),
-            start_plan=handover.get("start_plan"), sink=handover.get("sink"),
+            start_plan=handover.start_plan.to_dict() if handover is not None and handover.start_plan is not None
+            else None,
+            sink=dict(handover.sink) if handover is not None and handover.sink is not None else None,
             rollback=rollback.to_dict() if rollback is not None else None,
-            state_export=dict(state_export) if isinstance(state_export, Mapping) else None,
+            state_export=state_export.to_dict() if state_export is not None else None,
             compatibility=compatibility,
             path=chosen.describe() if chosen is not None else "",
-            switchover=_mapping(switched.get("downtime")) or None,
+            switchover=(dict(switched.downtime) or None) if switched is not None else None,
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -336,44 +338,22 @@ def already_done(record: JournalRecord | None, run_id: str) -> Mapping[str, Any]
                  if entry.get("run_id") == run_id and entry.get("already_done") is True), None)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:  # noqa: ANN401 - a recorded JSON value
-    return value if isinstance(value, Mapping) else {}
-
-
-T = TypeVar("T")
-
-
-def _decoded(value: Any, decode: Callable[[Any], T], error: type[Exception], step: str,  # noqa: ANN401
-             notes: list[str]) -> T | None:
-    """``step``'s recorded result through its codec; None when it did not run, or (with a note)
-    when the record is not its result."""
-    if value is None:
-        return None
-    try:
-        return decode(value)
-    except error as exc:
-        notes.append(f"{step}: its recorded result is unreadable: {exc}")
-        return None
-
-
-def _compatibility(value: Any, notes: list[str]) -> dict[str, Any] | None:  # noqa: ANN401 - a recorded JSON value
+def _compatibility(result: object) -> dict[str, Any] | None:
     """The compatibility check's recorded verdict, without its trials and log tail (they are in its
-    task log); None when it did not run or tried nothing, or (with a note) when the record is not
-    its result."""
-    result = _decoded(value, compatibility_result, InvalidVerdict, COMPATIBILITY_CHECK, notes)
-    if result is None or isinstance(result, CompatibilitySkipped):
+    task log); None when it did not run or tried nothing."""
+    if not isinstance(result, CompatibilityVerdict):
         return None
     return {k: v for k, v in result.to_dict().items() if k not in ("trials", "log_tail")}
 
 
-def _rollback(value: Any, step: str, notes: list[str]) -> RollbackHandover | None:  # noqa: ANN401 - recorded JSON
+def _rollback(record: JournalRecord | None, step: str, notes: list[str]) -> RollbackHandover | None:
     """The rollback step's recorded handover; None when it did not run, or (with a note) when it
-    could not compute one (its error) or the record is not its result."""
-    result = _decoded(value, rollback_result, InvalidRollbackHandover, step, notes)
+    could not compute one (its error)."""
+    result = recorded(record, step)
     if isinstance(result, RollbackHandoverUnread):
         notes.append(f"{step}: {result.describe()}")
         return None
-    return result
+    return result if isinstance(result, RollbackHandover) else None
 
 
 def _report_base(folder: str) -> str:

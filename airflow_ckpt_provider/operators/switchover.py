@@ -71,7 +71,7 @@ from airflow_ckpt_provider.storage.reader import CheckpointReader
 from airflow_ckpt_provider.storage.state import read_manifest
 from airflow_ckpt_provider.storage.stop import ControlFiles, finish_stop, withdraw_and_wait
 from airflow_ckpt_provider.triggers.launch import LaunchEvent, LaunchTrigger, LaunchTriggerEvent
-from airflow_ckpt_provider.upgrade.planner import OLD_STOPPED_NOTE
+from airflow_ckpt_provider.upgrade.notes import FALLBACK_NOTE, OLD_STOPPED_NOTE
 from airflow_ckpt_provider.upgrade.record import StepStart
 
 __all__ = ["FALLBACK_NOTE", "StandbySwitchoverOperator"]
@@ -79,11 +79,6 @@ __all__ = ["FALLBACK_NOTE", "StandbySwitchoverOperator"]
 #: How long a failed switchover waits, by default, for the old query's answer to the withdrawal of its
 #: stop request: a driver answers within its poll interval, or acknowledges once ``query.stop()`` returned.
 DEFAULT_WITHDRAW_TIMEOUT_S = 120.0
-
-#: The journal note of the provider's own release after a standby refused a switchover whose stop
-#: cut a batch (the standby release, the stop and handover results, the refusal, the times).
-FALLBACK_NOTE = "fallback"
-
 
 class StandbySwitchoverOperator(StandbyReleaseOperator):
     """Switch from the old query to a waiting standby inside the drivers, and wait (deferred) for

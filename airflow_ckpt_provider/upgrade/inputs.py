@@ -6,7 +6,10 @@ the journaled step replaces it with :func:`resolve` over the journal's record on
 said the step runs and its own templates rendered (so a recorded value is never rendered as a
 template). Each :class:`RecordInput` reads one recorded step result, or what the preflight recorded
 in the journal's planning, by the step names of the step table
-(:mod:`airflow_ckpt_provider.upgrade.steps`).
+(:mod:`airflow_ckpt_provider.upgrade.steps`), through the step's row
+(:func:`~airflow_ckpt_provider.upgrade.table.recorded`): a typed value, passed on as its JSON object;
+:class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` for a recorded result or note
+that is not its row's type (nothing is guessed from it).
 
 Where the record does not hold an input, :func:`resolve` returns the empty value the reference
 DAG's templates gave (None or ""), which each operator already reads as "not given"; the two
@@ -17,54 +20,28 @@ input asked of no record (a step without a journal).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint.errors import RecordInputMissing
-from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, rollback_result
-from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.record import DONE, JournalRecord
-from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATHS, PREFLIGHT, Path, PathSteps
-
-
-class RecordInput(StrEnum):
-    """What a step can take from the upgrade record (see :data:`INPUTS` for where each is read)."""
-
-    COMPATIBILITY_VERDICT = "compatibility_verdict"  # the compatibility check's verdict (its planning result)
-    HANDOVER = "handover"  # the migration's handover (a HandoverResult dict): its step's result, or the switchover's
-    IN_PLACE_HANDOVER = "in_place_handover"  # the in-place path's handover step result
-    STATE_EXPORT_LOCATION = "state_export_location"  # where the state export goes (the preflight's planning)
-    STATE_EXPORT = "state_export"  # the state export's result (a StateExport dict)
-    SEEDED_STATE = "seeded_state"  # where a switchover's standby seeded the old query's state ("" when it seeded none)
-    STANDBY_HANDLE = "standby_handle"  # the standby launch's LaunchHandle dict
-    NEW_HANDLE = "new_handle"  # the new version's LaunchHandle dict: the relaunch's or switchover's, else the standby's
-    IN_PLACE_HANDLE = "in_place_handle"  # the in-place restart's LaunchHandle dict
-    ARCHIVE_LOCATION = "archive_location"  # where the archive step archived the old checkpoint
-    UPGRADE_ID = "upgrade_id"
-    ROLLBACK_CHECKPOINT = "rollback_checkpoint"  # a forward rollback's fresh checkpoint (the preflight's planning)
-    ROLLBACK_STARTING_OFFSETS = "rollback_starting_offsets"  # a forward rollback's startingOffsets JSON
-
-
-@dataclass(frozen=True)
-class FromRecord:
-    """An operator argument read from the upgrade record when the step runs (see the module
-    docstring). Only for template fields of a journaled step."""
-
-    input: RecordInput
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "input", RecordInput(self.input))
-
-    def __str__(self) -> str:  # what Airflow shows for the field before the step runs
-        return f"FromRecord({self.input.value})"
-
+from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover
+from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
+from airflow_ckpt_provider.upgrade.record import JournalRecord
+from airflow_ckpt_provider.upgrade.results import ArchiveResult, PreflightPlanning
+from airflow_ckpt_provider.upgrade.steps import (
+    COMPATIBILITY_CHECK,
+    PATHS,
+    PREFLIGHT,
+    FromRecord,
+    Path,
+    PathSteps,
+    RecordInput,
+)
+from airflow_ckpt_provider.upgrade.table import handle_of, handover_of, recorded
 
 _MIGRATION, _STANDBY, _IN_PLACE = PATHS[Path.COLD], PATHS[Path.STANDBY], PATHS[Path.IN_PLACE]
 _SWITCHOVER = PATHS[Path.SWITCHOVER]
-#: The steps that are the stop, the handover and the launch at once: their result holds the ``handle``.
-_COMBINED = frozenset(path.switchover for path in PATHS.values() if path.switchover)
 _START_STANDBY = next(step for step in _STANDBY.new if step != _STANDBY.launch)
 #: No safe empty value: the input is required.
 REQUIRED = object()
@@ -83,83 +60,92 @@ class InputSource:
     empty: Any = None
 
 
+def _text(value: str | None) -> str | None:
+    """A non-empty text, else None (not held)."""
+    return value if value and value.strip() else None
+
+
 def _result(step: str) -> Callable[[JournalRecord], Any]:
-    """The result ``step`` recorded when done (a copy of a JSON object; None when not done)."""
-    def read(record: JournalRecord) -> Any:  # noqa: ANN401 - a recorded JSON value
-        value = planner.result_of(record, step)
-        return dict(value) if isinstance(value, Mapping) else value
+    """The result ``step`` recorded when done, read through its row's type, as that type's JSON
+    object (None when not done)."""
+    def read(record: JournalRecord) -> dict[str, Any] | None:
+        value = recorded(record, step)
+        return _json(value) if value is not None else None
 
     return read
 
 
-def _key(step: str, key: str) -> Callable[[JournalRecord], Any]:
-    """One non-empty string of the JSON object ``step`` recorded when done (None otherwise)."""
+def _json(value: object) -> dict[str, Any]:
+    to_dict: Callable[[], dict[str, Any]] | None = getattr(value, "to_dict", None)
+    if to_dict is None:  # every row's type writes its JSON object: a reader of a row without one is a bug
+        raise TypeError(f"{type(value).__name__} has no to_dict")
+    return to_dict()
+
+
+def _planned(name: str) -> Callable[[JournalRecord], Any]:
+    """One location the preflight recorded in the journal's planning
+    (:class:`~airflow_ckpt_provider.upgrade.results.PreflightPlanning`; None when not recorded, or empty)."""
     def read(record: JournalRecord) -> str | None:
-        value = planner.result_of(record, step)
-        found = value.get(key) if isinstance(value, Mapping) else None
-        return found if isinstance(found, str) and found.strip() else None
+        planning = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+        return _text(getattr(planning, name)) if planning is not None else None
+
+    return read
+
+
+def _archive_location(step: str) -> Callable[[JournalRecord], Any]:
+    """Where the archive ``step`` archived the old checkpoint (its ArchiveResult's location; None when not done)."""
+    def read(record: JournalRecord) -> str | None:
+        archived = recorded(record, step, as_type=ArchiveResult)
+        return _text(archived.location) if archived is not None else None
 
     return read
 
 
 def _rollback_offsets(step: str) -> Callable[[JournalRecord], Any]:
-    """The ``startingOffsets`` of the forward rollback ``step`` recorded when done, decoded by
-    :func:`~airflow_ckpt_provider.checkpoint.rollback.rollback_result` (None when not done, or for
-    a restore rollback: it has none); :class:`InvalidRollbackHandover` for a record that is not its
-    result."""
+    """The ``startingOffsets`` of the forward rollback ``step`` recorded when done, read through its
+    row (:func:`~airflow_ckpt_provider.checkpoint.rollback.rollback_result`; None when not done, or
+    for a restore rollback: it has none)."""
     def read(record: JournalRecord) -> str | None:
-        value = planner.result_of(record, step)
-        if value is None:
-            return None
-        result = rollback_result(value)
-        offsets = result.starting_offsets if isinstance(result, RollbackHandover) else ""
-        return offsets or None
+        result = recorded(record, step)
+        return _text(result.starting_offsets) if isinstance(result, RollbackHandover) else None
 
     return read
 
 
 def _handover(*paths: PathSteps) -> Callable[[JournalRecord], Any]:
     """The handover result of the first of ``paths`` whose step holding it is done (the handover
-    step's result, or the part of a switchover's result)."""
-    def read(record: JournalRecord) -> Any:  # noqa: ANN401 - a recorded JSON value
+    step's result, or the handover in a switchover's result), as its JSON object."""
+    def read(record: JournalRecord) -> dict[str, Any] | None:
         for path in paths:
-            value = planner.part_of(record, path, planner.Part.HANDOVER)
-            if isinstance(value, Mapping):
-                return dict(value)
+            result = handover_of(record, path)
+            if result is not None:
+                return result.to_dict()
         return None
 
     return read
 
 
 def _seeded(path: PathSteps) -> Callable[[JournalRecord], Any]:
-    """Where the standby of ``path``'s switchover seeded the state (``used.state_path`` of its
-    result; None when not done, or when it seeded none)."""
+    """Where the standby of ``path``'s switchover seeded the state
+    (:attr:`~airflow_ckpt_provider.checkpoint.switchover.SwitchoverResult.seeded_state`; None when
+    not done, or when it seeded none)."""
     def read(record: JournalRecord) -> str | None:
-        used = planner.result_of(record, str(path.switchover))
-        used = used.get("used") if isinstance(used, Mapping) else None
-        found = used.get("state_path") if isinstance(used, Mapping) else None
-        return found if isinstance(found, str) and found.strip() else None
+        switched = recorded(record, str(path.switchover), as_type=SwitchoverResult)
+        return _text(switched.seeded_state) if switched is not None else None
 
     return read
 
 
 def _handle(*steps: str) -> Callable[[JournalRecord], Any]:
-    """The LaunchHandle dict of the first of ``steps`` that has one: its result when done (a
-    switchover's: the ``handle`` in it), else the handle it noted right after launching (an attempt
-    that then failed, or was interrupted, while it waited for the job), as the launch pushed it to
-    XCom before deferring."""
+    """The LaunchHandle of the first of ``steps`` that has one
+    (:func:`~airflow_ckpt_provider.upgrade.table.handle_of`: its result when done, a switchover's
+    handle in it, else the handle it noted right after launching), as its JSON object, as the
+    launch pushed it to XCom before deferring."""
     def read(record: JournalRecord) -> dict[str, Any] | None:
         for step in steps:
-            entry = record.entry(step)
-            if entry is None:
-                continue
-            if entry.state == DONE and isinstance(entry.result, Mapping):
-                done = entry.result.get("handle") if step in _COMBINED else entry.result
-                if isinstance(done, Mapping):
-                    return dict(done)
-            noted = entry.notes.get("handle")
-            if isinstance(noted, Mapping):
-                return dict(noted)
+            handle = handle_of(record, step)
+            if handle is not None:
+                return handle.to_dict()
         return None
 
     return read
@@ -177,7 +163,7 @@ INPUTS: dict[RecordInput, InputSource] = {
         _result(_IN_PLACE.handover)),
     RecordInput.STATE_EXPORT_LOCATION: InputSource(
         "the state export location", f"in the {PREFLIGHT}'s planning (state_export)", (PREFLIGHT,),
-        _key(PREFLIGHT, "state_export"), ""),
+        _planned("state_export"), ""),
     RecordInput.STATE_EXPORT: InputSource(
         "the state export", f"as the result of {_MIGRATION.state_export}", (str(_MIGRATION.state_export),),
         _result(str(_MIGRATION.state_export))),
@@ -197,11 +183,11 @@ INPUTS: dict[RecordInput, InputSource] = {
         _handle(_IN_PLACE.launch), ""),
     RecordInput.ARCHIVE_LOCATION: InputSource(
         "the archive location", f"in the result of {_MIGRATION.archive} (location)", (_MIGRATION.archive,),
-        _key(_MIGRATION.archive, "location"), ""),
+        _archive_location(_MIGRATION.archive), ""),
     RecordInput.UPGRADE_ID: InputSource("the upgrade id", "as the record's upgrade_id", (), lambda r: r.upgrade_id),
     RecordInput.ROLLBACK_CHECKPOINT: InputSource(
         "the forward rollback's fresh checkpoint", f"in the {PREFLIGHT}'s planning (rollback_checkpoint)",
-        (PREFLIGHT,), _key(PREFLIGHT, "rollback_checkpoint"), REQUIRED),
+        (PREFLIGHT,), _planned("rollback_checkpoint"), REQUIRED),
     RecordInput.ROLLBACK_STARTING_OFFSETS: InputSource(
         "the forward rollback's starting offsets",
         f"in the result of {_MIGRATION.rollback_handover} (starting_offsets)", (str(_MIGRATION.rollback_handover),),

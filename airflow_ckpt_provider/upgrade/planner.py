@@ -6,8 +6,10 @@ decision out.
 The record is the one account of an upgrade (:class:`~airflow_ckpt_provider.upgrade.record.JournalRecord`):
 every step records ``started`` before its side effect and ``done`` or ``failed`` after it, and the
 decisions before any side effect (preflight, compatibility check, path, approval) are in its
-``planning``. Airflow's task states are not read: a step whose task was killed, timed out while
-deferred, or failed after recording ``done`` reads the same here on every executor.
+``planning``; a step's result and notes are read through its row of the step table
+(:mod:`airflow_ckpt_provider.upgrade.table`), never picked out of the JSON. Airflow's task states
+are not read: a step whose task was killed, timed out while deferred, or failed after recording
+``done`` reads the same here on every executor.
 
 The rollback and the outcome are read once the path's steps have ended (the DAG's gates and its
 report run after them): a step then found ``started`` was interrupted and counts as failed, and an
@@ -18,12 +20,12 @@ not run, and the old version must still be restarted).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import PathNotRecorded, UnknownStepKind
+from airflow_ckpt_provider.checkpoint.errors import PathNotRecorded
 from airflow_ckpt_provider.checkpoint.outcome import (
     REFUSED,
     REJECTED,
@@ -35,14 +37,22 @@ from airflow_ckpt_provider.checkpoint.outcome import (
     TaskState,
     UpgradeOutcome,
 )
+from airflow_ckpt_provider.checkpoint.path import PathChoice
 from airflow_ckpt_provider.checkpoint.report import StepTiming
 from airflow_ckpt_provider.enums import StrEnum
+from airflow_ckpt_provider.upgrade.notes import (
+    OLD_STOPPED_NOTE,
+    REFUSAL_NOTE,
+    SUMMARY_NOTE,
+    DecisionNotes,
+    SwitchoverNotes,
+)
 from airflow_ckpt_provider.upgrade.record import DONE, FAILED, STARTED, JournalRecord, JournalStep
+from airflow_ckpt_provider.upgrade.results import ApprovalAnswer, PreflightPlanning
 from airflow_ckpt_provider.upgrade.steps import (
     APPROVAL,
     COMPATIBILITY_CHECK,
     IN_PLACE_ROLLBACK,
-    KINDS,
     PATH_CHOICE,
     PATHS,
     PLANNING,
@@ -53,7 +63,9 @@ from airflow_ckpt_provider.upgrade.steps import (
     ROLLBACK_SEQUENCE,
     Path,
     PathSteps,
+    refuse_unknown_kind,
 )
+from airflow_ckpt_provider.upgrade.table import noted, recorded
 
 
 class StepStatus(StrEnum):
@@ -82,12 +94,11 @@ def status_of(record: JournalRecord | None, name: str) -> StepStatus:
 
 
 def approval_answer(record: JournalRecord | None) -> str | None:
-    """The approval's recorded answer ("Approve", "Reject"), None when none was recorded."""
-    entry = record.planning.get(APPROVAL) if record is not None else None
-    if entry is None or entry.state != DONE or not isinstance(entry.result, Mapping):
-        return None
-    chosen = entry.result.get("chosen")
-    return str(chosen) if chosen else None
+    """The approval's recorded answer ("Approve", "Reject"), None when none was recorded;
+    :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` when what it recorded is not
+    an answer (:class:`~airflow_ckpt_provider.upgrade.results.ApprovalAnswer`)."""
+    answer = recorded(record, APPROVAL, as_type=ApprovalAnswer)
+    return answer.chosen if answer is not None and answer.chosen else None
 
 
 def rejected(record: JournalRecord | None) -> bool:
@@ -119,10 +130,10 @@ def refusal(record: JournalRecord | None) -> Refusal | None:
     for name in REFUSING:
         entry = record.planning.get(name)
         if entry is not None and entry.state == FAILED:
-            noted = entry.notes.get(REFUSAL_NOTE)
+            notes = noted(record, name, as_type=DecisionNotes)
+            said = notes.refusal if notes is not None else None
             lines = [line.strip() for line in entry.error.splitlines() if line.strip()]
-            reason = noted if isinstance(noted, str) and noted.strip() else \
-                lines[0] if lines else "its error was not recorded; see its log"
+            reason = said if said and said.strip() else lines[0] if lines else "its error was not recorded; see its log"
             return Refusal(name, reason.strip())
     return None
 
@@ -134,24 +145,19 @@ def needs_approval(record: JournalRecord | None, *, require_approval: bool) -> b
     return require_approval and not (record is not None and record.started_side_effects)
 
 
-#: The note in which a decision records what it says to the approver (Markdown).
-SUMMARY_NOTE = "summary_md"
-#: The note in which a decision that failed records why, in one line for people (a typed error's
-#: summary and what it found): a refusal's reason (:func:`refusal`).
-REFUSAL_NOTE = "refusal"
-
-
 def approval_text(record: JournalRecord | None) -> str:
     """What the approver reads: the Markdown each decision before the approval (the preflight,
-    the compatibility check, the path) noted in the record's ``planning`` when it finished, in
-    that order, blank-line separated; "" when none did."""
+    the compatibility check, the path) noted in the record's ``planning`` when it finished
+    (:class:`~airflow_ckpt_provider.upgrade.notes.DecisionNotes`), in that order, blank-line
+    separated; "" when none did."""
     if record is None:
         return ""
     texts = []
-    for name in PLANNING:
+    for name in PLANNING[:PLANNING.index(APPROVAL)]:
         entry = record.planning.get(name)
-        text = entry.notes.get(SUMMARY_NOTE) if entry is not None and entry.state == DONE else None
-        if isinstance(text, str) and text.strip():
+        notes = noted(record, name, as_type=DecisionNotes) if entry is not None and entry.state == DONE else None
+        text = notes.summary_md if notes is not None else None
+        if text and text.strip():
             texts.append(text.strip())
     return "\n\n".join(texts)
 
@@ -161,19 +167,14 @@ def completed(record: JournalRecord | None, path: PathSteps) -> bool:
     return status_of(record, path.verify) is StepStatus.DONE
 
 
-#: The note in which a switchover step records, when it fails, whether the old query acknowledged
-#: its stop request (it then stopped: the rollback restarts it).
-OLD_STOPPED_NOTE = "old_stopped"
-
-
 def old_stopped(record: JournalRecord | None, path: PathSteps) -> bool:
     """This upgrade stopped the old version: its stop step is done, or (a switchover, which is the
     stop, the handover and the launch in one step) the step failed after noting that the old query
-    acknowledged its stop request."""
+    acknowledged its stop request (:class:`~airflow_ckpt_provider.upgrade.notes.SwitchoverNotes`)."""
     if status_of(record, path.stop) is StepStatus.DONE:
         return True
-    entry = _entry(record, path.switchover) if path.switchover else None
-    return entry is not None and entry.notes.get(OLD_STOPPED_NOTE) is True
+    notes = noted(record, path.switchover, as_type=SwitchoverNotes) if path.switchover else None
+    return notes is not None and notes.old_stopped is True
 
 
 def rollback_plan(record: JournalRecord | None, path: PathSteps,
@@ -251,31 +252,6 @@ def errors(record: JournalRecord | None, names: Iterable[str]) -> dict[str, str]
     return found
 
 
-def result_of(record: JournalRecord | None, name: str) -> Any:  # noqa: ANN401 - a recorded JSON value
-    """The result ``name`` recorded when done; None otherwise."""
-    entry = _entry(record, name)
-    return entry.result if entry is not None and entry.state == DONE else None
-
-
-class Part(StrEnum):
-    """What a path's step recorded: the old query's stop, the handover, the new version's launch handle."""
-
-    STOP = "stop"
-    HANDOVER = "handover"
-    HANDLE = "handle"
-
-
-def part_of(record: JournalRecord | None, path: PathSteps, part: Part) -> Any:  # noqa: ANN401 - a JSON value
-    """The stop result, the handover result or the launch handle ``path`` recorded when the step
-    that holds it is done (None otherwise): a step's whole result, or on a switchover path the
-    part of the switchover's result (:class:`~airflow_ckpt_provider.checkpoint.switchover.SwitchoverResult`)."""
-    step = {Part.STOP: path.stop, Part.HANDOVER: path.handover, Part.HANDLE: path.launch}[Part(part)]
-    value = result_of(record, step)
-    if step == path.switchover:
-        return value.get(part.value) if isinstance(value, Mapping) else None
-    return value
-
-
 class Act(StrEnum):
     """What a step does when its task runs (:func:`next_action`)."""
 
@@ -297,20 +273,22 @@ class NextAction:
 def path_taken(record: JournalRecord | None) -> Path | None:
     """The path this upgrade takes, from its planning: in place when ``choose_path`` chose it,
     else the preflight's relaunch mode (standby, cold or switchover); None when the record does not say
-    (no preflight of the reference upgrade recorded one)."""
-    choice = result_of(record, PATH_CHOICE)
-    if isinstance(choice, Mapping) and choice.get("in_place") is True:
+    (no preflight of the reference upgrade recorded one). Both are read through their rows
+    (:class:`~airflow_ckpt_provider.checkpoint.path.PathChoice`,
+    :class:`~airflow_ckpt_provider.upgrade.results.PreflightPlanning`):
+    :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` for a record that is not theirs."""
+    choice = recorded(record, PATH_CHOICE, as_type=PathChoice)
+    if choice is not None and choice.in_place:
         return Path.IN_PLACE
-    preflight = result_of(record, PREFLIGHT)
-    mode = preflight.get("relaunch_mode") if isinstance(preflight, Mapping) else None
-    return Path(mode) if mode in (Path.STANDBY.value, Path.COLD.value, Path.SWITCHOVER.value) else None
+    preflight = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+    return preflight.path if preflight is not None else None
 
 
 def recorded_rollback_mode(record: JournalRecord | None) -> RollbackMode:
-    """The rollback mode the preflight checked and recorded (``restore`` when none was)."""
-    preflight = result_of(record, PREFLIGHT)
-    mode = preflight.get("rollback_mode") if isinstance(preflight, Mapping) else None
-    return RollbackMode(mode) if mode in {m.value for m in RollbackMode} else RollbackMode.RESTORE
+    """The rollback mode the preflight checked and recorded (``restore`` when none was);
+    :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` for a mode it does not know."""
+    preflight = recorded(record, PREFLIGHT, as_type=PreflightPlanning)
+    return preflight.rollback if preflight is not None else RollbackMode.RESTORE
 
 
 def _called_for(step: str, plan: RollbackPlan) -> bool:
@@ -322,14 +300,6 @@ def _called_for(step: str, plan: RollbackPlan) -> bool:
     if step == "rollback_restart_forward":
         return plan.forward
     return plan.restart_old  # rollback_handover, in_place_rollback_restart
-
-
-def refuse_unknown_kind(step: str) -> None:
-    """:class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind` unless ``step`` is a kind of
-    the step table (:data:`~airflow_ckpt_provider.upgrade.steps.KINDS`)."""
-    if step not in KINDS:
-        raise UnknownStepKind(found=f"step kind {step!r}",
-                              expected=f"one of the step table's kinds: {', '.join(KINDS)}")
 
 
 def next_action(record: JournalRecord | None, step: str) -> NextAction:
@@ -418,8 +388,7 @@ def next_action(record: JournalRecord | None, step: str) -> NextAction:
     return NextAction(Act.RUN, f"the rollback calls for it ({plan.mode.value})")
 
 
-__all__ = ["OLD_STOPPED_NOTE", "REFUSAL_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Part", "Refusal", "StepStatus",
+__all__ = ["OLD_STOPPED_NOTE", "REFUSAL_NOTE", "SUMMARY_NOTE", "Act", "NextAction", "Refusal", "StepStatus",
            "approval_answer", "approval_text", "completed", "errors", "needs_approval", "next_action", "old_stopped",
-           "outcome", "part_of", "path_taken", "recorded_rollback_mode", "refusal", "refuse_unknown_kind",
-           "rejected", "restart_attempted",
-           "result_of", "rollback_plan", "status_of", "timings"]
+           "outcome", "path_taken", "recorded_rollback_mode", "refusal", "refuse_unknown_kind",
+           "rejected", "restart_attempted", "rollback_plan", "status_of", "timings"]

@@ -110,7 +110,11 @@ class JournalStep:
     """One step's record, keyed in the journal by its task id (``name``). ``kind`` is the step of
     the step table it is (:data:`~airflow_ckpt_provider.upgrade.steps.KINDS`; "" in journals written
     before kinds were recorded, whose steps' task ids were their kinds: :attr:`step_kind` reads the
-    name then). ``notes`` hold what a step writes mid-way (e.g. a launch handle)."""
+    name then). ``notes`` hold what a step writes mid-way (e.g. a launch handle). ``result`` and
+    ``notes`` are kept as the JSON the step wrote, so a journal is written back unchanged; they are
+    read only through the step's row of the step table, which decodes them to its result and notes
+    types (:func:`~airflow_ckpt_provider.upgrade.table.recorded`,
+    :func:`~airflow_ckpt_provider.upgrade.table.noted`)."""
 
     name: str
     state: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from airflow_ckpt_provider.checkpoint.errors import UnknownStepKind
 from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
 from airflow_ckpt_provider.enums import StrEnum
 
@@ -125,6 +126,49 @@ KINDS: tuple[str, ...] = tuple(dict.fromkeys(
     (*PLANNING, *(step for path in Path for step in PATHS[path].steps), *ROLLBACK, *IN_PLACE_ROLLBACK)))
 
 
+def refuse_unknown_kind(step: str) -> None:
+    """:class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind` unless ``step`` is a kind of
+    the step table (:data:`KINDS`)."""
+    if step not in KINDS:
+        raise UnknownStepKind(found=f"step kind {step!r}",
+                              expected=f"one of the step table's kinds: {', '.join(KINDS)}")
+
+
+#: What a step takes from the upgrade record instead of from another step's XCom: declared here, below
+#: the step table that names each row's inputs; read by :mod:`~airflow_ckpt_provider.upgrade.inputs`.
+class RecordInput(StrEnum):
+    """What a step can take from the upgrade record (see
+    :data:`~airflow_ckpt_provider.upgrade.inputs.INPUTS` for where each is read)."""
+
+    COMPATIBILITY_VERDICT = "compatibility_verdict"  # the compatibility check's verdict (its planning result)
+    HANDOVER = "handover"  # the migration's handover (a HandoverResult dict): its step's result, or the switchover's
+    IN_PLACE_HANDOVER = "in_place_handover"  # the in-place path's handover step result
+    STATE_EXPORT_LOCATION = "state_export_location"  # where the state export goes (the preflight's planning)
+    STATE_EXPORT = "state_export"  # the state export's result (a StateExport dict)
+    SEEDED_STATE = "seeded_state"  # where a switchover's standby seeded the old query's state ("" when it seeded none)
+    STANDBY_HANDLE = "standby_handle"  # the standby launch's LaunchHandle dict
+    NEW_HANDLE = "new_handle"  # the new version's LaunchHandle dict: the relaunch's or switchover's, else the standby's
+    IN_PLACE_HANDLE = "in_place_handle"  # the in-place restart's LaunchHandle dict
+    ARCHIVE_LOCATION = "archive_location"  # where the archive step archived the old checkpoint
+    UPGRADE_ID = "upgrade_id"
+    ROLLBACK_CHECKPOINT = "rollback_checkpoint"  # a forward rollback's fresh checkpoint (the preflight's planning)
+    ROLLBACK_STARTING_OFFSETS = "rollback_starting_offsets"  # a forward rollback's startingOffsets JSON
+
+
+@dataclass(frozen=True)
+class FromRecord:
+    """An operator argument read from the upgrade record when the step runs (see
+    :mod:`~airflow_ckpt_provider.upgrade.inputs`). Only for template fields of a journaled step."""
+
+    input: RecordInput
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input", RecordInput(self.input))
+
+    def __str__(self) -> str:  # what Airflow shows for the field before the step runs
+        return f"FromRecord({self.input.value})"
+
+
 def all_steps(path: Path) -> tuple[str, ...]:
     """Every step a DAG of ``path`` (standby, cold or switchover, with the in-place path beside it) may run,
     in order: the decisions, the path's steps, the in-place steps, the rollbacks."""
@@ -135,5 +179,5 @@ def all_steps(path: Path) -> tuple[str, ...]:
 
 __all__ = ["APPROVAL", "APPROVE", "COMPATIBILITY_CHECK", "IN_PLACE_ROLLBACK", "KINDS",
            "PATHS", "PATH_CHOICE", "PLANNING",
-           "PREFLIGHT", "REFUSING", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "Path", "PathSteps",
-           "all_steps"]
+           "PREFLIGHT", "REFUSING", "REJECT", "ROLLBACK", "ROLLBACK_SEQUENCE", "SWITCHOVER", "FromRecord", "Path",
+           "PathSteps", "RecordInput", "all_steps", "refuse_unknown_kind"]

@@ -19,20 +19,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from airflow_ckpt_provider.checkpoint.compat import compatibility_result
 from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult, ProviderError
 from airflow_ckpt_provider.checkpoint.handover import HandoverResult
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.path import PathChoice
+from airflow_ckpt_provider.checkpoint.report import UpgradeReport
 from airflow_ckpt_provider.checkpoint.rollback import rollback_result
 from airflow_ckpt_provider.checkpoint.state import StateExport
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
 from airflow_ckpt_provider.checkpoint.verify import VerifyResult
-from airflow_ckpt_provider.upgrade import planner
-from airflow_ckpt_provider.upgrade.inputs import RecordInput
-from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UPGRADE_PHASE, JournalRecord
-from airflow_ckpt_provider.upgrade.steps import IN_PLACE_ROLLBACK, KINDS, PATHS, ROLLBACK, Path, all_steps
+from airflow_ckpt_provider.upgrade.notes import (
+    DecisionNotes,
+    LaunchNotes,
+    NoNotes,
+    RestoreNotes,
+    StateExportNotes,
+    SwitchoverNotes,
+)
+from airflow_ckpt_provider.upgrade.record import DONE, ROLLBACK_PHASE, UPGRADE_PHASE, JournalRecord, JournalStep
+from airflow_ckpt_provider.upgrade.results import ApprovalAnswer, ArchiveResult, PreflightPlanning, RestoreResult
+from airflow_ckpt_provider.upgrade.steps import (
+    IN_PLACE_ROLLBACK,
+    KINDS,
+    PATHS,
+    ROLLBACK,
+    Path,
+    PathSteps,
+    RecordInput,
+    all_steps,
+    refuse_unknown_kind,
+)
 
 #: The DAG's own waits a timeout may cover (:class:`Timeout`), by the name of its builder's argument.
 WAITS = frozenset({"stop_timeout", "first_commit_timeout", "standby_timeout", "progress_window_s"})
@@ -62,15 +82,18 @@ class Timeout:
 
 
 #: How a row's recorded result is decoded: a typed value's strict ``from_json`` (or a function that
-#: picks one of several), None for a result that is a plain JSON object.
+#: picks one of several); it raises the value's own error for anything else.
 Decoder = Callable[[Any], object]
+#: How a row's notes are decoded: a notes type's strict ``from_json`` (:mod:`~airflow_ckpt_provider.upgrade.notes`).
+NotesDecoder = Callable[[Any], object]
 
 
 @dataclass(frozen=True)
 class StepRow:
-    """One step of the upgrade (see the module docstring). ``paths``: the DAGs whose path has a
-    step of this kind build this row (None: every DAG that has the kind; two rows of one kind differ
-    by path, like the cold launch and the standby's release)."""
+    """One step of the upgrade (see the module docstring). ``result``: the decoder of its recorded
+    result; ``notes``: the decoder of the notes it writes mid-way (none by default). ``paths``: the
+    DAGs whose path has a step of this kind build this row (None: every DAG that has the kind; two
+    rows of one kind differ by path, like the cold launch and the standby's release)."""
 
     kind: str
     operator: str
@@ -81,6 +104,7 @@ class StepRow:
     retry_delay_s: float = 5.0
     timeout: Timeout = Timeout(600.0)
     paths: frozenset[Path] | None = None
+    notes: NotesDecoder = NoNotes.from_json
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", {name: RecordInput(value) for name, value in self.inputs.items()})
@@ -92,6 +116,8 @@ class StepRow:
                 raise ValueError(f"step row {self.kind}: {what} {dotted!r} is not 'module:name'")
         if self.retries < 0 or self.retry_delay_s < 0:
             raise ValueError(f"step row {self.kind}: retries and retry_delay_s must be >= 0")
+        if self.result is None:
+            raise ValueError(f"step row {self.kind}: no result type (every step's result is a typed value)")
 
     @property
     def phase(self) -> str:
@@ -120,50 +146,65 @@ _HANDOVER_IN = RecordInput.HANDOVER
 _ID = RecordInput.UPGRADE_ID
 _EXPORT = f"{_OPS}.state:StateExportOperator"
 _EXPORT_IN = {"export_uri": RecordInput.STATE_EXPORT_LOCATION, "handover": _HANDOVER_IN, "upgrade_id": _ID}
+_DECISION, _LAUNCH_NOTES, _EXPORT_NOTES = DecisionNotes.from_json, LaunchNotes.from_json, StateExportNotes.from_json
+
+
+def _state_export(value: Any) -> StateExport:  # noqa: ANN401 - a recorded JSON value
+    """The state export's recorded result: its object (never the bare location text its XCom may be)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a JSON {type(value).__name__}, not a StateExport object")
+    export = StateExport.from_json(value)
+    if export is None:
+        raise TypeError("an empty StateExport")
+    return export
+
 
 #: The rows, in the order of :func:`~airflow_ckpt_provider.upgrade.steps.all_steps` (each DAG takes its own).
 TABLE: tuple[StepRow, ...] = (
+    # the decisions record in the journal's planning (their results there, not their XComs)
     StepRow("preflight", f"{_OPS}.preflight:UpgradePreflightOperator", f"{_MAKE}:preflight",
-            timeout=Timeout(1800.0)),
+            PreflightPlanning.from_json, timeout=Timeout(1800.0), notes=_DECISION),
     StepRow("compatibility_check", f"{_OPS}.compat:CompatibilityCheckOperator", f"{_MAKE}:compatibility_check",
-            timeout=Timeout(3600.0)),
-    StepRow("choose_path", f"{_OPS}.compat:UpgradePathOperator", f"{_MAKE}:choose_path",
-            inputs={"verdict": RecordInput.COMPATIBILITY_VERDICT}),
+            compatibility_result, timeout=Timeout(3600.0), notes=_DECISION),
+    StepRow("choose_path", f"{_OPS}.compat:UpgradePathOperator", f"{_MAKE}:choose_path", PathChoice.from_json,
+            inputs={"verdict": RecordInput.COMPATIBILITY_VERDICT}, notes=_DECISION),
     # a person's answer: its own response timeout (12 hours) and the time to record it
-    StepRow("approve", f"{_OPS}.approval:UpgradeApprovalOperator", f"{_MAKE}:approve", timeout=Timeout(13 * 3600.0)),
+    StepRow("approve", f"{_OPS}.approval:UpgradeApprovalOperator", f"{_MAKE}:approve", ApprovalAnswer.from_json,
+            timeout=Timeout(13 * 3600.0)),
     StepRow("start_standby", _LAUNCH, f"{_MAKE}:start_standby", LaunchHandle.from_json,
-            timeout=_LAUNCHING),
+            timeout=_LAUNCHING, notes=_LAUNCH_NOTES),
     StepRow("graceful_stop", _STOP, f"{_MAKE}:stop_old", StopResult.from_json, timeout=_STOPPING,
             **_RETRY),
     StepRow("extract_handover", _HANDOVER, f"{_MAKE}:handover", HandoverResult.from_json),
-    StepRow("export_state", _EXPORT, f"{_MAKE}:export_state", StateExport.from_json, inputs=_EXPORT_IN,
-            timeout=_COPYING, paths=frozenset({Path.STANDBY, Path.COLD})),
+    StepRow("export_state", _EXPORT, f"{_MAKE}:export_state", _state_export, inputs=_EXPORT_IN,
+            timeout=_COPYING, paths=frozenset({Path.STANDBY, Path.COLD}), notes=_EXPORT_NOTES),
     # after a switchover: the verified copy of the state the standby seeded, and its check
-    StepRow("export_state", _EXPORT, f"{_MAKE}:export_state", StateExport.from_json,
+    StepRow("export_state", _EXPORT, f"{_MAKE}:export_state", _state_export,
             inputs={**_EXPORT_IN, "seeded_state": RecordInput.SEEDED_STATE}, timeout=_COPYING,
-            paths=frozenset({Path.SWITCHOVER})),
+            paths=frozenset({Path.SWITCHOVER}), notes=_EXPORT_NOTES),
     StepRow("relaunch", _LAUNCH, f"{_MAKE}:relaunch", LaunchHandle.from_json,
             inputs={"handover": _HANDOVER_IN, "initial_state": RecordInput.STATE_EXPORT}, timeout=_LAUNCHING,
-            paths=frozenset({Path.COLD}), **_RETRY),
+            paths=frozenset({Path.COLD}), notes=_LAUNCH_NOTES, **_RETRY),
     StepRow("relaunch", f"{_OPS}.launch:StandbyReleaseOperator", f"{_MAKE}:relaunch", LaunchHandle.from_json,
             inputs={"handover": _HANDOVER_IN, "initial_state": RecordInput.STATE_EXPORT,
                     "standby_handle": RecordInput.STANDBY_HANDLE},
-            timeout=_LAUNCHING, paths=frozenset({Path.STANDBY}), **_RETRY),
+            timeout=_LAUNCHING, paths=frozenset({Path.STANDBY}), notes=_LAUNCH_NOTES, **_RETRY),
     StepRow("verify", _VERIFY, f"{_MAKE}:verify", VerifyResult.from_json, inputs={"handover": _HANDOVER_IN},
             timeout=_VERIFYING, **_RETRY),
-    StepRow("archive", _ARCHIVE, f"{_MAKE}:archive", inputs={"handover": _HANDOVER_IN, "upgrade_id": _ID},
-            timeout=_COPYING),
+    StepRow("archive", _ARCHIVE, f"{_MAKE}:archive", ArchiveResult.from_json,
+            inputs={"handover": _HANDOVER_IN, "upgrade_id": _ID}, timeout=_COPYING),
     StepRow("switchover", f"{_OPS}.switchover:StandbySwitchoverOperator", f"{_MAKE}:switchover",
             SwitchoverResult.from_json, inputs={"standby_handle": RecordInput.STANDBY_HANDLE},
-            timeout=Timeout(600.0, ("stop_timeout", "first_commit_timeout")), **_RETRY),
+            timeout=Timeout(600.0, ("stop_timeout", "first_commit_timeout")), notes=SwitchoverNotes.from_json,
+            **_RETRY),
     # the restart in place: the migration's factories, on the old checkpoint
     StepRow("in_place_stop", _STOP, f"{_MAKE}:stop_old", StopResult.from_json, timeout=_STOPPING,
             **_RETRY),
     StepRow("in_place_handover", _HANDOVER, f"{_MAKE}:handover", HandoverResult.from_json),
-    StepRow("in_place_archive", _ARCHIVE, f"{_MAKE}:archive",
+    StepRow("in_place_archive", _ARCHIVE, f"{_MAKE}:archive", ArchiveResult.from_json,
             inputs={"handover": RecordInput.IN_PLACE_HANDOVER, "upgrade_id": _ID}, timeout=_COPYING),
     StepRow("in_place_restart", _LAUNCH, f"{_MAKE}:restart_in_place", LaunchHandle.from_json,
-            timeout=_LAUNCHING, **_RETRY),
+            timeout=_LAUNCHING, notes=_LAUNCH_NOTES, **_RETRY),
     StepRow("in_place_verify", _VERIFY, f"{_MAKE}:verify", VerifyResult.from_json,
             inputs={"handover": RecordInput.IN_PLACE_HANDOVER}, timeout=_VERIFYING, **_RETRY),
     # the rollbacks: stop the new version, what it processed, the old checkpoint back, the old version again
@@ -173,18 +214,21 @@ TABLE: tuple[StepRow, ...] = (
             rollback_result, inputs={"handover": _HANDOVER_IN,
                                      "rollback_checkpoint_uri": RecordInput.ROLLBACK_CHECKPOINT}),
     StepRow("rollback_restore", f"{_OPS}.archive:CheckpointRestoreOperator", f"{_MAKE}:restore",
-            inputs={"archive_uri": RecordInput.ARCHIVE_LOCATION},
-            timeout=_COPYING),
+            RestoreResult.from_json, inputs={"archive_uri": RecordInput.ARCHIVE_LOCATION}, timeout=_COPYING,
+            notes=RestoreNotes.from_json),
     StepRow("rollback_restart_old", _LAUNCH, f"{_MAKE}:restart_old", LaunchHandle.from_json,
-            timeout=_LAUNCHING),
+            timeout=_LAUNCHING, notes=_LAUNCH_NOTES),
     StepRow("rollback_restart_forward", _LAUNCH, f"{_MAKE}:restart_forward", LaunchHandle.from_json,
             inputs={"checkpoint_uri": RecordInput.ROLLBACK_CHECKPOINT,
-                    "starting_offsets": RecordInput.ROLLBACK_STARTING_OFFSETS}, timeout=_LAUNCHING),
+                    "starting_offsets": RecordInput.ROLLBACK_STARTING_OFFSETS}, timeout=_LAUNCHING,
+            notes=_LAUNCH_NOTES),
     StepRow("in_place_rollback_stop", _STOP, f"{_MAKE}:stop_new", StopResult.from_json,
             inputs={"launch_handle": RecordInput.IN_PLACE_HANDLE}, timeout=Timeout(660.0), **_RETRY),
     StepRow("in_place_rollback_restart", _LAUNCH, f"{_MAKE}:restart_old", LaunchHandle.from_json,
-            timeout=_LAUNCHING),
-    StepRow(REPORT, f"{_OPS}.report:UpgradeReportOperator", f"{_MAKE}:report", timeout=Timeout(1800.0)),
+            timeout=_LAUNCHING, notes=_LAUNCH_NOTES),
+    # the report is not journaled: its result is the report it stores
+    StepRow(REPORT, f"{_OPS}.report:UpgradeReportOperator", f"{_MAKE}:report", UpgradeReport.from_json,
+            timeout=Timeout(1800.0)),
 )
 
 
@@ -201,26 +245,123 @@ def rows(path: Path) -> tuple[StepRow, ...]:
 
 
 def row_of(kind: str, path: Path = Path.COLD) -> StepRow:
-    """The row of ``kind`` (on ``path``, where rows of one kind differ by path)."""
-    planner.refuse_unknown_kind(kind)
+    """The row of ``kind`` (on ``path``, where rows of one kind differ by path);
+    :class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind` for a kind the table does not name."""
+    refuse_unknown_kind(kind)
     return next(row for row in TABLE if row.kind == kind and (row.paths is None or path in row.paths))
 
 
-def recorded(record: JournalRecord | None, kind: str, path: Path = Path.COLD) -> object:
-    """The result the step of ``kind`` recorded when done, decoded through its row's type (its JSON
-    as recorded when the row names none); None when it is not done.
-    :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` when the recorded result is
-    not that type's (a hand-edited journal, another release's shape)."""
-    value = planner.result_of(record, kind)
-    row = row_of(kind, path)
-    if value is None or row.result is None:
-        return value
+T = TypeVar("T")
+#: What to do about a recorded result or notes that are not their row's type.
+_EDITED = ("Nothing was changed. The upgrade journal holds a record this release's step does not write (edited by "
+           "hand, or written by another release): restore the journal's step record as the step wrote it, or "
+           "finish the upgrade with the release that wrote it.")
+
+
+def _decode(decoder: Callable[[Any], object], value: Any, kind: str, what: str,  # noqa: ANN401 - recorded JSON
+            as_type: type | None) -> object:
+    """``value`` through ``decoder``; :class:`InvalidStepResult` for anything it refuses, or (a
+    reader's mistake) a type other than ``as_type``."""
     try:
-        return row.result(value)
+        decoded = decoder(value)
     except (ProviderError, ValueError, TypeError, KeyError) as exc:
-        reads = getattr(row.result, "__qualname__", repr(row.result))
-        raise InvalidStepResult(found=f"the result {kind} recorded ({type(exc).__name__}: {exc})",
-                                expected=f"the result its row reads ({reads})") from None
+        reads = getattr(decoder, "__qualname__", repr(decoder))
+        raise InvalidStepResult(found=f"the {what} {kind} recorded ({type(exc).__name__}: {exc})",
+                                expected=f"the {what} its row reads ({reads})", action=_EDITED) from None
+    if as_type is not None and not isinstance(decoded, as_type):
+        raise InvalidStepResult(found=f"the {what} {kind} recorded, read as {type(decoded).__name__}",
+                                expected=f"a {as_type.__name__}", action=_EDITED)
+    return decoded
 
 
-__all__ = ["REPORT", "TABLE", "WAITS", "Decoder", "StepRow", "Timeout", "recorded", "row_of", "rows"]
+#: The steps that are the stop, the handover and the launch at once (their result holds the new query's handle).
+_SWITCHOVERS = frozenset(path.switchover for path in PATHS.values() if path.switchover)
+
+
+def _refuse_untyped(value: Any) -> object:  # noqa: ANN401 - never returns
+    raise TypeError("its row names no result type")
+
+
+def _entry(record: JournalRecord | None, kind: str) -> JournalStep | None:
+    return record.entry(kind) if record is not None else None
+
+
+@overload
+def recorded(record: JournalRecord | None, kind: str, path: Path = ..., *, as_type: type[T]) -> T | None: ...
+
+
+@overload
+def recorded(record: JournalRecord | None, kind: str, path: Path = ..., *, as_type: None = None) -> object: ...
+
+
+def recorded(record: JournalRecord | None, kind: str, path: Path = Path.COLD, *,
+             as_type: type | None = None) -> object:
+    """The result the step of ``kind`` recorded when done (whatever task id it ran under; a
+    decision's in the journal's planning), decoded through its row's type; None when it is not
+    done. :class:`~airflow_ckpt_provider.checkpoint.errors.InvalidStepResult` when the recorded
+    result is not that type's (a hand-edited journal, another release's shape), or not ``as_type``
+    (the type the reader expects); :class:`~airflow_ckpt_provider.checkpoint.errors.UnknownStepKind`
+    for a kind the table does not name."""
+    row = row_of(kind, path)
+    entry = _entry(record, kind)
+    if entry is None or entry.state != DONE:
+        return None
+    if entry.result is None:
+        raise InvalidStepResult(found=f"{kind} recorded done without a result", expected="the result its step returned",
+                                action=_EDITED)
+    decoder = row.result if row.result is not None else _refuse_untyped
+    return _decode(decoder, entry.result, kind, "result", as_type)
+
+
+@overload
+def noted(record: JournalRecord | None, kind: str, path: Path = ..., *, as_type: type[T]) -> T | None: ...
+
+
+@overload
+def noted(record: JournalRecord | None, kind: str, path: Path = ..., *, as_type: None = None) -> object: ...
+
+
+def noted(record: JournalRecord | None, kind: str, path: Path = Path.COLD, *, as_type: type | None = None) -> object:
+    """The notes the step of ``kind`` wrote (in any state: a failed or interrupted attempt's too),
+    decoded through its row's notes type; None when it has no record. Errors as :func:`recorded`."""
+    row = row_of(kind, path)
+    entry = _entry(record, kind)
+    return None if entry is None else _decode(row.notes, dict(entry.notes), kind, "notes", as_type)
+
+
+def stop_of(record: JournalRecord | None, path: PathSteps) -> StopResult | None:
+    """The old query's stop ``path`` recorded: its stop step's result, or the stop in a switchover's
+    result; None until the step that holds it is done."""
+    if path.switchover is not None and path.stop == path.switchover:
+        switched = recorded(record, path.switchover, as_type=SwitchoverResult)
+        return switched.stop_result if switched is not None else None
+    return recorded(record, path.stop, as_type=StopResult)
+
+
+def handover_of(record: JournalRecord | None, path: PathSteps) -> HandoverResult | None:
+    """The handover ``path`` recorded: its handover step's result, or the handover the switchover
+    re-derived; None until the step that holds it is done."""
+    if path.switchover is not None and path.handover == path.switchover:
+        switched = recorded(record, path.switchover, as_type=SwitchoverResult)
+        return switched.handover_result if switched is not None else None
+    return recorded(record, path.handover, as_type=HandoverResult)
+
+
+def handle_of(record: JournalRecord | None, kind: str) -> LaunchHandle | None:
+    """The launch handle the step of ``kind`` holds: its result when done (a switchover's: the new
+    query's handle in it), else the handle it noted right after launching (an attempt that then
+    failed, or was interrupted, while it waited for its job); None when it has neither."""
+    if kind in _SWITCHOVERS:
+        switched = recorded(record, kind, as_type=SwitchoverResult)
+        if switched is not None:
+            return switched.launch_handle
+    else:
+        done = recorded(record, kind, as_type=LaunchHandle)
+        if done is not None:
+            return done
+    notes = noted(record, kind)
+    return notes.handle if isinstance(notes, (LaunchNotes, SwitchoverNotes)) else None
+
+
+__all__ = ["REPORT", "TABLE", "WAITS", "Decoder", "NotesDecoder", "StepRow", "Timeout", "handle_of", "handover_of",
+           "noted", "recorded", "row_of", "rows", "stop_of"]

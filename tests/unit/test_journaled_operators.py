@@ -36,6 +36,7 @@ from airflow_ckpt_provider.upgrade.record import ROLLBACK_PHASE, UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import PATHS, PLANNING, ROLLBACK_SEQUENCE
 from airflow_ckpt_provider.upgrade.steps import Path as StepPath
 from tests.unit.conftest import write_checkpoint
+from tests.unit.step_results import path_choice
 from tests.unit.test_launch_operators import TI, FakeLauncher, local_handle
 
 INTENT = UpgradeIntent(stream_name="orders", old_checkpoint="/cp/v1", new_checkpoint="/cp/v2")
@@ -387,7 +388,7 @@ def plan_in(journal: UpgradeJournal, *, relaunch_mode: str = "cold", in_place: b
     """Record the planning a reference upgrade's preflight, path and approval record."""
     journal.record_planning("preflight", run_id="run-1", result={"resuming": False, "relaunch_mode": relaunch_mode,
                                                                  "rollback_mode": "restore"})
-    journal.record_planning("choose_path", run_id="run-1", result={"in_place": in_place})
+    journal.record_planning("choose_path", run_id="run-1", result=path_choice(in_place=in_place).to_dict())
     journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
 
 

@@ -24,6 +24,7 @@ from airflow_ckpt_provider.upgrade.planner import approval_text
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePathSteps
 from tests.unit.conftest import kafka_json, write_checkpoint
+from tests.unit.step_results import handle, stop
 from tests.unit.test_journaled_operators import INTENT, ReportTI, context
 
 IN_PLACE_OK = CompatibilityVerdict(in_place_ok=True, migrated_ok=True)
@@ -150,8 +151,8 @@ def test_the_report_of_an_in_place_upgrade(tmp_path: Path) -> None:
     journal = UpgradeJournal(fs, str(tmp_path / "archive" / "orders" / "_upgrades" / "u.json"))
     journal.open(replace(INTENT, old_checkpoint=uri), "u", run_id="run-1")
     journal.record_planning("choose_path", run_id="run-1", result=choose_path("auto", IN_PLACE_OK).to_dict())
-    results = {"in_place_handover": {"handover": handover_at(uri, 3).to_dict()},
-               "in_place_archive": {"location": str(archive)}}
+    results = {"in_place_stop": stop().to_dict(), "in_place_handover": {"handover": handover_at(uri, 3).to_dict()},
+               "in_place_archive": {"location": str(archive)}, "in_place_restart": handle(checkpoint=uri).to_dict()}
     for step in steps:
         journal.begin(step, run_id="run-1")
         journal.finish(step, results.get(step))

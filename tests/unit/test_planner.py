@@ -36,6 +36,8 @@ from airflow_ckpt_provider.upgrade.steps import (
     PathSteps,
     all_steps,
 )
+from airflow_ckpt_provider.upgrade.table import handle_of, handover_of, recorded, stop_of
+from tests.unit.step_results import handle, handover, path_choice, stop, switchover
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
 
@@ -147,7 +149,7 @@ def test_no_journal_is_a_refusal_before_anything() -> None:
     (None, False, False),
     (record(), True, True),
     # an earlier run's answer or path is never reused while nothing began (the journal starts afresh)
-    (record(planning={"approve": {"chosen": "Approve"}, "choose_path": {"path": "new_checkpoint"}}), True, True),
+    (record(planning={"approve": {"chosen": "Approve"}, "choose_path": path_choice().to_dict()}), True, True),
     (record(planning={"approve": {"chosen": "Reject"}}), True, True),
     # the stop began: approved before it; asking again could not undo it
     (record({"graceful_stop": STARTED}), True, False),
@@ -176,7 +178,7 @@ def test_a_journaled_choice_does_not_skip_the_next_runs_approval(tmp_path: Any) 
     fs = fsspec.filesystem("file")
     journal = UpgradeJournal(fs, str(tmp_path / "_upgrades" / "u.json"))
     journal.open(INTENT, "u", run_id="r1")
-    journal.record_planning("choose_path", run_id="r1", result={"path": "in_place"})
+    journal.record_planning("choose_path", run_id="r1", result=path_choice(in_place=True).to_dict())
     journal.record_planning("approve", run_id="r1", state=STARTED)
     journal.record_planning("approve", run_id="r1", result={"chosen": "Approve"})
     journal.close("failed", run_id="r1")  # e.g. the stop task was refused before it began
@@ -190,17 +192,20 @@ def test_a_skipped_check_is_no_verdict() -> None:
     """Wiring fault 3 (a skipped check's JSON read as a verdict): the report's verdict of a check
     recorded as skipped is none."""
     from airflow_ckpt_provider.checkpoint.compat import CompatibilityVerdict, TrialKind, TrialResult
+    from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
     from airflow_ckpt_provider.operators.report import _compatibility
 
-    notes: list[str] = []
-    assert _compatibility({"skipped": "switched off", "summary_md": ""}, notes) is None
-    assert _compatibility({"skipped": "switched off"}, notes) is None and notes == []
+    def checked(result: Any) -> object:  # noqa: ANN401 - the check's result as its planning records it
+        return recorded(record(planning={"compatibility_check": result}), "compatibility_check")
+
+    assert _compatibility(checked({"skipped": "switched off", "summary_md": ""})) is None
+    assert _compatibility(checked({"skipped": "switched off"})) is None
     verdict = CompatibilityVerdict(in_place_ok=True, migrated_ok=None, log_tail="x",
                                    trials=(TrialResult(TrialKind.IN_PLACE, True),))
-    shown = _compatibility({**verdict.to_dict(), "summary_md": "# x"}, notes)
-    assert shown == {k: v for k, v in verdict.to_dict().items() if k not in ("trials", "log_tail")} and notes == []
-    assert _compatibility({"in_place": "ok", "trials": [1], "log_tail": "x"}, notes) is None
-    assert notes and "compatibility_check: its recorded result is unreadable" in notes[0]
+    shown = _compatibility(checked({**verdict.to_dict(), "summary_md": "# x"}))
+    assert shown == {k: v for k, v in verdict.to_dict().items() if k not in ("trials", "log_tail")}
+    with pytest.raises(InvalidStepResult, match="found the result compatibility_check recorded"):
+        checked({"in_place": "ok", "trials": [1], "log_tail": "x"})
 
 
 # -- what the report reads ------------------------------------------------------------------------
@@ -228,7 +233,7 @@ def test_status_and_results() -> None:
     assert planner.status_of(rec, "archive") is StepStatus.DONE
     assert planner.status_of(rec, "verify") is StepStatus.FAILED
     assert planner.status_of(rec, "relaunch") is StepStatus.NOT_RUN
-    assert planner.result_of(rec, "verify") is None
+    assert recorded(rec, "verify") is None
     with pytest.raises(ValueError, match="unknown journal state"):
         planner.status_of(record({"archive": "paused"}), "archive")
 
@@ -247,7 +252,7 @@ def planned(path: Path, mode: RollbackMode = RollbackMode.RESTORE, **steps: str)
     relaunch = Path.STANDBY if path is Path.IN_PLACE else path
     return record(steps, planning={
         "preflight": {"resuming": False, "relaunch_mode": relaunch.value, "rollback_mode": mode.value},
-        "choose_path": {"in_place": path is Path.IN_PLACE}, "approve": {"chosen": "Approve"}})
+        "choose_path": path_choice(in_place=path is Path.IN_PLACE).to_dict(), "approve": {"chosen": "Approve"}})
 
 
 def acts(rec: JournalRecord | None, steps: tuple[str, ...] | list[str]) -> dict[str, planner.Act]:
@@ -481,16 +486,17 @@ def test_the_switchover_holds_the_stop_the_handover_and_the_handle() -> None:
     assert steps.stop == steps.handover == steps.launch == steps.switchover == "switchover"
     assert steps.state_export == "export_state" and steps.new == ("start_standby", "switchover")
     assert steps.steps.index("export_state") > steps.steps.index("switchover"), "the export runs after the switch"
-    result = {"handle": {"h": 1}, "stop": {"s": 1}, "handover": {"o": 1}, "used": {}, "downtime": {}}
     rec = planned(Path.SWITCHOVER)
-    assert [planner.part_of(rec, steps, part) for part in planner.Part] == [None, None, None]
-    rec = replace(rec, steps={"switchover": JournalStep(name="switchover", state=DONE, result=result)})
-    assert [planner.part_of(rec, steps, part) for part in planner.Part] == [{"s": 1}, {"o": 1}, {"h": 1}]
+    assert (stop_of(rec, steps), handover_of(rec, steps), handle_of(rec, "switchover")) == (None, None, None)
+    rec = replace(rec, steps={"switchover": JournalStep(name="switchover", state=DONE,
+                                                        result=switchover().to_dict())})
+    assert (stop_of(rec, steps), handover_of(rec, steps), handle_of(rec, "switchover")) == \
+        (stop(), handover(), handle())
     cold = PATHS[Path.COLD]  # the other paths: each step's whole result
+    results = {"graceful_stop": stop().to_dict(), "extract_handover": handover(7).to_dict()}
     rec = record({"graceful_stop": DONE, "extract_handover": DONE})
-    rec = replace(rec, steps={n: replace(e, result={"n": n}) for n, e in rec.steps.items()})
-    assert planner.part_of(rec, cold, planner.Part.HANDOVER) == {"n": "extract_handover"}
-    assert planner.part_of(rec, cold, planner.Part.STOP) == {"n": "graceful_stop"}
+    rec = replace(rec, steps={n: replace(e, result=results[n]) for n, e in rec.steps.items()})
+    assert handover_of(rec, cold) == handover(7) and stop_of(rec, cold) == stop()
     assert planner.path_taken(planned(Path.SWITCHOVER)) is Path.SWITCHOVER
 
 
@@ -587,3 +593,37 @@ def test_a_decisions_failure_notes_why_in_one_line(tmp_path: Any) -> None:  # no
     assert planner.refusal(journal.read()) == planner.Refusal("compatibility_check", entry.notes[planner.REFUSAL_NOTE])
     assert refusal_reason(ValueError("unknown mode 'x'\nmore")) == "ValueError: unknown mode 'x'"
     assert refusal_reason(KeyError()) == "KeyError"
+
+
+# -- a malformed record is refused, never guessed at ------------------------------------------------
+
+@pytest.mark.parametrize(("planning", "ask", "found"), [
+    ({"preflight": {"relaunch_mode": "sideways"}}, lambda rec: planner.next_action(rec, "graceful_stop"),
+     "the result preflight recorded"),
+    ({"preflight": {"relaunch_mode": "cold", "rollback_mode": "backwards"}},
+     lambda rec: planner.recorded_rollback_mode(rec), "the result preflight recorded"),
+    ({"preflight": {"relaunch_mode": "cold", "surprise": 1}}, lambda rec: planner.path_taken(rec),
+     "the result preflight recorded"),
+    ({"choose_path": {"in_place": True}}, lambda rec: planner.path_taken(rec), "the result choose_path recorded"),
+    ({"approve": {"chosen": 1}}, lambda rec: planner.rejected(rec), "the result approve recorded"),
+    ({"approve": ["Reject"]}, lambda rec: planner.approval_answer(rec), "the result approve recorded"),
+])
+def test_the_planner_refuses_a_malformed_recorded_result(planning: dict[str, Any], ask: Any, found: str) -> None:  # noqa: ANN401
+    from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
+
+    with pytest.raises(InvalidStepResult) as refused:
+        ask(record(planning=planning))
+    assert found in refused.value.found and refused.value.expected and "Nothing was changed" in refused.value.action
+
+
+def test_the_planner_refuses_malformed_notes() -> None:
+    from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult
+
+    switchover_path = PATHS[Path.SWITCHOVER]
+    failed = JournalStep(name="switchover", state=FAILED, notes={"old_stopped": "yes"})
+    with pytest.raises(InvalidStepResult, match="found the notes switchover recorded"):
+        planner.old_stopped(replace(planned(Path.SWITCHOVER), steps={"switchover": failed}), switchover_path)
+    refused = replace(record(), planning={"compatibility_check": JournalStep(
+        name="compatibility_check", state=FAILED, error="boom", notes={"refusal": ["not", "text"]})})
+    with pytest.raises(InvalidStepResult, match="found the notes compatibility_check recorded"):
+        planner.refusal(refused)

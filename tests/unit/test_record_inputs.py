@@ -17,9 +17,11 @@ import pytest
 import structlog
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidRollbackHandover, RecordInputMissing
+from airflow_ckpt_provider.checkpoint.compat import CompatibilitySkipped
+from airflow_ckpt_provider.checkpoint.errors import InvalidStepResult, RecordInputMissing
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
 from airflow_ckpt_provider.checkpoint.rollback import NewVersionProgress, RollbackHandoverUnread, rollback_handover
+from airflow_ckpt_provider.checkpoint.state import StateExport
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.inputs import INPUTS, FromRecord, RecordInput, resolve
@@ -32,31 +34,33 @@ from airflow_ckpt_provider.upgrade.record import (
     JournalStep,
     UpgradeIntent,
 )
+from tests.unit.step_results import archive, handover, path_choice, switchover
+from tests.unit.step_results import handle as launch
 
 INTENT = UpgradeIntent(stream_name="s", old_checkpoint="/c/old", new_checkpoint="/c/new")
 
-HANDOVER = {"handover": {"batch_id": 7}, "starting_offsets": '{"t":{"0":5}}', "reconciliation": {}}
-IN_PLACE_HANDOVER = {"handover": {"batch_id": 9}, "starting_offsets": '{"t":{"0":8}}', "reconciliation": {}}
-EXPORT = {"location": "/arch/s/_state/u", "batch_id": 7, "skipped": ""}
-ARCHIVE = {"location": "/arch/s/20260101-u", "file_count": 3}
+#: each step's result as its own type writes it (tests/unit/step_results.py); an input passes on its type's JSON
+HANDOVER = handover(7).to_dict()
+IN_PLACE_HANDOVER = handover(9).to_dict()
+EXPORT = StateExport(location="/arch/s/_state/u", batch_id=7).to_dict()
+ARCHIVE = archive("/arch/s/20260101-u").to_dict()
 SEED = "/c/new/_ckpt/seed-state/r1"
 #: a switchover whose standby seeded the state (the migration's own steps above win for the rest)
-SWITCHED = {"handle": {"mode": "local", "app_name": "switchover"}, "stop": {}, "handover": HANDOVER,
-            "used": {"release_id": "r1", "state_path": SEED, "state_rows": 3}, "downtime": {}}
+SWITCHED = switchover(state_path=SEED).to_dict()
 #: a forward rollback after the new version committed up to offset 11 (the handover was 5)
 NEW_PROGRESS = NewVersionProgress(start=KafkaOffsets({"t": {0: 5}}), committed_batch=0,
                                   committed_end=KafkaOffsets({"t": {0: 11}}))
 ROLLBACK = rollback_handover("forward", KafkaOffsets({"t": {0: 5}}), NEW_PROGRESS,
                              checkpoint="/c/new.rollback").to_dict()
 #: the compatibility check's verdict as the journal's planning keeps it (without trials, log tail, Markdown)
-VERDICT = {"skipped": "switched off"}
+VERDICT = CompatibilitySkipped("switched off").to_dict()
 PLANNED = {"resuming": False, "relaunch_mode": "standby", "rollback_mode": "forward",
            "state_export": "/arch/s/_state/u", "rollback_checkpoint": "/c/new.rollback"}
 
 
 def handle(step: str, noted: bool) -> dict[str, Any]:
     """The launch handle ``step`` noted right after launching, or (``noted`` False) the one it returned."""
-    return {"mode": "local", "app_name": step, **({"noted": True} if noted else {"ui_url": f"http://{step}"})}
+    return replace(launch(step), pid=4243 if noted else 4244, ui_url=None if noted else f"http://{step}").to_dict()
 
 
 #: Every step and decision an input is read from, with what it records when done.
@@ -167,7 +171,7 @@ def test_a_switchover_gives_the_handover_and_the_new_version_it_recorded() -> No
     assert resolve(rec, RecordInput.NEW_HANDLE) == noted
     assert resolve(rec, RecordInput.HANDOVER) is None
     released = handle("switchover", False)
-    result = {"handle": released, "stop": {}, "handover": HANDOVER, "used": {}, "downtime": {}}
+    result = replace(switchover(), handle=released, handover=HANDOVER).to_dict()
     rec = replace(rec, steps={**rec.steps, "switchover": step("switchover", DONE, result=result)})
     assert resolve(rec, RecordInput.NEW_HANDLE) == released
     assert resolve(rec, RecordInput.HANDOVER) == HANDOVER
@@ -198,8 +202,32 @@ def test_a_rollback_handover_without_offsets_is_missing(result: dict[str, Any]) 
 def test_a_recorded_rollback_handover_that_is_not_one_is_refused() -> None:
     """The offsets are read from the decoded result, never picked out of whatever was recorded."""
     made_up = {"mode": "forward", "checkpoint": "/c/new.rollback", "starting_offsets": '{"t":{"0":11}}'}
-    with pytest.raises(InvalidRollbackHandover, match="without 'resume'"):
+    with pytest.raises(InvalidStepResult, match="without 'resume'"):
         resolve(with_rollback(made_up), RecordInput.ROLLBACK_STARTING_OFFSETS)
+
+
+@pytest.mark.parametrize(("what", "name", "entry"), [
+    (RecordInput.HANDOVER, "extract_handover", {"result": {"handover": {"batch_id": 7}}}),
+    (RecordInput.IN_PLACE_HANDOVER, "in_place_handover", {"result": {**HANDOVER, "surprise": 1}}),
+    (RecordInput.STATE_EXPORT, "export_state", {"result": "/arch/s/_state/u"}),
+    (RecordInput.ARCHIVE_LOCATION, "archive", {"result": {"file_count": 3}}),
+    (RecordInput.SEEDED_STATE, "switchover", {"result": {**SWITCHED, "used": {"state_path": ["/x"]}}}),
+    (RecordInput.STANDBY_HANDLE, "start_standby", {"result": {"mode": "local", "app_name": "v2"}}),
+    (RecordInput.NEW_HANDLE, "relaunch", {"state": FAILED, "notes": {"handle": "v2"}}),
+    (RecordInput.NEW_HANDLE, "relaunch", {"state": STARTED, "notes": {"launching": "yes"}}),
+    (RecordInput.COMPATIBILITY_VERDICT, "compatibility_check", {"result": {"in_place": "ok"}}),
+    (RecordInput.STATE_EXPORT_LOCATION, "preflight", {"result": {**PLANNED, "state_export": 7}}),
+    (RecordInput.ROLLBACK_CHECKPOINT, "preflight", {"result": {**PLANNED, "relaunch_mode": "sideways"}}),
+], ids=lambda v: v.value if isinstance(v, RecordInput) else "")
+def test_a_malformed_record_is_refused_for_every_input_that_reads_it(what: RecordInput, name: str,
+                                                                     entry: dict[str, Any]) -> None:
+    """What the record holds is read through its step's row: what is not that row's type is refused
+    with a typed error naming the step, never a KeyError or a value picked out of it."""
+    fields = {"state": DONE, **entry}
+    rec = replace(record_in("not run"), steps={name: step(name, **fields)})
+    with pytest.raises(InvalidStepResult) as refused:
+        resolve(rec, what, argument="arg")
+    assert f"{name} recorded" in refused.value.found and refused.value.expected, refused.value.found
 
 
 def test_from_record_reads_as_its_input() -> None:
@@ -223,7 +251,7 @@ def journal(tmp_path: Path) -> UpgradeJournal:
 def plan(journal: UpgradeJournal, **preflight: Any) -> None:  # noqa: ANN401
     """The planning of a cold upgrade the preflight opened, approved; ``preflight`` overrides its decisions."""
     journal.record_planning("preflight", run_id="run-1", result={**PLANNED, "relaunch_mode": "cold", **preflight})
-    journal.record_planning("choose_path", run_id="run-1", result={"in_place": False})
+    journal.record_planning("choose_path", run_id="run-1", result=path_choice().to_dict())
     journal.record_planning("approve", run_id="run-1", result={"chosen": "Approve"})
 
 
@@ -274,7 +302,7 @@ def test_locations_read_from_the_record_are_logged_masked(journal: UpgradeJourna
     from airflow_ckpt_provider.operators.stop import GracefulStopOperator
 
     failed_after_the_stop(journal)
-    journal.note("relaunch", handle={"mode": "local", "app_name": "v2", "checkpoint_uri": "s3a://KEY:SECRET@b/cp"})
+    journal.note("relaunch", handle=launch("v2", "s3a://KEY:SECRET@b/cp").to_dict())
     op = GracefulStopOperator(task_id="rollback_stop_new", step="rollback_stop_new", checkpoint_uri="/c/new", journal=journal.path,
                               launch_handle=FromRecord(RecordInput.NEW_HANDLE), journal_phase=ROLLBACK_PHASE)
     with structlog.testing.capture_logs() as logs:
