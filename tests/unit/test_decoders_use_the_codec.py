@@ -59,10 +59,6 @@ RAW_JSON_EDGES: dict[tuple[str, str], str] = {
     ("checkpoint/report.py", "UpgradeReport.to_dict"): "the report's own JSON, with credentials masked in the text",
     ("cli/journal.py", "_journal"): "journals this command read through their codec, shown as one JSON document",
     # files of the provider still parsed without a codec: kept small and checked by hand (see each)
-    ("cli/dev_stack.py", "read_state"): "the local dev stack's state file, rewritten by every `ckpt dev-stack` "
-                                        "(not an upgrade's record)",
-    ("hooks/compat.py", "_read_json"): "the trial driver's files; each value is then decoded by its codec "
-                                       "(StatefulOperator.from_dict, the trial record's reader)",
     ("hooks/state_export.py", "run_state_job"): "the state export job's result file, written by that job "
                                                 "moments before; only its counts are read",
     ("spark/state.py", "read_state_manifest"): "the state manifest read in the driver, which keeps the "
