@@ -451,7 +451,7 @@ class ArchiveConflict(ArchiveError):
     default_action = "Use another upgrade id, or archive the checkpoint the existing archive was made from."
 
 
-class InvalidArchiveIntent(ArchiveCorrupt, ValueError):
+class InvalidArchiveIntent(ArchiveError, ValueError):
     """An unfinished archive's ``_intent.json`` that is not the record the provider writes: what the
     archive was started for is unknown, so it is not resumed."""
 

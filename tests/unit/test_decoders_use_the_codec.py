@@ -56,10 +56,6 @@ RAW_JSON_EDGES: dict[tuple[str, str], str] = {
     # what this process just encoded itself, read back to embed or mask it (no input)
     ("checkpoint/report.py", "UpgradeReport.to_dict"): "the report's own JSON, with credentials masked in the text",
     ("cli/journal.py", "_journal"): "journals this command read through their codec, shown as one JSON document",
-    # files of the provider still parsed without a codec: kept small and checked by hand (see each)
-    ("storage/archive.py", "CheckpointArchive._write_intent"): "the archive's intent file, compared key by key",
-    ("storage/journal.py", "read_lock"): "the stream's lock: who holds it",
-    ("storage/restore.py", "_acquire"): "the restore target's lock: who holds it",
 }
 
 
