@@ -155,14 +155,16 @@ def _acquire(fs: AbstractFileSystem, lock: str, holder: RestoreLock, target_path
     for _ in range(3):
         if create_exclusive(fs, lock, holder.to_json().encode()):
             return
+        held: RestoreLock | None
         try:
-            held: RestoreLock | None = RestoreLock.from_json(read_file(fs, lock))
-            described = (f"process {held.pid} on {held.host} since {held.started_at or '?'}, "
-                         f"copying into {held.temp or '?'}")
+            held = RestoreLock.from_json(read_file(fs, lock))
         except FileNotFoundError:
             continue  # released meanwhile
         except CheckpointError as exc:  # InvalidLockFile; JsonTooLarge from the read
             held, described = None, f"an unreadable lock (found {exc.found}; expected {exc.expected})"
+        else:
+            described = (f"process {held.pid} on {held.host} since {held.started_at or '?'}, "
+                         f"copying into {held.temp or '?'}")
         if held is not None and held.host == holder.host and not _alive(held.pid):
             log.warning("restore lock %s left by process %s, which is gone: taking it over", lock, held.pid)
             if held.temp.startswith(_temp_prefix(lock)) and fs.exists(held.temp):
