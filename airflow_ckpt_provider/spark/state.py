@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.checkpoint.state import StateManifest
 from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.standby import await_handover
 
@@ -83,6 +82,7 @@ def read_state_manifest(spark: SparkSession, path: str | None = None) -> dict[st
         raise StateNotExported(f"found no {CONF_INITIAL_STATE_PATH} and no path; expected the location of a state "
                                "export. The upgrade carried no state (a stateless old query, or carry_state off): "
                                "start empty, or export it with `ckpt export-state` and pass the path.")
+    from airflow_ckpt_provider.checkpoint.state import StateManifest  # the core, only on this path
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
     try:

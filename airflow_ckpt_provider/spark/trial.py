@@ -1,5 +1,5 @@
-"""The trial contract, inside the user's Spark driver (imports only pyspark, the stdlib and the
-provider's pure core, whose records the driver's files are).
+"""The trial contract, inside the user's Spark driver (imports only pyspark and the stdlib; the
+provider's pure core, whose records the driver's files are, only when it writes one).
 
 Before an upgrade stops anything, the provider tries the new version on COPIES (``ckpt
 check-upgrade``, ``CompatibilityCheckOperator``): it launches the job with these conf keys::
@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider.checkpoint.compat import StatefulOperator, StatefulOperators, TrialRecord
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperator
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +124,24 @@ def parse_stateful_operators(plan: str) -> list[dict[str, Any]]:
 
 
 def _operators(operators: list[dict[str, Any]]) -> tuple[StatefulOperator, ...]:
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperator  # the core, only when writing
+
     return tuple(StatefulOperator.from_dict(o) for o in operators)
 
 
 def operators_record(operators: list[dict[str, Any]]) -> bytes:
     """The ``_ckpt/stateful-operators.json`` a driver writes once its first batch ran
     (:class:`~airflow_ckpt_provider.checkpoint.compat.StatefulOperators`)."""
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperators
+
     return StatefulOperators(_operators(operators)).to_json().encode()
 
 
 def trial_record(*, batches: int, operators: list[dict[str, Any]] | None, error: str = "") -> bytes:
     """The ``_ckpt/trial.json`` a trial's driver writes when it ends
     (:class:`~airflow_ckpt_provider.checkpoint.compat.TrialRecord`)."""
+    from airflow_ckpt_provider.checkpoint.compat import TrialRecord
+
     return TrialRecord(batches=batches, operators=None if operators is None else _operators(operators),
                        outputs=redirected_outputs(), error=error).to_json().encode()
 
