@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, JsonTooLarge, TrialRefused
+from airflow_ckpt_provider.checkpoint.errors import InvalidTrialRecord, InvalidVerdict, JsonTooLarge, TrialRefused
 from airflow_ckpt_provider.checkpoint.fixed_settings import SETTING_CODEC as _SETTING
 from airflow_ckpt_provider.checkpoint.fixed_settings import SettingVerdict
 from airflow_ckpt_provider.enums import StrEnum
-from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, object_of, one_of
 
 
 class TrialKind(StrEnum):
@@ -134,6 +134,63 @@ class StatefulOperator:
 
     def describe(self) -> str:
         return f"{self.operator_id} {self.name}" + (f" ({self.detail})" if self.detail else "")
+
+
+#: The format number of the files a driver writes for the compatibility check (:class:`StatefulOperators`,
+#: :class:`TrialRecord`); the previous release wrote them without one (format 0).
+DRIVER_FILES_FORMAT = 1
+
+
+def _decode_driver_file(codec: Codec, data: str | bytes, path: str) -> dict[str, Any]:
+    try:
+        return codec.present(data)
+    except InvalidTrialRecord as exc:
+        raise InvalidTrialRecord(found=exc.found, expected=exc.expected, path=path or None) from None
+
+
+@dataclass(frozen=True)
+class StatefulOperators:
+    """``_ckpt/stateful-operators.json``: the stateful operators of a query's executed plan, written
+    by the job's GracefulStop once its first batch ran (format 1: ``{"format": 1, "operators":
+    [...]}``; the previous release wrote the bare array, read as format 0)."""
+
+    operators: tuple[StatefulOperator, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(_OPERATORS_FILE.encode({"operators": [o.to_dict() for o in self.operators]}),
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes, *, path: str = "") -> StatefulOperators:
+        """Decode the file through its codec; :class:`InvalidTrialRecord` (naming ``path``) when it
+        is not this record (:class:`JsonTooLarge` beyond the JSON limits)."""
+        return cls(**_decode_driver_file(_OPERATORS_FILE, data, path))
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """``_ckpt/trial.json``: what a trial's driver writes when its query ended (format 1; the
+    previous release wrote the same keys without a format number). ``contract``: the driver ran
+    GracefulStop; ``outputs``: the outputs it took from ``sink_location`` (name -> the live
+    location it replaced): none means the trial contract was not followed; ``batches`` it ran;
+    ``operators`` of its executed plan (None: the plan could not be read); the query's ``error``."""
+
+    batches: int = 0
+    operators: tuple[StatefulOperator, ...] | None = None
+    outputs: Mapping[str, str] = field(default_factory=dict, hash=False)
+    error: str = ""
+    contract: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps(_TRIAL_FILE.encode({
+            "contract": self.contract, "outputs": dict(self.outputs), "batches": self.batches, "error": self.error,
+            "operators": None if self.operators is None else [o.to_dict() for o in self.operators]}), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes, *, path: str = "") -> TrialRecord:
+        """Decode the file through its codec; :class:`InvalidTrialRecord` (naming ``path``) when it
+        is not this record (:class:`JsonTooLarge` beyond the JSON limits)."""
+        return cls(**_decode_driver_file(_TRIAL_FILE, data, path))
 
 
 @dataclass(frozen=True)
@@ -304,6 +361,22 @@ _DRIVER_OPERATOR = Codec("stateful operator of the trial's driver", InvalidVerdi
     "name": Field((str,)),
     "detail": Field((str,), required=False, nullable=True),
 }, version=None, unknown_keys="ignore")
+
+#: The files a driver writes for the check: exchanged between releases like the control files, so a
+#: key a newer driver adds is ignored (a change an older reader must not miss gets a new format number).
+_DRIVER_OPERATORS = Field((list,), decode=array_of(dict, decode=StatefulOperator.from_dict),
+                          expected="an array of objects with operator_id, name and detail")
+_OPERATORS_FILE = Codec("stateful operators file", InvalidTrialRecord, {"operators": _DRIVER_OPERATORS},
+                        version=DRIVER_FILES_FORMAT, versions=(UNVERSIONED,), unknown_keys="ignore",
+                        too_large=JsonTooLarge, bare_array="operators")
+_TRIAL_FILE = Codec("trial record", InvalidTrialRecord, {
+    "contract": Field((bool,), required=False),
+    "outputs": Field((dict,), required=False, decode=object_of(str)),
+    "batches": Field((int,), required=False),
+    "operators": Field((list,), required=False, nullable=True, decode=_DRIVER_OPERATORS.decode,
+                       expected=_DRIVER_OPERATORS.expected),
+    "error": Field((str,), required=False),
+}, version=DRIVER_FILES_FORMAT, versions=(UNVERSIONED,), unknown_keys="ignore", too_large=JsonTooLarge)
 
 _TRIAL = Codec("TrialResult", InvalidVerdict, {
     "kind": Field((str,), decode=one_of(*TrialKind, decode=TrialKind)),
@@ -630,7 +703,8 @@ def local_imports(text: str) -> list[str]:
     return re.findall(r"^(?:from|import)\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.M)
 
 
-__all__ = ["CONTRACT_NAMES", "ERROR_CLASS_RULES", "SKIPPED_KEY", "CompatibilityResult", "CompatibilitySkipped",
-           "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator", "TrialKind", "TrialResult",
+__all__ = ["CONTRACT_NAMES", "DRIVER_FILES_FORMAT", "ERROR_CLASS_RULES", "SKIPPED_KEY", "CompatibilityResult",
+           "CompatibilitySkipped", "CompatibilityVerdict", "Rule", "SparkFailure", "StatefulOperator",
+           "StatefulOperators", "TrialKind", "TrialRecord", "TrialResult",
            "check_trial_location", "classify", "compare_operators", "compatibility_result", "declares_contract",
            "local_imports", "read_failure", "settings_verdict", "spark_error"]

@@ -441,6 +441,15 @@ class ArchiveConflict(ArchiveError):
     default_action = "Use another upgrade id, or archive the checkpoint the existing archive was made from."
 
 
+class InvalidArchiveIntent(ArchiveError, ValueError):
+    """An unfinished archive's ``_intent.json`` that is not the record the provider writes: what the
+    archive was started for is unknown, so it is not resumed."""
+
+    summary = "archive intent unreadable"
+    default_action = ("Nothing was copied. Check what the unfinished archive folder holds; delete it (it has no "
+                      "manifest, so no complete archive is lost) and run the archive again.")
+
+
 class TargetNotEmpty(ArchiveError):
     summary = "target not empty"
     default_action = (
@@ -753,6 +762,15 @@ class JournalCorrupt(JournalError):
                       "aside after checking both checkpoints by hand.")
 
 
+class InvalidLockFile(CheckpointError, ValueError):
+    """A lock file (a stream's ``LOCK.json``, a restore target's ``.<name>.restore-lock``) that is
+    not the record the provider writes. Read as held: who holds it is unknown."""
+
+    summary = "lock file unreadable"
+    default_action = ("Nothing was changed; the lock counts as held. Check that no upgrade or restore is running, "
+                      "then remove the lock file (`ckpt journal --release-lock` for a stream's lock).")
+
+
 class JournalOfAnotherRelease(JournalCorrupt):
     """The journal is in another format than this release's: written by another release of the
     provider, for an upgrade that release must finish or abandon (never read in another meaning)."""
@@ -965,6 +983,17 @@ class NewVersionDoesNotStart(CompatibilityError):
 class InvalidVerdict(CompatibilityError, ValueError):
     summary = "invalid compatibility verdict"
     default_action = "Pass the JSON a compatibility check returned (CompatibilityVerdict.to_json)."
+
+
+class InvalidTrialRecord(CompatibilityError, ValueError):
+    """A file a driver writes for the compatibility check (``_ckpt/trial.json``,
+    ``_ckpt/stateful-operators.json``) that is not its record."""
+
+    summary = "trial driver file unreadable"
+    default_action = ("Nothing of the live job was touched. The job's GracefulStop writes the file whole: when a newer "
+                      "release of the provider runs in the job, upgrade the provider where the check runs; else "
+                      "delete the file (the job writes its stateful operators again after its next start) and check "
+                      "again.")
 
 
 class InvalidUpgradePath(CompatibilityError, ValueError):

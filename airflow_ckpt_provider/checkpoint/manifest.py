@@ -4,7 +4,7 @@ Pure: no I/O here.
 An archive of stream ``S`` made for upgrade ``U`` lives at
 ``<archive_root>/S/<YYYYmmddTHHMMSSZ>-U/`` and holds::
 
-    _intent.json     written first: what is being archived, by whom, from where
+    _intent.json     written first: what is being archived, by whom, from where (:class:`ArchiveIntent`)
     checkpoint/...   the checkpoint's files, byte for byte
     manifest.json    written LAST, after the copy was verified: the archive is complete
 
@@ -16,17 +16,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidArchiveManifest, UnsafeStreamName
+from airflow_ckpt_provider.checkpoint.errors import InvalidArchiveIntent, InvalidArchiveManifest, UnsafeStreamName
 from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.secrets import redact_conf
-from airflow_ckpt_provider.records.codec import Codec, Field, array_of, one_of
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field, array_of, one_of
 
 MANIFEST = "manifest.json"
 INTENT = "_intent.json"
+#: the format of ``_intent.json`` (:class:`ArchiveIntent`); the previous release wrote it without one (format 0)
+INTENT_FORMAT = 1
 DATA_DIR = "checkpoint"
 #: on an object store (no rename), a restore target holds this marker from before its first file
 #: until after its verification: the reader refuses a location that holds it (IncompleteRestore)
@@ -241,6 +243,40 @@ _MANIFEST = Codec("ArchiveManifest", InvalidArchiveManifest, {
                                 "provider_version")},
     "extra": Field((dict,)),
 }, version=ArchiveManifest.FORMAT)
+
+
+@dataclass(frozen=True)
+class ArchiveIntent:
+    """``_intent.json``, written before the first file is copied (format :data:`INTENT_FORMAT`; a file
+    without a format number is the previous release's, read as format 0): which stream and upgrade
+    the archive is for, the checkpoint it copies, when it started, by whom and why. A resumed
+    archive must be of the same checkpoint."""
+
+    stream_name: str
+    upgrade_id: str
+    source_uri: str
+    started_at: str
+    created_by: str
+    reason: str = ""
+    dag_run_id: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(_INTENT.encode(asdict(self)), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes, *, path: str = "") -> ArchiveIntent:
+        """Decode ``_intent.json`` through its codec; :class:`InvalidArchiveIntent` (naming ``path``)
+        when it is not this record."""
+        try:
+            return cls(**_INTENT.decode(data))
+        except InvalidArchiveIntent as exc:
+            raise InvalidArchiveIntent(found=exc.found, expected=exc.expected, path=path or None) from None
+
+
+_INTENT = Codec("archive intent", InvalidArchiveIntent, {
+    name: _TEXT for name in ("stream_name", "upgrade_id", "source_uri", "started_at", "created_by", "reason",
+                             "dag_run_id")
+}, version=INTENT_FORMAT, versions=(UNVERSIONED,))
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ JOB_RESULT = f"{JOB_DIR}/result.json"
 #: where the reference DAG exports a stream's state: <archive root>/<stream>/_state/<upgrade id>
 EXPORTS_DIR = "_state"
 MANIFEST_FORMAT = 1
+#: the format of the export job's ``_job/result.json`` (:class:`StateJobResult`); the previous
+#: release's job wrote it without one (format 0)
+JOB_RESULT_FORMAT = 1
 CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CONF_CHECKPOINT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -391,6 +394,42 @@ class StateManifest:
             raise StateExportCorrupt(found=exc.found, expected=exc.expected, path=where) from None
 
 
+@dataclass(frozen=True)
+class StateJobResult:
+    """``_job/result.json``: what the export job (:mod:`airflow_ckpt_provider.spark.state_export`)
+    read, written by it when it ends (format 1; the previous release's job wrote the same keys
+    without a format number): the ``batch_id`` and ``checkpoint`` it read, its ``spark_version``,
+    whether it only counted (``listed_only``), and each store as the job lists it
+    (:meth:`ExportedStore.from_job` 's input, with the job's own keys: kept as written, for
+    listings). ``from_json`` raises :class:`StateExportCorrupt` for anything else."""
+
+    batch_id: int
+    checkpoint: str
+    spark_version: str
+    stores: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
+    listed_only: bool = False
+
+    def exported_stores(self) -> tuple[ExportedStore, ...]:
+        """The stores, without their files (not read back yet)."""
+        return tuple(ExportedStore.from_job(s) for s in self.stores)
+
+    def to_json(self) -> str:
+        return json.dumps(_JOB_RESULT.encode({
+            "batch_id": self.batch_id, "checkpoint": self.checkpoint, "spark_version": self.spark_version,
+            "stores": [dict(s) for s in self.stores], "listed_only": self.listed_only}), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any], *, where: str = "") -> StateJobResult:
+        """From :meth:`to_json` through its codec (every store checked by :class:`ExportedStore`'s);
+        :class:`StateExportCorrupt` (naming ``where``) on anything else."""
+        try:
+            return cls(**_JOB_RESULT.present(data))
+        except StateExportCorrupt as exc:
+            if not where or exc.path:
+                raise
+            raise StateExportCorrupt(found=exc.found, expected=exc.expected, path=where) from None
+
+
 # -- the codecs of the manifest and its entries (airflow_ckpt_provider.records.codec) -----------------
 # state-manifest.json is format 1 (every key written since the first export); its stores and files
 # carry no format number of their own.
@@ -440,6 +479,23 @@ _MANIFEST = Codec("StateManifest", StateExportCorrupt, {
 }, version=MANIFEST_FORMAT)
 
 
+
+
+def _job_store(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A store of the job's result, checked by :class:`ExportedStore`'s codec, kept as it is."""
+    ExportedStore.from_job(value)
+    return dict(value)
+
+
+_JOB_RESULT = Codec("state export job result", StateExportCorrupt, {
+    "batch_id": _COUNT,
+    "checkpoint": Field((str,)),
+    "spark_version": Field((str,)),
+    "stores": Field((list,), required=False, decode=array_of(dict, decode=_job_store)),
+    "listed_only": Field((bool,), required=False),
+}, version=JOB_RESULT_FORMAT, versions=(UNVERSIONED,))
+
+
 # -- an export found at the location ------------------------------------------------------------
 
 
@@ -482,6 +538,6 @@ def check_seeded_state(seed: StateManifest, export: StateManifest, *, uri: str) 
                                   expected="the export: " + "; ".join(e for _, e in differences), path=uri)
 
 
-__all__ = ["HDFS_PROVIDER", "JOB_RESULT", "STATE_MANIFEST", "ExportedFile", "ExportedStore", "StateExport",
-           "StateExportPlan", "export_location", "state_layout", "state_batch",
+__all__ = ["HDFS_PROVIDER", "JOB_RESULT", "JOB_RESULT_FORMAT", "STATE_MANIFEST", "ExportedFile", "ExportedStore",
+           "StateExport", "StateExportPlan", "StateJobResult", "export_location", "state_layout", "state_batch",
            "StateManifest", "check_reusable", "check_seeded_state", "store_versions", "version_readable"]

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TextIO
 
 from airflow_ckpt_provider.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK
+from airflow_ckpt_provider.local.errors import InvalidDevStackState
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field
 
 DEFAULT_WORK = ".ckpt-dev"
 STATE_FILE = "dev-stack.json"
@@ -31,13 +33,27 @@ SERVERS_ENV = "KAFKA_BOOTSTRAP"
 
 @dataclass(frozen=True)
 class DevStack:
-    """What ``start`` recorded: the broker's process group, ports and files."""
+    """What ``start`` recorded (``dev-stack.json``, format 1; a file without a format number is one
+    of the previous release, read as format 0): the broker's process group, ports and files."""
 
     pid: int
     port: int
     controller_port: int
     data_dir: str
     log_file: str
+
+    def to_json(self) -> str:
+        """The state file's text, with its format number."""
+        return json.dumps(_DEV_STACK.encode(asdict(self)), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, data: str | bytes, *, path: str = "") -> DevStack:
+        """Decode a state file through its codec; :class:`InvalidDevStackState` (naming ``path``)
+        when it is not one."""
+        try:
+            return cls(**_DEV_STACK.decode(data))
+        except InvalidDevStackState as exc:
+            raise InvalidDevStackState(found=exc.found, expected=exc.expected, path=path or None) from None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -53,16 +69,29 @@ class DevStack:
         return bool(group_members(self.pid))
 
 
+#: :class:`DevStack`'s codec: format 1; the previous release wrote the same keys without a format number.
+_DEV_STACK = Codec("dev stack state", InvalidDevStackState, {
+    "pid": Field((int,)),
+    "port": Field((int,)),
+    "controller_port": Field((int,)),
+    "data_dir": Field((str,)),
+    "log_file": Field((str,)),
+}, versions=(UNVERSIONED,))
+
+
 def _state_path(work: Path) -> Path:
     return work / STATE_FILE
 
 
 def read_state(work: Path) -> DevStack | None:
-    """The recorded broker of ``work``, None when there is none (or the record is unreadable)."""
+    """The recorded broker of ``work``, None when there is none (no file, or one that cannot be
+    read); :class:`InvalidDevStackState` when the file is not the record ``start`` writes."""
+    path = _state_path(work)
     try:
-        return DevStack(**json.loads(_state_path(work).read_text()))
-    except (OSError, ValueError, TypeError):
+        data = path.read_bytes()
+    except OSError:
         return None
+    return DevStack.from_json(data, path=str(path))
 
 
 def topic_spec(text: str) -> tuple[str, int]:
@@ -152,7 +181,7 @@ def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     assert broker._process is not None
     state = DevStack(pid=broker._process.pid, port=broker.port, controller_port=broker.controller_port,
                      data_dir=str(broker.work_dir / "data"), log_file=str(broker.log_file))
-    _state_path(work).write_text(json.dumps(asdict(state), indent=2) + "\n")
+    _state_path(work).write_text(state.to_json())
     _create_topics(work, state.port, args.topic, out)
     _describe(state, out, "started")
     return EXIT_OK

@@ -81,8 +81,8 @@ def _state(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = run_state_job(launcher, checkpoint_uri=args.checkpoint, batch=plan.batch_id, target_uri=scratch,
                                    conf=_conf(args.conf), list_only=True, stores=plan.inferred_stores,
                                    checkpoint_format=plan.checkpoint_format_version, timeout=args.timeout)
-        listing["stores"] = result["stores"]
-        listing["spark_version"] = result.get("spark_version")
+        listing["stores"] = [dict(store) for store in result.stores]
+        listing["spark_version"] = result.spark_version
     if args.json:
         out.write(json.dumps(listing, indent=1, sort_keys=True) + "\n")
         return EXIT_OK

@@ -46,7 +46,9 @@ from typing import Any
 from airflow_ckpt_provider.checkpoint.compat import (
     CompatibilityVerdict,
     StatefulOperator,
+    StatefulOperators,
     TrialKind,
+    TrialRecord,
     TrialResult,
     check_trial_location,
     classify,
@@ -56,7 +58,6 @@ from airflow_ckpt_provider.checkpoint.compat import (
 )
 from airflow_ckpt_provider.checkpoint.errors import TrialRefused
 from airflow_ckpt_provider.checkpoint.fixed_settings import CheckpointFacts, SettingVerdict, fixed_settings
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.hooks import state_export
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
@@ -116,18 +117,21 @@ class _Trial:
     killed: bool = False
 
 
-def _read_json(fs: Any, path: str) -> Any:
+def _read_driver_file(fs: Any, path: str) -> bytes | None:  # noqa: ANN401 - an fsspec filesystem
+    """A file a driver writes (freshly listed), None when there is none."""
     try:
         fs.invalidate_cache(posixpath.dirname(path))
-        return load_json(read_file(fs, path))
-    except (FileNotFoundError, ValueError):
+        return read_file(fs, path)
+    except FileNotFoundError:
         return None
 
 
-def _operators(raw: Any) -> tuple[StatefulOperator, ...] | None:
-    if not isinstance(raw, list):
-        return None
-    return tuple(StatefulOperator.from_dict(o) for o in raw)
+def _old_operators(fs: Any, path: str) -> tuple[StatefulOperator, ...] | None:  # noqa: ANN401
+    """The stateful operators the old version recorded (None: it recorded none);
+    :class:`InvalidTrialRecord` when the file is not their record."""
+    where = posixpath.join(path, OPERATORS_RECORD)
+    data = _read_driver_file(fs, where)
+    return None if data is None else StatefulOperators.from_json(data, path=where).operators
 
 
 def checkpoint_facts(reader: CheckpointReader) -> CheckpointFacts:
@@ -190,7 +194,9 @@ def check_upgrade(
     Raises :class:`TrialRefused` before anything starts, or after a trial that ran without
     honouring the contract (its files are deleted); the state export's refusals and
     :class:`StateExportFailed` when the state cannot be carried (as the upgrade's export step
-    would fail after the stop) — the trial files are deleted."""
+    would fail after the stop) — the trial files are deleted; :class:`InvalidTrialRecord` when the
+    old checkpoint's stateful operators file (before anything starts) or a trial's record (its
+    files are deleted) is not the record a driver writes."""
     storage = storage or CheckpointStorageHook()
     if contract_check:
         sources = application_sources(new_application)
@@ -203,7 +209,7 @@ def check_upgrade(
     handover = CheckpointReader(old_checkpoint, fs=old_fs).handover()
     # the handover's selection rule (AmbiguousSource, SourceNotKafka), before anything is copied or launched
     migrated_start = handover.kafka_offsets(source).to_json() if migrated else None
-    old_ops = _operators(_read_json(old_fs, posixpath.join(old_path, OPERATORS_RECORD)))
+    old_ops = _old_operators(old_fs, old_path)
     settings = fixed_settings(checkpoint_facts(CheckpointReader(old_checkpoint, fs=old_fs)), dict(conf or {}),
                               real_time=real_time, spark_version=getattr(launcher, "spark_version", None))
     for setting in settings:
@@ -311,25 +317,26 @@ def _wait(launcher: SparkLauncherHook, trials: list[_Trial], *, timeout: float, 
 
 def _result(launcher: SparkLauncherHook, storage: CheckpointStorageHook, trial: _Trial) -> TrialResult:
     fs, path = storage.filesystem(trial.checkpoint)
-    record = _read_json(fs, posixpath.join(path, TRIAL_RECORD))
+    data = _read_driver_file(fs, posixpath.join(path, TRIAL_RECORD))
+    record = None if data is None else TrialRecord.from_json(data, path=posixpath.join(path, TRIAL_RECORD))
     driver = ControlFiles(fs, path).driver()
     code = driver.exit_code if driver is not None and driver.launch_id == trial.handle.launch_id else None
     state = launcher.driver_state(trial.handle)
     tail = launcher.log_tail(trial.handle, 80)
     seconds = (trial.ended_at or time.monotonic()) - trial.started_at
     failed = (state in (DriverState.FAILED,) or (code is not None and code != 0)) and not trial.killed
-    error = (record or {}).get("error") or ""
+    error = record.error if record is not None else ""
+    batches = record.batches if record is not None else 0
     if error or failed:
         error_class, message = spark_error(error or launcher.log_tail(trial.handle, 400))
-        return TrialResult(trial.kind, started=False, batches_committed=int((record or {}).get("batches") or 0),
+        return TrialResult(trial.kind, started=False, batches_committed=batches,
                            error_class=error_class, error_message=error or message, log_tail=tail, seconds=seconds)
     if record is None and not trial.killed:  # ended well without a record: GracefulStop not used
         return TrialResult(trial.kind, started=None, contract_honoured=False, log_tail=tail, seconds=seconds)
-    if record is not None and not record.get("outputs"):
+    if record is not None and not record.outputs:
         return TrialResult(trial.kind, started=None, contract_honoured=False, log_tail=tail, seconds=seconds)
-    batches = int((record or {}).get("batches") or 0)
     return TrialResult(trial.kind, started=True if batches > 0 else None, batches_committed=batches,
-                       log_tail=tail, operators=_operators((record or {}).get("operators")), seconds=seconds)
+                       log_tail=tail, operators=record.operators if record is not None else None, seconds=seconds)
 
 
 def _remove(fs: Any, path: str) -> None:

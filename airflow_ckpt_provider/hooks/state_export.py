@@ -18,10 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import StateExportFailed
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
+from airflow_ckpt_provider.checkpoint.errors import StateExportCorrupt, StateExportFailed
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
-from airflow_ckpt_provider.checkpoint.state import JOB_DIR, JOB_RESULT, StateExportPlan, StateManifest, check_reusable
+from airflow_ckpt_provider.checkpoint.state import (
+    JOB_DIR,
+    JOB_RESULT,
+    StateExportPlan,
+    StateJobResult,
+    StateManifest,
+    check_reusable,
+)
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.jobs import DriverState
@@ -56,13 +62,13 @@ def run_state_job(
     storage: CheckpointStorageHook | None = None,
     on_launched: Callable[[LaunchHandle], None] | None = None,
     checkpoint_format: int = 1,
-) -> dict[str, Any]:
-    """Submit the state job, wait until it ends, return its result JSON. ``on_launched(handle)``
-    runs right after the submission (a caller records the job, to stop it after a crash);
+) -> StateJobResult:
+    """Submit the state job, wait until it ends, return its result (``_job/result.json``).
+    ``on_launched(handle)`` runs right after the submission (a caller records the job, to stop it after a crash);
     ``checkpoint_format`` 2: the job reads RocksDB state checkpoint format v2 (it refuses to
     on a Spark older than 4.1, before reading). Raises
     :class:`StateExportFailed` (with the driver log tail) when it fails or outlives ``timeout``
-    (it is killed then)."""
+    (it is killed then), or leaves no result or one that is not its record (what the codec found)."""
     storage = storage or CheckpointStorageHook()
     target = target_uri.rstrip("/")
     args = ["--checkpoint", checkpoint_uri, "--batch", str(batch), "--target", target]
@@ -107,13 +113,15 @@ def run_state_job(
     path = posixpath.join(storage.filesystem(target)[1], JOB_RESULT)
     fs.invalidate_cache(posixpath.dirname(path))
     try:
-        result: dict[str, Any] = load_json(read_file(fs, path))
-    except (FileNotFoundError, ValueError) as exc:
-        raise StateExportFailed(found=f"no readable result at {target}/{JOB_RESULT} ({type(exc).__name__})",
-                                expected="the job's result JSON", log_tail=launcher.log_tail(handle, 60),
-                                path=checkpoint_uri) from None
-    log.info("state job %s %s stores in %.1f s", "counted" if list_only else "exported",
-             len(result.get("stores") or ()), time.monotonic() - started)
+        result = StateJobResult.from_json(read_file(fs, path))
+    except FileNotFoundError:
+        raise StateExportFailed(found=f"no result at {target}/{JOB_RESULT}", expected="the job's result JSON",
+                                log_tail=launcher.log_tail(handle, 60), path=checkpoint_uri) from None
+    except StateExportCorrupt as exc:
+        raise StateExportFailed(found=f"{target}/{JOB_RESULT}: {exc.found}", expected=exc.expected,
+                                log_tail=launcher.log_tail(handle, 60), path=checkpoint_uri) from None
+    log.info("state job %s %s stores in %.1f s", "counted" if list_only else "exported", len(result.stores),
+             time.monotonic() - started)
     return result
 
 

@@ -57,3 +57,12 @@ class BrokerStartFailed(LocalStackError):
     """The Kafka broker exited or did not answer metadata requests in time."""
 
     summary = "Kafka broker did not come up"
+
+
+class InvalidDevStackState(LocalStackError, ValueError):
+    """The dev stack's state file (``dev-stack.json``) is not the record ``ckpt dev-stack start`` writes."""
+
+    summary = "dev stack state file unreadable"
+    default_action = ("Nothing was started or stopped. A broker started with it may still run (its log is in the "
+                      "work folder's kafka/ folder): stop it by hand if so, delete the file, then run "
+                      "`ckpt dev-stack start` again.")

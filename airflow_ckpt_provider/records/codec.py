@@ -31,7 +31,8 @@ Strict is the default. The values written by older releases carry no format numb
 read leniently (derived keys ignored, numbers accepted as text); their codecs say so explicitly
 (``version=None``, ``unknown_keys="ignore"``, a field without ``types``) so that what they accept
 does not change while they move here, and each leniency can be removed by one line when the
-value gets a versioned format.
+value gets a versioned format. A value an older release wrote as a bare JSON array (no object, so
+no format number) names the field that array is read into (``bare_array``): it reads as format 0.
 """
 
 from __future__ import annotations
@@ -192,18 +193,24 @@ class Codec:
     key), ``unknown_keys`` "refuse" or (a leniency) "ignore", ``too_large`` the error raised
     (instead of ``error``) for text beyond the size or depth limits (e.g. the typed
     :class:`~airflow_ckpt_provider.checkpoint.errors.JsonTooLarge`), ``strict_json`` also refuses
-    text with duplicate keys or NaN/Infinity."""
+    text with duplicate keys or NaN/Infinity, ``bare_array`` names the field a bare JSON array is
+    read into (the value as an older release wrote it: format :data:`UNVERSIONED`, which
+    ``versions`` must name)."""
 
     def __init__(self, what: str, error: type[TypedError], fields: Mapping[str, Field], *,
                  version: int | None = 1, versions: tuple[int, ...] = (),
                  unknown_keys: Literal["refuse", "ignore"] = "refuse",
-                 too_large: type[TypedError] | None = None, strict_json: bool = False) -> None:
+                 too_large: type[TypedError] | None = None, strict_json: bool = False,
+                 bare_array: str | None = None) -> None:
         if FORMAT_KEY in fields:
             raise ValueError(f"{what}: {FORMAT_KEY!r} is the codec's own key, not a field")
         if version is not None and version <= UNVERSIONED:
             raise ValueError(f"{what}: format numbers start at {UNVERSIONED + 1}, not {version}")
         if unknown_keys not in ("refuse", "ignore"):
             raise ValueError(f"unknown_keys must be 'refuse' or 'ignore', not {unknown_keys!r}")
+        if bare_array is not None and (bare_array not in fields or UNVERSIONED not in versions):
+            raise ValueError(f"{what}: a bare array is read into one of its fields as format {UNVERSIONED}, "
+                             f"not into {bare_array!r} with versions {versions}")
         self.what = what
         self.error = error
         self.fields = dict(fields)
@@ -212,13 +219,15 @@ class Codec:
         self.unknown_keys = unknown_keys
         self.too_large = too_large
         self.strict_json = strict_json
+        self.bare_array = bare_array
 
     def refuse(self, found: str, expected: str) -> TypedError:
         """The value's own error (to raise)."""
         return self.error(found=found, expected=expected)
 
     def parse(self, data: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
-        """Steps 1 and 2: the JSON object of ``data`` (a mapping is taken as it is)."""
+        """Steps 1 and 2: the JSON object of ``data`` (a mapping is taken as it is; text of a bare
+        array, with ``bare_array``, as the object holding it in that field)."""
         if isinstance(data, Mapping):
             return data
         if not isinstance(data, (str, bytes, bytearray)):
@@ -233,6 +242,8 @@ class Codec:
         except ValueError as exc:  # not JSON, not UTF-8
             raise self.refuse(_reason(exc, f"{self.what} text that is not JSON ({exc})"),
                               f"{self.what} as a JSON object") from None
+        if self.bare_array is not None and isinstance(raw, list):
+            return {self.bare_array: raw}
         if not isinstance(raw, dict):
             raise self.refuse(f"{self.what} JSON {json_type_name(raw)}", f"{self.what} as a JSON object")
         return raw

@@ -46,7 +46,6 @@ escalates to a kill after its timeout.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -85,6 +84,7 @@ from airflow_ckpt_provider.spark.standby import standby_run_id
 from airflow_ckpt_provider.spark.trial import (
     OPERATORS_RECORD,
     TRIAL_RECORD,
+    operators_record,
     stateful_operators,
     trial_batches,
     trial_record,
@@ -594,7 +594,7 @@ class GracefulStop:
             return
         self._operators = found
         try:
-            self.files.write(OPERATORS_RECORD, json.dumps(found, sort_keys=True).encode())
+            self.files.write(OPERATORS_RECORD, operators_record(found))
         except Exception as exc:  # noqa: BLE001
             log.warning("could not record the stateful operators: %s", exc)
 

@@ -67,10 +67,15 @@ def handed_over_starting_offsets(spark: SparkSession) -> str | None:
 
 
 def handover_json(spark: SparkSession) -> dict[str, Any] | None:
-    """The handover the launcher passed (``spark.ckpt.handoverJson``) as a dict, or None."""
+    """The handover the launcher passed (``spark.ckpt.handoverJson``) as a dict, or None; decoded
+    by :class:`~airflow_ckpt_provider.checkpoint.handover.Handover`'s codec
+    (:class:`~airflow_ckpt_provider.checkpoint.errors.InvalidHandover`, a ``ValueError``, when
+    it is not a handover)."""
+    from airflow_ckpt_provider.checkpoint.handover import Handover  # the core, only on this path
+
     await_handover(spark)
     raw = _conf(spark, CONF_HANDOVER_JSON)
-    return json_limits.loads(raw, what="handover") if raw else None
+    return Handover.from_json(raw).to_dict() if raw else None
 
 
 def _topics(topics: str | Iterable[str]) -> list[str]:

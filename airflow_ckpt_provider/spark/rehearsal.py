@@ -103,7 +103,7 @@ def _rehearse_state_read(spark: Any, scratch: Path, batch: int) -> int:  # noqa:
 
     with session_conf(spark, restore=(STATE_PARTITIONS_CONF,)):
         result = export_state(spark, (scratch / "checkpoint").as_uri(), batch, (scratch / "state").as_uri())
-    return sum(int(store.get("rows", 0) or 0) for store in result["stores"])
+    return sum(int(store.get("rows", 0) or 0) for store in result.stores)
 
 
 def rehearse_query(spark: Any, source: Callable[[], Any], *,  # noqa: ANN401 - a SparkSession

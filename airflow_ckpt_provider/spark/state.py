@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_ckpt_provider import json_limits
 from airflow_ckpt_provider.records.control import CONF_INITIAL_STATE_PATH
 from airflow_ckpt_provider.spark.standby import await_handover
 
@@ -73,12 +72,17 @@ def initial_state_path(spark: SparkSession) -> str | None:
 
 def read_state_manifest(spark: SparkSession, path: str | None = None) -> dict[str, Any]:
     """The export's ``state-manifest.json`` (read through the session's Hadoop FileSystem: any
-    store Spark reads, without a Spark job); :class:`StateNotExported` when there is no export."""
+    store Spark reads, without a Spark job), decoded by
+    :class:`~airflow_ckpt_provider.checkpoint.state.StateManifest`'s codec, as its dict with the
+    export's ``location``; :class:`StateNotExported` when there is no export,
+    :class:`~airflow_ckpt_provider.checkpoint.errors.StateExportCorrupt` (naming the file) when the
+    manifest is not one."""
     root = path or initial_state_path(spark)
     if not root:
         raise StateNotExported(f"found no {CONF_INITIAL_STATE_PATH} and no path; expected the location of a state "
                                "export. The upgrade carried no state (a stateless old query, or carry_state off): "
                                "start empty, or export it with `ckpt export-state` and pass the path.")
+    from airflow_ckpt_provider.checkpoint.state import StateManifest  # the core, only on this path
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
     try:
@@ -90,7 +94,7 @@ def read_state_manifest(spark: SparkSession, path: str | None = None) -> dict[st
     if data is None:
         raise StateNotExported(f"found {found} under {root}; expected a complete, verified export (its manifest "
                                "is written last). Run the export again.")
-    manifest: dict[str, Any] = json_limits.loads(data.decode("utf-8"), what=MANIFEST)
+    manifest = StateManifest.from_json(data, where=f"{root.rstrip('/')}/{MANIFEST}").to_dict()
     manifest["location"] = root.rstrip("/")
     return manifest
 

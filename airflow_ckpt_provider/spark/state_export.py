@@ -25,7 +25,10 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.state import StateJobResult
 
 log = logging.getLogger("ckpt.state_export")
 
@@ -77,13 +80,16 @@ def _state_variables(properties: str | None) -> list[str]:
 
 
 def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, list_only: bool = False,
-                 extra_stores: list[tuple[int, str]] | None = None) -> dict[str, Any]:
+                 extra_stores: list[tuple[int, str]] | None = None) -> StateJobResult:
     """Read every store's state after ``batch_id`` and (unless ``list_only``) write it under
-    ``target``; returns the result (see the module doc). ``extra_stores`` adds (operator, store name)
+    ``target``; returns the result (see the module doc:
+    :class:`~airflow_ckpt_provider.checkpoint.state.StateJobResult`). ``extra_stores`` adds (operator, store name)
     pairs of operators ``state-metadata`` does not list (no operator metadata: Spark 3.5). Spark's
     own errors propagate."""
     from pyspark.sql import Observation, Row
     from pyspark.sql import functions as F
+
+    from airflow_ckpt_provider.checkpoint.state import StateJobResult
 
     newer_reader = _spark_version(spark) >= (4, 2)
     if newer_reader:  # 4.2's state reader loads stores through the StateStoreCoordinator of spark.streams
@@ -139,8 +145,8 @@ def export_state(spark: Any, checkpoint: str, batch_id: int, target: str, *, lis
                 "renamed_fields": renamed, "rows": rows, "checksum": checksum, "min_batch_id": row.minBatchId,
                 "max_batch_id": row.maxBatchId,
             })
-    return {"batch_id": batch_id, "checkpoint": checkpoint, "spark_version": spark.version, "stores": stores,
-            "listed_only": list_only}
+    return StateJobResult(batch_id=batch_id, checkpoint=checkpoint, spark_version=str(spark.version),
+                          stores=tuple(stores), listed_only=list_only)
 
 
 def checksum_column() -> Any:
@@ -175,12 +181,12 @@ def use_checkpoint_format(spark: Any, version: int) -> None:
     log.info("reading state checkpoint format v%d on Spark %s", version, spark.version)
 
 
-def write_result(spark: Any, uri: str, result: dict[str, Any]) -> None:
-    """Write the result JSON through Hadoop's FileSystem (any store Spark writes to)."""
+def write_result(spark: Any, uri: str, result: StateJobResult) -> None:
+    """Write the result JSON (with its format number) through Hadoop's FileSystem (any store Spark writes to)."""
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
     parent, _, name = uri.rstrip("/").rpartition("/")
-    HadoopFiles(spark, parent).write(name, json.dumps(result, sort_keys=True).encode())
+    HadoopFiles(spark, parent).write(name, result.to_json().encode())
 
 
 def main(argv: list[str] | None = None) -> int:

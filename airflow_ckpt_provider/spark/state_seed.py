@@ -28,7 +28,6 @@ from airflow_ckpt_provider.checkpoint.snapshot_reader import SnapshotReader
 from airflow_ckpt_provider.checkpoint.state import (
     CONF_CHECKPOINT_FORMAT,
     STATE_MANIFEST,
-    ExportedStore,
     StateManifest,
     state_layout,
 )
@@ -99,7 +98,7 @@ def seed_state(spark: Any, handover: Handover, batch: int | None, target: str, *
         handover=handover.to_dict(), state_store_provider=provider,
         checkpoint_format_version=format_version, batch_watermark_ms=offsets.batch_watermark_ms or 0,
         next_batch_watermark_ms=commit.next_batch_watermark_ms, spark_version=str(spark.version),
-        created_at=utc_iso(timespec="seconds"), stores=tuple(ExportedStore.from_job(s) for s in result["stores"]))
+        created_at=utc_iso(timespec="seconds"), stores=result.exported_stores())
     from airflow_ckpt_provider.spark.graceful_stop import HadoopFiles
 
     HadoopFiles(spark, target).write(STATE_MANIFEST, manifest.to_json().encode())

@@ -1,4 +1,5 @@
-"""The trial contract, inside the user's Spark driver (imports only pyspark and the stdlib).
+"""The trial contract, inside the user's Spark driver (imports only pyspark and the stdlib; the
+provider's pure core, whose records the driver's files are, only when it writes one).
 
 Before an upgrade stops anything, the provider tries the new version on COPIES (``ckpt
 check-upgrade``, ``CompatibilityCheckOperator``): it launches the job with these conf keys::
@@ -22,10 +23,12 @@ Spark's Kafka source commits no offsets to Kafka.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperator
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +123,30 @@ def parse_stateful_operators(plan: str) -> list[dict[str, Any]]:
     return [found[i] for i in sorted(found)]
 
 
+def _operators(operators: list[dict[str, Any]]) -> tuple[StatefulOperator, ...]:
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperator  # the core, only when writing
+
+    return tuple(StatefulOperator.from_dict(o) for o in operators)
+
+
+def operators_record(operators: list[dict[str, Any]]) -> bytes:
+    """The ``_ckpt/stateful-operators.json`` a driver writes once its first batch ran
+    (:class:`~airflow_ckpt_provider.checkpoint.compat.StatefulOperators`)."""
+    from airflow_ckpt_provider.checkpoint.compat import StatefulOperators
+
+    return StatefulOperators(_operators(operators)).to_json().encode()
+
+
 def trial_record(*, batches: int, operators: list[dict[str, Any]] | None, error: str = "") -> bytes:
-    """The ``_ckpt/trial.json`` a trial's driver writes when it ends."""
-    return json.dumps({"contract": True, "outputs": redirected_outputs(), "batches": batches,
-                       "operators": operators, "error": error}, sort_keys=True).encode()
+    """The ``_ckpt/trial.json`` a trial's driver writes when it ends
+    (:class:`~airflow_ckpt_provider.checkpoint.compat.TrialRecord`)."""
+    from airflow_ckpt_provider.checkpoint.compat import TrialRecord
+
+    return TrialRecord(batches=batches, operators=None if operators is None else _operators(operators),
+                       outputs=redirected_outputs(), error=error).to_json().encode()
 
 
 __all__ = ["CONF_TRIAL", "CONF_TRIAL_BATCHES", "CONF_TRIAL_SINK", "CONTRACT_CALLS", "OPERATORS_RECORD",
-           "TRIAL_RECORD", "is_dry_run", "parse_stateful_operators", "redirected_outputs", "sink_location",
+           "TRIAL_RECORD", "is_dry_run", "operators_record", "parse_stateful_operators", "redirected_outputs",
+           "sink_location",
            "stateful_operators", "trial_batches", "trial_record"]

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import builtins
 import getpass
-import json
 import logging
 import posixpath
 import socket
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -44,7 +43,6 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UnreadableCheckpoint,
 )
 from airflow_ckpt_provider.checkpoint.handover import Handover, handover_from_snapshot
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
@@ -52,6 +50,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     MANIFEST,
     ArchivedFile,
     ArchiveInfo,
+    ArchiveIntent,
     ArchiveManifest,
     RetentionPlan,
     archive_dir_name,
@@ -261,7 +260,8 @@ class CheckpointArchive:
         :class:`QueryStillRunning`, :class:`HandoverMismatch` before anything is written;
         :class:`CheckpointChanged` if the checkpoint changed during the copy;
         :class:`ArchiveCorrupt` if the copy does not verify; :class:`ArchiveConflict` if the
-        upgrade id's archive was made from another checkpoint. A complete archive for the same
+        upgrade id's archive was made from another checkpoint, :class:`InvalidArchiveIntent` if its
+        unfinished archive's ``_intent.json`` is not an intent. A complete archive for the same
         upgrade id is verified and returned (no second copy).
         """
         timings = self.timings = {}
@@ -281,10 +281,10 @@ class CheckpointArchive:
         plan = self._plan(stream_name, upgrade_id)
         if plan.complete:
             return self._reuse(plan, source_fs, source, source_uri, remove_source, workers)
-        intent = {"stream_name": stream_name, "upgrade_id": upgrade_id, "source_uri": source_uri,
-                  "started_at": plan.started_at.isoformat(), "created_by": created_by or default_actor(),
-                  "reason": reason, "dag_run_id": dag_run_id}
-        self._write_intent(plan, intent)
+        intent = self._write_intent(plan, ArchiveIntent(
+            stream_name=stream_name, upgrade_id=upgrade_id, source_uri=source_uri,
+            started_at=plan.started_at.isoformat(), created_by=created_by or default_actor(), reason=reason,
+            dag_run_id=dag_run_id))
         data = posixpath.join(plan.path, DATA_DIR)
         archive_uri = f"{self.uri}/{stream_name}/{plan.name}"
         local = is_local(self.fs)
@@ -322,7 +322,7 @@ class CheckpointArchive:
             archive_uri=archive_uri, query_id=snapshot.query_id,
             last_committed_batch=snapshot.last_committed_batch, handover=handover,
             spark_conf=snapshot.conf, files=tuple(entries), empty_dirs=tuple(empty_dirs),
-            created_by=intent["created_by"], reason=reason, dag_run_id=dag_run_id,
+            created_by=intent.created_by, reason=reason, dag_run_id=dag_run_id,
             started_at=plan.started_at.isoformat(), completed_at=self.clock().isoformat(),
             provider_version=_version(),
         )
@@ -385,27 +385,31 @@ class CheckpointArchive:
         name = archive_dir_name(started, upgrade_id)
         return _Plan(name, posixpath.join(self.root, stream, name), started, resumed=False, complete=False)
 
-    def _write_intent(self, plan: _Plan, intent: dict[str, str]) -> None:
-        """Record what this archive is for before copying; a resumed run must match it."""
+    def _write_intent(self, plan: _Plan, intent: ArchiveIntent) -> ArchiveIntent:
+        """Record what this archive is for before copying; a resumed run must match it. Returns
+        the intent in force (a resumed archive keeps its first start). :class:`ArchiveConflict`
+        when the unfinished archive is of another checkpoint, :class:`InvalidArchiveIntent` when its
+        ``_intent.json`` is not an intent (nothing is copied: what it was for is unknown)."""
         path = posixpath.join(plan.path, INTENT)
         if plan.resumed:
             try:
-                before = load_json(read_file(self.fs, path))
-            except (FileNotFoundError, ValueError):
-                before = None
-            if before is not None:
-                if before.get("source_uri") != intent["source_uri"]:
-                    raise ArchiveConflict(found=f"upgrade {intent['upgrade_id']} archiving {before.get('source_uri')}",
-                                          expected=f"the same checkpoint {intent['source_uri']}", path=plan.path)
-                intent.update(started_at=before.get("started_at", intent["started_at"]))
-                return
-        data = json.dumps(intent, sort_keys=True).encode()
+                data = read_file(self.fs, path)
+            except FileNotFoundError:
+                data = None
+            if data is not None:
+                before = ArchiveIntent.from_json(data, path=path)
+                if before.source_uri != intent.source_uri:
+                    raise ArchiveConflict(found=f"upgrade {intent.upgrade_id} archiving {before.source_uri}",
+                                          expected=f"the same checkpoint {intent.source_uri}", path=plan.path)
+                return replace(intent, started_at=before.started_at)
+        data = intent.to_json().encode()
         if is_local(self.fs):
             make_private_dirs(plan.path)
             write_private_file(path, data)
         else:
             self.fs.makedirs(plan.path, exist_ok=True)
             self.fs.pipe_file(path, data)
+        return intent
 
     def _copy_tree(self, src_fs: AbstractFileSystem, src: str, files: Mapping[str, int], empty_dirs: list[str],
                    dst: str, workers: int, resumed: bool, where: str) -> tuple[list[ArchivedFile], dict[str, Any]]:

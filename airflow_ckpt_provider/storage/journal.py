@@ -54,15 +54,15 @@ from fsspec import AbstractFileSystem
 
 from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointError,
+    InvalidLockFile,
     JournalCorrupt,
-    JsonTooLarge,
     UpgradeInProgress,
     UpgradeRolledBack,
     shorten,
 )
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.manifest import check_name
 from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field
 from airflow_ckpt_provider.storage.files import create_exclusive, read_file, write_atomic
 from airflow_ckpt_provider.storage.listing import list_names
 from airflow_ckpt_provider.upgrade.record import (
@@ -84,50 +84,81 @@ JOURNAL_DIR = "_upgrades"
 LOCK = "LOCK.json"
 
 
+#: the format of a stream's ``LOCK.json`` (:class:`StreamLock`); the previous release wrote it without one (format 0)
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StreamLock:
+    """A stream's ``LOCK.json``: the upgrade that holds the stream, its run, since when, and the
+    process that took it (format :data:`LOCK_FORMAT`; a lock without a format number is the
+    previous release's, read as format 0). Written once, when taken."""
+
+    upgrade_id: str
+    run_id: str
+    acquired_at: str
+    pid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return _STREAM_LOCK.encode({"upgrade_id": self.upgrade_id, "run_id": self.run_id,
+                                    "acquired_at": self.acquired_at, "pid": self.pid})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> StreamLock:
+        """Decode a lock through its codec; :class:`InvalidLockFile` when it is not one."""
+        return cls(**_STREAM_LOCK.decode(data))
+
+
+_STREAM_LOCK = Codec("stream lock", InvalidLockFile, {
+    "upgrade_id": Field((str,)), "run_id": Field((str,)), "acquired_at": Field((str,)), "pid": Field((int,)),
+}, version=LOCK_FORMAT, versions=(UNVERSIONED,))
+
+
 @dataclass(frozen=True)
 class LockFile:
-    """What a stream's ``LOCK.json`` holds: the holder's fields, or, when the file is not the JSON
-    object this provider writes (empty, not JSON, ``[1,2]``, beyond the input limits), ``problem``
-    saying what was found instead and an empty ``holder``."""
+    """What a stream's ``LOCK.json`` holds: its :class:`StreamLock`, or, when the file is not one
+    (empty, not JSON, ``[1,2]``, a key missing, beyond the input limits), ``problem`` saying what
+    was found instead and what was expected."""
 
     path: str
-    holder: Mapping[str, Any]
+    lock: StreamLock | None
     problem: str | None = None
 
     @property
+    def holder(self) -> Mapping[str, Any]:
+        """The lock's JSON object ({} when it is unreadable)."""
+        return self.lock.to_dict() if self.lock is not None else {}
+
+    @property
     def upgrade_id(self) -> str | None:
-        value = self.holder.get("upgrade_id")
-        return value if isinstance(value, str) else None
+        return self.lock.upgrade_id if self.lock is not None else None
 
     def describe(self) -> str:
         """One line for people: who holds the lock, or what the corrupt file holds."""
-        if self.problem is not None:
-            return f"a lock file that is {self.problem}"
-        held = self.holder
-        upgrade, run, since = (shorten(str(held.get(key, "?")), 200) for key in ("upgrade_id", "run_id", "acquired_at"))
+        if self.lock is None:
+            return f"a lock file that is {self.problem or 'unreadable'}"
+        upgrade, run, since = (shorten(text, 200) for text in (self.lock.upgrade_id, self.lock.run_id,
+                                                               self.lock.acquired_at))
         return f"upgrade {upgrade} (run {run}, since {since})"
 
 
 def read_lock(fs: AbstractFileSystem, path: str) -> LockFile | None:
-    """The lock at ``path``, None when there is none. Never raises for its content: a corrupt lock
-    is a :class:`LockFile` with a ``problem`` (a lock being created can be empty for a moment)."""
+    """The lock at ``path``, None when there is none. Never raises for its content: a lock that is
+    not a :class:`StreamLock` is a :class:`LockFile` with the ``problem`` its codec found (a lock
+    being created can be empty for a moment)."""
     try:
         data = read_file(fs, path)
     except FileNotFoundError:
         return None
     if not data.strip():
-        return LockFile(path, {}, "empty")
+        return LockFile(path, None, "empty")
     try:
-        held = load_json(data, what=LOCK, path=path)
-    except JsonTooLarge as exc:
-        return LockFile(path, {}, f"beyond the input limits ({exc.found})")
-    except ValueError as exc:
-        return LockFile(path, {}, f"not JSON ({shorten(str(exc), 120)}; {len(data):,} bytes)")
-    if not isinstance(held, dict):
-        return LockFile(path, {}, f"a JSON {type(held).__name__} ({shorten(repr(held), 60)}), not an object")
-    if not isinstance(held.get("upgrade_id"), str):
-        return LockFile(path, held, "an object without an upgrade_id string")
-    return LockFile(path, held)
+        return LockFile(path, StreamLock.from_json(data))
+    except InvalidLockFile as exc:
+        return LockFile(path, None, f"unreadable (found {exc.found}; expected {exc.expected})")
 
 
 class UpgradeJournal:
@@ -315,17 +346,17 @@ class UpgradeJournal:
 
     def _lock(self, upgrade_id: str, run_id: str) -> bool:
         """Take the lock (re-entrant for ``upgrade_id``); whether this call created it."""
-        holder = {"upgrade_id": upgrade_id, "run_id": run_id, "acquired_at": self.clock().isoformat(),
-                  "pid": os.getpid()}
+        holder = StreamLock(upgrade_id=upgrade_id, run_id=run_id, acquired_at=self.clock().isoformat(),
+                            pid=os.getpid())
         for _ in range(3):
-            if create_exclusive(self.fs, self.lock_path, json.dumps(holder).encode()):
+            if create_exclusive(self.fs, self.lock_path, holder.to_json().encode()):
                 return True
             lock = read_lock(self.fs, self.lock_path)
             if lock is None:
                 continue  # released meanwhile
             if lock.upgrade_id == upgrade_id:
                 return False
-            if self._stale(lock.holder):
+            if lock.upgrade_id is not None and self._stale(lock.upgrade_id):
                 log.warning("lock of stream held by upgrade %s whose journal is closed: taking it over",
                             lock.upgrade_id)
                 self.fs.rm_file(self.lock_path)
@@ -339,10 +370,8 @@ class UpgradeJournal:
         raise UpgradeInProgress(found=f"a lock at {self.lock_path} that keeps changing",
                                 expected="one upgrade at a time", path=posixpath.dirname(self.uri))
 
-    def _stale(self, held: Mapping[str, Any]) -> bool:
-        other = held.get("upgrade_id")
-        if not isinstance(other, str):
-            return False
+    def _stale(self, other: str) -> bool:
+        """Whether the journal of upgrade ``other`` (a lock's holder) is closed."""
         path = posixpath.join(posixpath.dirname(self.path), f"{other}.json")
         try:
             return JournalRecord.from_json(read_file(self.fs, path), path=path).closed

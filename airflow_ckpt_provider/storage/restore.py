@@ -14,7 +14,7 @@ import os
 import posixpath
 import socket
 import uuid
-from typing import Any
+from dataclasses import asdict, dataclass
 
 from fsspec import AbstractFileSystem
 
@@ -24,13 +24,13 @@ from airflow_ckpt_provider.checkpoint.errors import (
     ArchiveIncomplete,
     ArchiveNotFound,
     CheckpointError,
+    InvalidLockFile,
     LocationsOverlap,
     RestoreInProgress,
     StorageError,
     TargetNotEmpty,
     os_error_parts,
 )
-from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.manifest import (
     DATA_DIR,
     MANIFEST,
@@ -40,6 +40,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
     human_bytes,
 )
 from airflow_ckpt_provider.clock import utc_now
+from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field
 from airflow_ckpt_provider.storage.checksums import check_state_checksums
 from airflow_ckpt_provider.storage.files import (
     O_CLOEXEC,
@@ -115,28 +116,61 @@ def _lock_path(fs: AbstractFileSystem, target: str) -> str:
     return posixpath.join(parent, f".{name}.restore-lock")
 
 
-def _acquire(fs: AbstractFileSystem, lock: str, holder: dict[str, Any], target_path: str) -> None:
+#: the format of a restore target's lock (:class:`RestoreLock`); the previous release wrote it without one (format 0)
+RESTORE_LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RestoreLock:
+    """A restore target's lock (``.<target name>.restore-lock`` beside it): the process that holds
+    it (``pid`` on ``host``), since when, the archive it restores and the temporary folder it copies
+    into (format :data:`RESTORE_LOCK_FORMAT`; a lock without a format number is the previous
+    release's, read as format 0)."""
+
+    pid: int
+    host: str
+    started_at: str = ""
+    archive: str = ""
+    temp: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(_RESTORE_LOCK.encode(asdict(self)))
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> RestoreLock:
+        """Decode a lock through its codec; :class:`InvalidLockFile` when it is not one."""
+        return cls(**_RESTORE_LOCK.present(data))
+
+
+_RESTORE_LOCK = Codec("restore lock", InvalidLockFile, {
+    "pid": Field((int,)), "host": Field((str,)),
+    **{name: Field((str,), required=False) for name in ("started_at", "archive", "temp")},
+}, version=RESTORE_LOCK_FORMAT, versions=(UNVERSIONED,))
+
+
+def _acquire(fs: AbstractFileSystem, lock: str, holder: RestoreLock, target_path: str) -> None:
     """Take the target's lock (the journal's conditional create); a lock left by a dead process on
-    this host is taken over (its temporary folder removed), any other is :class:`RestoreInProgress`."""
+    this host is taken over (its temporary folder removed), any other is :class:`RestoreInProgress`
+    (one that is not a :class:`RestoreLock` too: being written, or damaged)."""
     for _ in range(3):
-        if create_exclusive(fs, lock, json.dumps(holder).encode()):
+        if create_exclusive(fs, lock, holder.to_json().encode()):
             return
+        held: RestoreLock | None
         try:
-            held = load_json(read_file(fs, lock), what="restore lock", path=lock)
+            held = RestoreLock.from_json(read_file(fs, lock))
         except FileNotFoundError:
             continue  # released meanwhile
-        except (ValueError, CheckpointError):
-            held = None  # being written, or damaged: held
-        if isinstance(held, dict) and held.get("host") == holder["host"] and isinstance(held.get("pid"), int) \
-                and not _alive(held["pid"]):
-            log.warning("restore lock %s left by process %s, which is gone: taking it over", lock, held["pid"])
-            leftover = held.get("temp")
-            if isinstance(leftover, str) and leftover.startswith(_temp_prefix(lock)) and fs.exists(leftover):
-                fs.rm(leftover, recursive=True)
+        except CheckpointError as exc:  # InvalidLockFile; JsonTooLarge from the read
+            held, described = None, f"an unreadable lock (found {exc.found}; expected {exc.expected})"
+        else:
+            described = (f"process {held.pid} on {held.host} since {held.started_at or '?'}, "
+                         f"copying into {held.temp or '?'}")
+        if held is not None and held.host == holder.host and not _alive(held.pid):
+            log.warning("restore lock %s left by process %s, which is gone: taking it over", lock, held.pid)
+            if held.temp.startswith(_temp_prefix(lock)) and fs.exists(held.temp):
+                fs.rm(held.temp, recursive=True)
             fs.rm_file(lock)
             continue
-        described = (f"process {held.get('pid')} on {held.get('host')} since {held.get('started_at')}, "
-                     f"copying into {held.get('temp')}") if isinstance(held, dict) else "an unreadable lock"
         raise RestoreInProgress(found=f"{lock} held by {described}", expected="no other restore into this target",
                                 path=target_path)
     raise RestoreInProgress(found=f"a lock at {lock} that keeps changing", expected="one restore at a time",
@@ -195,8 +229,8 @@ def restore_archive(
     local = is_local(target_fs)
     lock = _lock_path(target_fs, target)
     temp = f"{_temp_prefix(lock)}{uuid.uuid4().hex[:12]}" if local else target
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now().isoformat(),
-              "archive": manifest.archive_uri, "temp": temp}
+    holder = RestoreLock(pid=os.getpid(), host=socket.gethostname(), started_at=utc_now().isoformat(),
+                         archive=manifest.archive_uri, temp=temp)
     if holds_anything(target_fs, target):  # before the lock: a refused restore writes nothing at all
         raise TargetNotEmpty(found="existing content", expected="an empty or missing directory", path=target_path)
     try:

@@ -36,6 +36,7 @@ from airflow_ckpt_provider.checkpoint.state import (
     ExportedFile,
     ExportedStore,
     StateExportPlan,
+    StateJobResult,
     StateManifest,
     reads_format_v2,
     spark_major_minor,
@@ -274,17 +275,16 @@ def _read_store(fs: AbstractFileSystem, root: str, store: ExportedStore, uri: st
     return ExportedStore(**{**store.__dict__, "files": tuple(files)})
 
 
-def finish_export(fs: AbstractFileSystem, root: str, plan: StateExportPlan, job_result: Mapping[str, Any], *,
+def finish_export(fs: AbstractFileSystem, root: str, plan: StateExportPlan, job_result: StateJobResult, *,
                   uri: str, upgrade_id: str, handover: Mapping[str, Any] | None = None,
                   clock: Callable[[], datetime] = utc_now,
                   progress: Callable[[str], None] = log.info) -> StateManifest:
     """Read the job's Parquet back, check it against the job's row counts and the plan's
     operators, then write and re-read ``state-manifest.json``. Raises :class:`StateExportCorrupt`."""
     assert plan.batch_id is not None
-    stores = tuple(_read_store(fs, root, ExportedStore.from_job(s), uri, progress)
-                   for s in job_result.get("stores") or ())
-    if int(job_result.get("batch_id", -1)) != plan.batch_id:
-        raise StateExportCorrupt(found=f"the job read batch {job_result.get('batch_id')}",
+    stores = tuple(_read_store(fs, root, store, uri, progress) for store in job_result.exported_stores())
+    if job_result.batch_id != plan.batch_id:
+        raise StateExportCorrupt(found=f"the job read batch {job_result.batch_id}",
                                  expected=f"batch {plan.batch_id}", path=uri)
     missing = sorted(set(plan.operators) - {s.operator_id for s in stores})
     if missing:
@@ -295,7 +295,7 @@ def finish_export(fs: AbstractFileSystem, root: str, plan: StateExportPlan, job_
         checkpoint_uri=plan.checkpoint_uri, query_id=plan.query_id, batch_id=plan.batch_id, upgrade_id=upgrade_id,
         handover=handover, state_store_provider=plan.state_store_provider,
         checkpoint_format_version=plan.checkpoint_format_version, batch_watermark_ms=plan.batch_watermark_ms,
-        next_batch_watermark_ms=plan.next_batch_watermark_ms, spark_version=str(job_result.get("spark_version") or ""),
+        next_batch_watermark_ms=plan.next_batch_watermark_ms, spark_version=job_result.spark_version,
         created_at=clock().isoformat(timespec="seconds"), stores=stores,
     )
     write_atomic(fs, posixpath.join(root, STATE_MANIFEST), manifest.to_json().encode())

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,8 @@ def test_read_back_refuses_rows_the_job_did_not_read(spark, checkpoints, tmp_pat
     plan = plan_state_export(CheckpointReader(str(checkpoint)))
     assert plan.batch_id is not None
     result = export_state(spark, str(checkpoint), plan.batch_id, str(target))
-    result["stores"][0]["rows"] += 1  # what a lost Parquet file looks like to the check
+    first = {**result.stores[0], "rows": result.stores[0]["rows"] + 1}  # what a lost Parquet file looks like
+    result = replace(result, stores=(first, *result.stores[1:]))
     with pytest.raises(StateExportCorrupt, match="rows the export job read"):
         finish_export(FS, str(target), plan, result, uri=str(target), upgrade_id="u")
     assert not (target / STATE_MANIFEST).exists(), "no manifest for an export that does not verify"

@@ -27,13 +27,16 @@ from airflow_ckpt_provider.checkpoint.errors import (
     CheckpointChanged,
     CheckpointError,
     HandoverMismatch,
+    InvalidArchiveIntent,
     QueryStillRunning,
     TargetNotEmpty,
     UnsafeStreamName,
 )
 from airflow_ckpt_provider.checkpoint.manifest import (
+    INTENT,
     MANIFEST,
     ArchiveInfo,
+    ArchiveIntent,
     ArchiveManifest,
     plan_retention,
     sanitize_upgrade_id,
@@ -244,6 +247,53 @@ def test_crash_mid_copy_then_rerun_completes_the_same_archive(stores: tuple[Stor
     assert len(resumed) == total - 2
     assert [(a.name, a.complete) for a in archiver(root).list("orders")] == [(partial.name, True)]
     verify_archive(root.fs, partial.path)
+
+
+def _crashed_archive(src: Store, root: Store) -> tuple[Built, str]:
+    """An archive of a new checkpoint cut short after its first file: (the checkpoint, the archive's path)."""
+    built = build(src)
+
+    def crash(rel: str) -> None:
+        raise Crash("power cut")
+
+    with pytest.raises(Crash):
+        run(archiver(root, workers=1, on_file_copied=crash), built)
+    [partial] = archiver(root).list("orders")
+    return built, partial.path
+
+
+def test_an_unfinished_archive_of_the_previous_release_is_resumed(stores: tuple[Store, Store]) -> None:
+    """Its ``_intent.json`` has no format number; it reads, and stands."""
+    src, root = stores
+    built, path = _crashed_archive(src, root)
+    assert json.loads(root.fs.cat_file(f"{path}/{INTENT}"))["format"] == 1
+    old = ('{"created_by": "airflow", "dag_run_id": "manual__1", "reason": "upgrade", "source_uri": "SOURCE", '
+           '"started_at": "2026-11-21T19:00:00+00:00", "stream_name": "orders", "upgrade_id": "up-1"}'
+           ).replace("SOURCE", built.uri)
+    root.fs.pipe_file(f"{path}/{INTENT}", old.encode())
+    later = archiver(root, workers=1, clock=lambda: T0 + timedelta(hours=1))
+    manifest = run(later, built)
+    assert manifest.archive_uri.endswith(path.rsplit("/", 1)[-1]), "the same archive, completed"
+    verify_archive(root.fs, path)
+    assert root.fs.cat_file(f"{path}/{INTENT}") == old.encode(), "the first run's intent stands"
+    assert ArchiveIntent.from_json(old).started_at == "2026-11-21T19:00:00+00:00"
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    (b"{half", "archive intent text that is not JSON"),
+    (b'{"format": 1, "stream_name": "orders"}', "archive intent without 'upgrade_id'"),
+    (b'{"format": 2}', "archive intent format 2 (written by a newer release"),
+])
+def test_an_unfinished_archive_whose_intent_is_damaged_is_not_resumed(stores: tuple[Store, Store], content: bytes,
+                                                                      found: str) -> None:
+    src, root = stores
+    built, path = _crashed_archive(src, root)
+    root.fs.pipe_file(f"{path}/{INTENT}", content)
+    copied: list[str] = []
+    with pytest.raises(InvalidArchiveIntent) as refused:
+        run(archiver(root, on_file_copied=copied.append), built)
+    assert found in refused.value.found and refused.value.path == f"{path}/{INTENT}" and copied == []
+    assert root.fs.cat_file(f"{path}/{INTENT}") == content, "left for a person to look at"
 
 
 def test_rerun_of_a_complete_archive_copies_nothing(stores: tuple[Store, Store]) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint import LaunchHandle
+from airflow_ckpt_provider.cli.common import EXIT_ERROR
 from airflow_ckpt_provider.cli.dev_stack import DevStack, topic_spec
 from airflow_ckpt_provider.hooks.kafka import client_config_from_connection
 from airflow_ckpt_provider.hooks.launcher import PYSPARK_PYTHON_ENV
@@ -128,6 +129,26 @@ def test_status_and_env_of_a_stack_that_does_not_run(tmp_path: Path) -> None:
     assert run("dev-stack", "status", "--work", str(tmp_path))[0] == 4
     assert run("dev-stack", "stop", "--work", str(tmp_path))[:2] == (0, f"not running (work folder {tmp_path}): "
                                                                       "nothing to stop\n")
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    ("{not json", "dev stack state text that is not JSON"),
+    ('{"pid": 1, "port": "9092", "controller_port": 2, "data_dir": "d", "log_file": "l"}', "'port' of JSON string"),
+    ('{"format": 2, "pid": 1}', "dev stack state format 2 (written by a newer release"),
+])
+def test_a_damaged_state_file_is_an_error_naming_it_not_a_stack_that_does_not_run(tmp_path: Path, content: str,
+                                                                                   found: str) -> None:
+    (tmp_path / "dev-stack.json").write_text(content)
+    for action in ("status", "stop", "start"):
+        code, out, err = run("dev-stack", action, "--work", str(tmp_path))
+        assert (code, out) == (EXIT_ERROR, "") and found in err and str(tmp_path / "dev-stack.json") in err, err
+        assert "delete the file" in err
+    assert (tmp_path / "dev-stack.json").read_text() == content, "left as it was"
+
+
+def test_the_state_file_round_trips_with_its_format_number() -> None:
+    stack = DevStack(pid=4242, port=41234, controller_port=41235, data_dir="d", log_file="l")
+    assert json.loads(stack.to_json())["format"] == 1 and DevStack.from_json(stack.to_json()) == stack
 
 
 def test_start_without_the_jars_says_to_run_make_jvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

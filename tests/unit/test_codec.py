@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from airflow_ckpt_provider.checkpoint.errors import CheckpointError, InvalidVerdict, JsonTooLarge
 from airflow_ckpt_provider.json_limits import MAX_JSON_DEPTH
-from airflow_ckpt_provider.records.codec import FORMAT_KEY, Codec, Field, array_of, json_type_name, one_of
+from airflow_ckpt_provider.records.codec import (
+    FORMAT_KEY,
+    UNVERSIONED,
+    Codec,
+    Field,
+    array_of,
+    json_type_name,
+    one_of,
+)
 
 
 class SampleError(CheckpointError, ValueError):
@@ -210,3 +218,19 @@ def test_strict_json_refuses_duplicate_keys_and_nan() -> None:
     for text in ('{"a": 1, "a": 2}', '{"a": NaN}'):
         with pytest.raises(SampleError, match="not JSON"):
             strict.decode(text)
+
+
+def test_a_bare_array_of_an_older_release_reads_as_format_0_only_where_the_codec_names_its_field() -> None:
+    listed = Codec("Listed", SampleError, {"items": Field((list,), decode=array_of(int))}, versions=(UNVERSIONED,),
+                   bare_array="items")
+    assert listed.decode("[1, 2]") == listed.decode('{"items": [1, 2]}') == listed.decode(b'{"format": 1, "items": [1, 2]}')
+    assert listed.decode("[1, 2]") == {"items": (1, 2)}
+    with pytest.raises(SampleError, match="'items' = \\[1, 'x'\\], not valid"):
+        listed.decode('[1, "x"]')
+    with pytest.raises(SampleError, match="Listed JSON array"):  # a codec without it refuses an array
+        Codec("Listed", SampleError, {"items": Field((list,))}, versions=(UNVERSIONED,)).decode("[1]")
+    with pytest.raises(SampleError, match="Listed JSON string"):
+        listed.decode('"x"')
+    for bad in ({"bare_array": "nope", "versions": (UNVERSIONED,)}, {"bare_array": "items"}):
+        with pytest.raises(ValueError, match="a bare array"):
+            Codec("Bad", SampleError, {"items": Field((list,))}, **bad)  # type: ignore[arg-type]

@@ -12,7 +12,9 @@ from airflow_ckpt_provider.checkpoint.compat import (
     CompatibilityVerdict,
     Rule,
     StatefulOperator,
+    StatefulOperators,
     TrialKind,
+    TrialRecord,
     TrialResult,
     check_trial_location,
     classify,
@@ -20,10 +22,10 @@ from airflow_ckpt_provider.checkpoint.compat import (
     read_failure,
     spark_error,
 )
-from airflow_ckpt_provider.checkpoint.errors import InvalidVerdict, TrialRefused
+from airflow_ckpt_provider.checkpoint.errors import InvalidTrialRecord, InvalidVerdict, TrialRefused
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.jobs import DriverState
-from airflow_ckpt_provider.spark.trial import TRIAL_RECORD, parse_stateful_operators
+from airflow_ckpt_provider.spark.trial import OPERATORS_RECORD, TRIAL_RECORD, parse_stateful_operators
 
 WRAP = ("[STREAM_FAILED] Query [id = 74c78bbd-4366-427f-b609-6eede63c354f, runId = b141cfd9-7e07-4c76-bc93-"
         "a52ce9233397] terminated with exception: ")
@@ -312,10 +314,12 @@ def test_the_migrated_trial_given_the_old_state_says_so() -> None:
 
 class TrialLauncher:
     """A launcher at the hook boundary: each launch "runs" its trial at once, writing the trial
-    record a job following the contract writes; remembers each launch's conf."""
+    record a job following the contract writes (or ``record``); remembers each launch's conf."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: str | None = None) -> None:
         self.launches: list[dict[str, Any]] = []
+        self.record = record if record is not None else TrialRecord(
+            batches=1, operators=(), outputs={"output": "/lake/orders"}).to_json()
 
     def launch(self, application: str, *, checkpoint_uri: str, conf: dict[str, str], name: str,
                **kwargs: Any) -> LaunchHandle:
@@ -323,7 +327,7 @@ class TrialLauncher:
                               "name": name})
         record = Path(checkpoint_uri) / TRIAL_RECORD
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"contract": True, "outputs": ["sink"], "batches": 1, "operators": []}))
+        record.write_text(self.record)
         return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=checkpoint_uri, app_name=name,
                             started_at="2026-11-26T00:00:00+00:00", pid=4242)
 
@@ -418,3 +422,39 @@ def test_check_upgrade_selects_the_kafka_source_by_the_handovers_rule(tmp_path: 
     assert list(trials.iterdir()) == [], "nothing copied before the refusal"
     with pytest.raises(Launched):
         check_upgrade(**common, source=1, migrated=True)  # type: ignore[arg-type]
+
+
+def test_the_old_versions_operators_file_of_the_previous_release_reads_and_a_damaged_one_is_refused(
+        tmp_path: Path) -> None:
+    """The previous release's driver wrote the bare array (its ids once as text); this one writes the
+    record with its format number. A damaged file is refused before anything starts, naming it."""
+    import fsspec
+
+    from airflow_ckpt_provider.hooks.compat import _old_operators
+
+    fs = fsspec.filesystem("file")
+    (tmp_path / "_ckpt").mkdir()
+    assert _old_operators(fs, str(tmp_path)) is None  # the old version recorded none
+    (tmp_path / OPERATORS_RECORD).write_text('[{"detail": "Inner", "name": "StreamingSymmetricHashJoinExec", '
+                                              '"operator_id": "0"}]')
+    join = (StatefulOperator(0, "StreamingSymmetricHashJoinExec", "Inner"),)
+    assert _old_operators(fs, str(tmp_path)) == join
+    assert json.loads(StatefulOperators(join).to_json())["format"] == 1
+    (tmp_path / OPERATORS_RECORD).write_text(StatefulOperators(join).to_json())
+    assert _old_operators(fs, str(tmp_path)) == join
+    (tmp_path / OPERATORS_RECORD).write_text('{"operators": [{"name": "x"}]}')
+    with pytest.raises(InvalidTrialRecord) as refused:
+        _old_operators(fs, str(tmp_path))
+    assert "without 'operator_id'" in refused.value.found and refused.value.path == str(tmp_path / OPERATORS_RECORD)
+
+
+def test_a_damaged_trial_record_is_refused_and_the_trial_files_are_deleted(tmp_path: Path) -> None:
+    from airflow_ckpt_provider.hooks.compat import check_upgrade
+
+    old = spark_checkpoint(tmp_path, stateful=False)
+    launcher = TrialLauncher(record='{"batches": "one", "outputs": {"output": "/lake/orders"}}')
+    with pytest.raises(InvalidTrialRecord, match="'batches' of JSON string") as refused:
+        check_upgrade(old_checkpoint=str(old), new_application="v2.jar", launcher=launcher,  # type: ignore[arg-type]
+                      trial_root=str(tmp_path / "trials"), carry_state=False, poll_interval=0.01)
+    assert str(refused.value.path).endswith(TRIAL_RECORD)
+    assert list((tmp_path / "trials").iterdir()) == [], "the trial files are deleted"

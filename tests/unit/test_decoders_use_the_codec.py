@@ -53,23 +53,9 @@ RAW_JSON_EDGES: dict[tuple[str, str], str] = {
     ("sinks/spec.py", "SinkSpec.from_value"): "the sink declaration DAG param",
     ("cli/common.py", "storage_options"): "a command-line option's value",
     ("jobs/supervise.py", "_control"): "storage options the launcher passes in the environment",
-    ("spark/kafka.py", "handover_json"): "the handover the launcher passes in the job's Spark conf, handed to the "
-                                         "job as the object it is (the provider decodes it with Handover's codec)",
     # what this process just encoded itself, read back to embed or mask it (no input)
     ("checkpoint/report.py", "UpgradeReport.to_dict"): "the report's own JSON, with credentials masked in the text",
     ("cli/journal.py", "_journal"): "journals this command read through their codec, shown as one JSON document",
-    # files of the provider still parsed without a codec: kept small and checked by hand (see each)
-    ("cli/dev_stack.py", "read_state"): "the local dev stack's state file, rewritten by every `ckpt dev-stack` "
-                                        "(not an upgrade's record)",
-    ("hooks/compat.py", "_read_json"): "the trial driver's files; each value is then decoded by its codec "
-                                       "(StatefulOperator.from_dict, the trial record's reader)",
-    ("hooks/state_export.py", "run_state_job"): "the state export job's result file, written by that job "
-                                                "moments before; only its counts are read",
-    ("spark/state.py", "read_state_manifest"): "the state manifest read in the driver, which keeps the "
-                                               "standard-library reader",
-    ("storage/archive.py", "CheckpointArchive._write_intent"): "the archive's intent file, compared key by key",
-    ("storage/journal.py", "read_lock"): "the stream's lock: who holds it",
-    ("storage/restore.py", "_acquire"): "the restore target's lock: who holds it",
 }
 
 

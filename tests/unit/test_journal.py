@@ -348,14 +348,36 @@ def test_ckpt_journal_lists_each_run_entry(tmp_path: Path) -> None:
 # -- a damaged lock file -----------------------------------------------------------------------------
 
 DAMAGED_LOCKS = {
-    "list": (b"[1,2]", "a JSON list ([1, 2]), not an object"),
+    "list": (b"[1,2]", "unreadable (found stream lock JSON array; expected stream lock as a JSON object)"),
     "empty": (b"", "empty"),
     "blank": (b"  \n", "empty"),
-    "not-json": (b"lock held by bob", "not JSON"),
-    "deep": (b"[" * 100_000 + b"]" * 100_000, "beyond the input limits"),
-    "no-upgrade-id": (b'{"run_id": "r"}', "an object without an upgrade_id string"),
-    "number-upgrade-id": (b'{"upgrade_id": 7}', "an object without an upgrade_id string"),
+    "not-json": (b"lock held by bob", "unreadable (found stream lock text that is not JSON"),
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "unreadable (found stream lock: JSON"),
+    "no-upgrade-id": (b'{"run_id": "r"}', "unreadable (found stream lock without 'upgrade_id'; expected upgrade_id: "
+                                         "string)"),
+    "number-upgrade-id": (b'{"upgrade_id": 7}', "unreadable (found stream lock 'upgrade_id' of JSON integer (7)"),
+    "newer": (b'{"format": 2, "upgrade_id": "u"}', "unreadable (found stream lock format 2 (written by a newer "
+                                                  "release: upgrade the provider); expected format 1)"),
 }
+
+
+def test_a_lock_of_the_previous_release_names_its_holder_and_this_release_writes_its_format(
+        root: tuple[Any, str]) -> None:
+    from airflow_ckpt_provider.storage.journal import read_lock
+
+    fs, _ = root
+    journal = journal_for(root)
+    journal.open(INTENT, derive_upgrade_id(INTENT), run_id="run-1")
+    assert json.loads(fs.cat_file(journal.lock_path))["format"] == 1
+    old = b'{"upgrade_id": "up-0123456789ab", "run_id": "manual__1", "acquired_at": "2026-11-21T19:40:00+00:00", ' \
+          b'"pid": 4242}'
+    fs.pipe_file(journal.lock_path, old)
+    lock = read_lock(fs, journal.lock_path)
+    assert lock is not None and lock.problem is None and lock.upgrade_id == "up-0123456789ab"
+    assert lock.describe() == "upgrade up-0123456789ab (run manual__1, since 2026-11-21T19:40:00+00:00)"
+    other = UpgradeIntent(**{**INTENT.__dict__, "new_checkpoint": "/cp/v3"})
+    with pytest.raises(UpgradeInProgress, match="upgrade up-0123456789ab .run manual__1"):
+        journal_for(root, other).open(other, derive_upgrade_id(other), run_id="run-2")
 
 
 @pytest.mark.parametrize("name", DAMAGED_LOCKS)

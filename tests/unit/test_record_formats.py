@@ -1,7 +1,8 @@
 """Records across releases: what the previous release wrote (literal texts below, kept as they were
 written) still reads, what this release writes carries its format number, and a newer format is
-refused with the record's own typed error. The journal, its parts and the control files the
-provider and the driver exchange."""
+refused with the record's own typed error. The journal, its parts, the control files the
+provider and the driver exchange, and the provider's other files (the dev stack's state, the trial
+driver's files, the state job's result, the archive's intent, the locks)."""
 
 from __future__ import annotations
 
@@ -182,3 +183,69 @@ def test_unversioned_reads_only_when_the_codec_names_it() -> None:
 def test_the_provider_errors_are_the_codec_typed_errors() -> None:
     """A nested value's refusal is recognised by the codec through the base it shares."""
     assert issubclass(InvalidStopResult, TypedError) and issubclass(JournalCorrupt, TypedError)
+
+
+# -- the provider's own files, given format 1 (what the previous release wrote: no format number) ---------
+
+#: Each file as the previous release wrote it, with its record type and its typed error.
+OLD_FILES: dict[str, tuple[str, str]] = {
+    "dev-stack.json": ("airflow_ckpt_provider.cli.dev_stack:DevStack",
+                       '{\n  "pid": 4242,\n  "port": 41234,\n  "controller_port": 41235,\n  "data_dir": "/w/kafka/data",\n'
+                       '  "log_file": "/w/kafka/kafka.log"\n}\n'),
+    "_ckpt/trial.json": ("airflow_ckpt_provider.checkpoint.compat:TrialRecord",
+                         '{"batches": 2, "contract": true, "error": "", "operators": [{"detail": "customer", '
+                         '"name": "StateStoreSaveExec", "operator_id": 0}], "outputs": {"output": "/lake/orders"}}'),
+    "_ckpt/stateful-operators.json": ("airflow_ckpt_provider.checkpoint.compat:StatefulOperators",
+                                      '[{"detail": "customer", "name": "StateStoreSaveExec", "operator_id": 0}]'),
+    "_job/result.json": ("airflow_ckpt_provider.checkpoint.state:StateJobResult",
+                         '{"batch_id": 7, "checkpoint": "/ck/orders", "listed_only": false, "spark_version": "4.0.1", '
+                         '"stores": [{"checksum": "12", "key_schema": {"fields": [], "type": "struct"}, '
+                         '"max_batch_id": 7, "min_batch_id": 0, "num_partitions": 4, "operator_id": 0, '
+                         '"operator_name": "stateStoreSave", "path": "state/0/default", "renamed_fields": {}, '
+                         '"rows": 3, "state_variable": null, "store_name": "default", '
+                         '"value_schema": {"fields": [], "type": "struct"}, "void_fields": []}]}'),
+    "_intent.json": ("airflow_ckpt_provider.checkpoint.manifest:ArchiveIntent",
+                     '{"created_by": "airflow", "dag_run_id": "manual__1", "reason": "upgrade", '
+                     '"source_uri": "/lake/ck/orders-v1", "started_at": "2026-11-21T19:47:01+00:00", '
+                     '"stream_name": "orders", "upgrade_id": "up-0123456789ab"}'),
+    "_upgrades/LOCK.json": ("airflow_ckpt_provider.storage.journal:StreamLock",
+                            '{"upgrade_id": "up-0123456789ab", "run_id": "manual__1", '
+                            '"acquired_at": "2026-11-21T19:40:00+00:00", "pid": 4242}'),
+    ".target.restore-lock": ("airflow_ckpt_provider.storage.restore:RestoreLock",
+                             '{"pid": 4242, "host": "worker-1", "started_at": "2026-11-21T19:50:00+00:00", '
+                             '"archive": "/lake/archive/orders/20261121T194700Z-up-0123456789ab", '
+                             '"temp": "/lake/ck/.target.restoring-0123456789ab"}'),
+}
+
+
+def _record_type(name: str) -> Any:  # noqa: ANN401 - a record class
+    import importlib
+
+    module, _, cls = OLD_FILES[name][0].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _as_written(text: str) -> Any:  # noqa: ANN401 - the JSON of a file, the bare array as its record holds it
+    value = json.loads(text)
+    return {"operators": value} if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize("name", OLD_FILES)
+def test_a_file_of_the_previous_release_reads_and_is_written_back_with_format_1(name: str) -> None:
+    cls, text = _record_type(name), OLD_FILES[name][1]
+    record = cls.from_json(text)
+    written = json.loads(record.to_json())
+    assert written.pop("format") == 1
+    assert written == _as_written(text), "the same keys and values, and the format number"
+    assert cls.from_json(record.to_json()) == record == cls.from_json(text.encode())
+
+
+@pytest.mark.parametrize("name", OLD_FILES)
+def test_a_newer_or_damaged_file_is_refused_with_the_records_typed_error(name: str) -> None:
+    cls, text = _record_type(name), OLD_FILES[name][1]
+    newer = json.dumps({**_as_written(text), "format": 2})
+    for bad, found in ((newer, "format 2 (written by a newer release: upgrade the provider)"),
+                       (text[: len(text) // 2], "not JSON"), ('"text"', "JSON string")):
+        with pytest.raises(TypedError) as refused:
+            cls.from_json(bad)
+        assert found in refused.value.found and refused.value.expected and refused.value.action, refused.value

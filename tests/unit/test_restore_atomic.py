@@ -180,6 +180,44 @@ def test_a_lock_left_by_a_dead_process_on_this_host_is_taken_over(archive: str, 
     assert not (tmp_path / "again").exists()
 
 
+def test_a_lock_of_the_previous_release_is_read_and_this_release_writes_its_format(archive: str,
+                                                                                  tmp_path: Path) -> None:
+    import json
+    import socket
+
+    from airflow_ckpt_provider.storage.restore import RestoreLock
+
+    lock = tmp_path / ".restored.restore-lock"
+    leftover = tmp_path / f".restored.restoring-{uuid.uuid4().hex[:12]}"
+    leftover.mkdir()
+    old = ('{"archive": "s3a://lake/archive/orders/20261121T194700Z-up-1", "host": "HOST", "pid": PID, '
+           '"started_at": "2026-11-21T19:47:00+00:00", "temp": "TEMP"}'
+           ).replace("HOST", socket.gethostname()).replace("PID", str(os.getpid())).replace("TEMP", str(leftover))
+    lock.write_text(old)
+    with pytest.raises(RestoreInProgress) as held:  # this process holds it: alive
+        restore_archive(LOCAL, archive, LOCAL, str(tmp_path / "restored"))
+    assert f"process {os.getpid()} on {socket.gethostname()} since 2026-11-21T19:47:00+00:00" in held.value.found
+    lock.write_text(old.replace(f'"pid": {os.getpid()}', f'"pid": {_a_dead_pid()}'))  # its process gone: taken over
+    restore_archive(LOCAL, archive, LOCAL, str(tmp_path / "restored"))
+    assert not lock.exists() and not leftover.exists()
+    written = RestoreLock(pid=1, host="h", started_at="t", archive="a", temp="x").to_json()
+    assert json.loads(written)["format"] == 1 and RestoreLock.from_json(written).temp == "x"
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    ("", "restore lock text that is not JSON"),  # being written
+    ('{"pid": "42", "host": "h"}', "restore lock 'pid' of JSON string"),
+    ('{"format": 2, "pid": 42, "host": "h"}', "restore lock format 2 (written by a newer release"),
+])
+def test_a_lock_that_is_not_one_is_held_and_named(archive: str, tmp_path: Path, content: str, found: str) -> None:
+    lock = tmp_path / ".again.restore-lock"
+    lock.write_text(content)
+    with pytest.raises(RestoreInProgress) as held:
+        restore_archive(LOCAL, archive, LOCAL, str(tmp_path / "again"))
+    assert f"held by an unreadable lock (found {found}" in held.value.found
+    assert lock.read_text() == content and not (tmp_path / "again").exists()
+
+
 def _a_dead_pid() -> int:
     import subprocess
 

@@ -7,16 +7,23 @@ path runs in tests/integration/test_launch_real.py through spark-submit.
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_ckpt_provider.checkpoint.errors import InvalidHandover
 from airflow_ckpt_provider.spark import kafka as spark_kafka
 from airflow_ckpt_provider.spark.kafka import checkpoint_location, handover_json, read_kafka
 
 HANDED = '{"orders":{"0":5,"1":-2}}'
+#: a handover as Handover.to_json writes it
+HANDOVER = ('{"batch_id":41,"checkpoint_uri":"/lake/ck/orders-v1","format":1,"from_initial":false,'
+            '"in_flight_batch":null,"query_id":"q1","sources":[{"index":0,"kind":"kafka","name":null,'
+            '"offsets":{"orders":{"0":23,"1":7}},"raw":"{\\"orders\\":{\\"0\\":23,\\"1\\":7}}"}],'
+            '"taken_at":"2026-11-21T19:47:00+00:00"}')
 
 
 class Reader:
@@ -117,8 +124,22 @@ def test_checkpoint_location_and_handover_json() -> None:
         checkpoint_location(session())
     spark = session()
     assert handover_json(spark) is None
-    spark.conf.values["spark.ckpt.handoverJson"] = '{"format": 1}'
-    assert handover_json(spark) == {"format": 1}
+    spark.conf.values["spark.ckpt.handoverJson"] = HANDOVER  # as the launcher passes it: Handover.to_json
+    assert handover_json(spark) == json.loads(HANDOVER)
+
+
+@pytest.mark.parametrize(("given", "found"), [
+    ('{"format": 1}', "Handover without 'query_id'"),
+    (HANDOVER.replace('"format":1', '"format":2'), "Handover format 2 (written by a newer release"),
+    ('{"orders":{"0":5}}', "Handover without a format number"),  # startingOffsets in the wrong key
+    ("not json", "not JSON"),
+])
+def test_a_conf_handover_that_is_not_one_is_refused_by_its_codec(given: str, found: str) -> None:
+    spark = session()
+    spark.conf.values["spark.ckpt.handoverJson"] = given
+    with pytest.raises(InvalidHandover) as refused:
+        handover_json(spark)
+    assert found in refused.value.found and isinstance(refused.value, ValueError)
 
 
 def _imports(module: str) -> set[str]:

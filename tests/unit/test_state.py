@@ -321,3 +321,61 @@ def test_the_export_step_checks_the_seed_a_switchover_wrote(tmp_path) -> None:  
         step._check_seed(None)
     assert "seeded_state" in StateExportOperator.template_fields
     StateExportOperator(task_id="e", checkpoint_uri="/old", export_uri="/e", handover="{}")._check_seed(None)
+
+
+class ResultLauncher:
+    """The state job at the launcher boundary: it "runs" at once and leaves ``result`` (text) as its
+    ``_job/result.json`` (none when None)."""
+
+    def __init__(self, result: str | None) -> None:
+        self.result = result
+
+    def launch(self, application: str, *, checkpoint_uri: str, **kwargs: object) -> object:
+        from pathlib import Path
+
+        from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+
+        if self.result is not None:
+            path = Path(checkpoint_uri) / "result.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.result)
+        return LaunchHandle(mode=LaunchMode.LOCAL, checkpoint_uri=checkpoint_uri, app_name="ckpt-state-export",
+                            started_at="2026-11-26T00:00:00+00:00", pid=4242)
+
+    def driver_state(self, handle: object) -> object:
+        from airflow_ckpt_provider.jobs import DriverState
+
+        return DriverState.FINISHED
+
+    def log_tail(self, handle: object, lines: int) -> str:
+        return "the job's last words"
+
+
+#: ``_job/result.json`` as the previous release's job wrote it (no format number)
+OLD_JOB_RESULT = (
+    '{"batch_id": 7, "checkpoint": "/ck/orders", "listed_only": true, "spark_version": "4.0.1", "stores": '
+    '[{"checksum": "12", "key_schema": {"fields": [], "type": "struct"}, "max_batch_id": 7, "min_batch_id": 0, '
+    '"num_partitions": 4, "operator_id": 0, "operator_name": "stateStoreSave", "path": "state/0/default", '
+    '"renamed_fields": {}, "rows": 3, "state_variable": null, "store_name": "default", '
+    '"value_schema": {"fields": [], "type": "struct"}, "void_fields": []}]}'
+)
+
+
+@pytest.mark.parametrize(("result", "found"), [
+    (None, "no result at"),
+    ("{nope", "state export job result text that is not JSON"),
+    (OLD_JOB_RESULT.replace('"rows": 3', '"rows": "3"'), "'rows' of JSON string"),
+    ('{"format": 2, "batch_id": 7}', "state export job result format 2 (written by a newer release"),
+])
+def test_the_state_jobs_result_is_read_through_its_codec(tmp_path: object, result: str | None, found: str) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import StateExportFailed
+    from airflow_ckpt_provider.hooks.state_export import run_state_job
+
+    common = dict(checkpoint_uri="/ck/orders", batch=7, list_only=True, poll_interval=0.01)
+    read = run_state_job(ResultLauncher(OLD_JOB_RESULT), target_uri=f"{tmp_path}/old", **common)  # type: ignore[arg-type]
+    assert (read.batch_id, read.spark_version, read.listed_only) == (7, "4.0.1", True)
+    assert read.stores == tuple(json.loads(OLD_JOB_RESULT)["stores"]) and read.exported_stores()[0].rows == 3
+    with pytest.raises(StateExportFailed) as failed:
+        run_state_job(ResultLauncher(result), target_uri=f"{tmp_path}/bad", **common)  # type: ignore[arg-type]
+    assert found in failed.value.found and f"{tmp_path}/bad/_job/result.json" in failed.value.found
+    assert failed.value.log_tail == "the job's last words" and failed.value.path == "/ck/orders"
