@@ -24,6 +24,7 @@ from typing import TextIO
 from airflow_ckpt_provider.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK
 from airflow_ckpt_provider.local.errors import InvalidDevStackState
 from airflow_ckpt_provider.records.codec import UNVERSIONED, Codec, Field
+from airflow_ckpt_provider.storage.files import replace_file
 
 DEFAULT_WORK = ".ckpt-dev"
 STATE_FILE = "dev-stack.json"
@@ -181,7 +182,7 @@ def _start(work: Path, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     assert broker._process is not None
     state = DevStack(pid=broker._process.pid, port=broker.port, controller_port=broker.controller_port,
                      data_dir=str(broker.work_dir / "data"), log_file=str(broker.log_file))
-    _state_path(work).write_text(state.to_json())
+    replace_file(str(_state_path(work)), state.to_json().encode())  # whole or absent: it is read strictly
     _create_topics(work, state.port, args.topic, out)
     _describe(state, out, "started")
     return EXIT_OK

@@ -66,7 +66,6 @@ from airflow_ckpt_provider.storage.checksums import check_state_checksums
 from airflow_ckpt_provider.storage.files import (
     check_no_links,
     is_local,
-    make_private_dirs,
     read_file,
     write_atomic,
     write_private_file,
@@ -402,13 +401,7 @@ class CheckpointArchive:
                     raise ArchiveConflict(found=f"upgrade {intent.upgrade_id} archiving {before.source_uri}",
                                           expected=f"the same checkpoint {intent.source_uri}", path=plan.path)
                 return replace(intent, started_at=before.started_at)
-        data = intent.to_json().encode()
-        if is_local(self.fs):
-            make_private_dirs(plan.path)
-            write_private_file(path, data)
-        else:
-            self.fs.makedirs(plan.path, exist_ok=True)
-            self.fs.pipe_file(path, data)
+        write_atomic(self.fs, path, intent.to_json().encode())  # whole or absent: a resume reads it strictly
         return intent
 
     def _copy_tree(self, src_fs: AbstractFileSystem, src: str, files: Mapping[str, int], empty_dirs: list[str],
