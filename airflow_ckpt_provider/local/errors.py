@@ -5,7 +5,8 @@ come up; pure (no I/O).
 They are :class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` s like every error of the
 provider (same fields, same one-line reading, they pickle), on their own branch,
 :class:`LocalStackError` (a ``RuntimeError``, not a ``CheckpointError``), which is raised only
-after anything the failing step started has been stopped again. The test harness's errors
+after anything the failing step started has been stopped again (also the local Airflow home's:
+:class:`AirflowHomeError`, :class:`DagNotFound`). The test harness's errors
 (``tests/harness/errors.py``) join this branch.
 """
 
@@ -57,3 +58,15 @@ class BrokerStartFailed(LocalStackError):
     """The Kafka broker exited or did not answer metadata requests in time."""
 
     summary = "Kafka broker did not come up"
+
+
+class AirflowHomeError(LocalStackError):
+    """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
+
+    summary = "Airflow home not ready"
+
+
+class DagNotFound(LocalStackError):
+    """A DAG file could not be imported, or does not define the DAG asked for."""
+
+    summary = "DAG not found"

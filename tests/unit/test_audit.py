@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.harness.audit import audit, read_sink_records
+from airflow_ckpt_provider.local.audit import audit, read_sink_records
 
 
 def write(folder: Path, name: str, rows: list[tuple[str, int, int]]) -> None:
