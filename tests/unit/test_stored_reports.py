@@ -11,12 +11,13 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradeReport, UnsafeStreamName
+from airflow_ckpt_provider.checkpoint.report import UpgradeReport
 from airflow_ckpt_provider.storage.reports import latest_report
 
 
 def store(folder: Path, created_at: str, outcome: str, markdown: str | None = "") -> None:
     folder.mkdir(parents=True)
-    (folder / "upgrade-report.json").write_text(json.dumps({"created_at": created_at, "outcome": outcome}))
+    (folder / "upgrade-report.json").write_text(UpgradeReport("orders", outcome, created_at=created_at).to_json())
     if markdown is not None:
         (folder / "upgrade-report.md").write_text(markdown or f"# Upgrade report: {outcome}\n")
 
@@ -30,7 +31,7 @@ def test_the_newest_report_wins_wherever_it_is_stored(tmp_path: Path) -> None:
     found = latest_report(tmp_path, "orders")
     assert found is not None
     assert (found.outcome, found.markdown) == ("upgraded", "# Upgrade report: upgraded\n")
-    assert found.folder.endswith("orders-a/report/run-2")
+    assert found.folder.endswith("orders-a/report/run-2") and found.data["created_at"] == "2026-01-03T00:00:00Z"
     store(stream / "_upgrades" / "up-2" / "report", "2026-01-04T00:00:00Z", "refused", markdown=None)
     newest = latest_report(str(tmp_path), "orders")
     assert newest is not None and (newest.outcome, newest.markdown) == ("refused", "")
@@ -54,7 +55,7 @@ def test_ckpt_report_prints_the_newest_markdown_or_json(tmp_path: Path) -> None:
     assert json.loads(out.getvalue())["outcome"] == "upgraded"
 
 
-@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"stream": "orders"}'])
 def test_a_damaged_report_is_refused_with_its_path(tmp_path: Path, content: str) -> None:
     folder = tmp_path / "orders" / "a" / "report"
     folder.mkdir(parents=True)
