@@ -13,13 +13,30 @@ SPARK35 := $(SPARK35_VENV)/.installed
 SPARK40_VENV ?= .venv-spark40
 SPARK40 := $(SPARK40_VENV)/.installed
 PYTEST_ARGS ?=
+# The release as a user installs it: the wheel from dist/ (not editable, no checkout on sys.path) in
+# a clean virtualenv of its own with only the `spark` extra, under the same constraints as $(VENV).
+WHEEL_VENV ?= .venv-wheel
+WHEEL_PY := $(WHEEL_VENV)/bin/python
+WHEEL_INSTALLED := $(WHEEL_VENV)/.installed
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' airflow_ckpt_provider/__init__.py)
+WHEEL := dist/airflow_ckpt_provider-$(VERSION)-py3-none-any.whl
+WHEEL_SOURCES := $(shell find airflow_ckpt_provider -type f -not -path '*/__pycache__/*') \
+  setup.cfg pyproject.toml README.md LICENSE
 
-.PHONY: help dist venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
+# pyspark-client (from the spark provider) and full pyspark share files: make sure the full one wins
+# in the virtualenv of the python $(1)
+define full_pyspark
+@$(1) -c 'import pathlib, pyspark, sys; sys.exit(not (pathlib.Path(pyspark.__file__).parent / "jars").is_dir())' || \
+  $(1) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
+endef
+
+.PHONY: help dist wheel-venv venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
-	@echo "make test    install everything (virtualenv, JVM jars) and run unit + integration tests"
+	@echo "make test    install everything (virtualenv, JVM jars, the wheel in $(WHEEL_VENV)) and run every test tier"
 	@echo "make dist    build the sdist and the wheel into dist/ (python -m build)"
+	@echo "make wheel-venv install the wheel from dist/ into $(WHEEL_VENV), as a user installs it (the tests run it)"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make spark40 install pyspark 4.0 in $(SPARK40_VENV) with its Kafka connector (the Spark-upgrade tests)"
@@ -33,19 +50,35 @@ $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[spark,report,s3,dev]'
-	@# pyspark-client (from the spark provider) and full pyspark share files: make sure the full one wins.
-	@$(PY) -c 'import pathlib, pyspark, sys; sys.exit(not (pathlib.Path(pyspark.__file__).parent / "jars").is_dir())' || \
-	  $(PY) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
+	$(call full_pyspark,$(PY))
 	$(PY) -m pip check
 	touch $@
 
 venv: $(INSTALLED)
 
 # the release artifacts: the sdist and the wheel (the package, its POMs, py.typed and the license;
-# no tests, no harness)
-dist: venv
+# no tests, no harness); rebuilt when a file of the package or its metadata changed
+$(WHEEL): $(INSTALLED) $(WHEEL_SOURCES)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+
+dist: $(WHEEL)
+
+# the wheel installed as the installation page says, then `pip check`; redone (from an empty
+# virtualenv) when the wheel or the constraints changed. tests/integration/test_installed_wheel.py
+# and the own-job page's system test run it from outside the checkout.
+$(WHEEL_INSTALLED): $(WHEEL) $(CONSTRAINTS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+	  { echo "error: '$(PYTHON)' is missing or older than 3.11; install Python 3.11+ or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_PY) -m pip install --quiet --upgrade pip
+	$(WHEEL_PY) -m pip install --quiet -c $(CONSTRAINTS) '$(WHEEL)[spark]'
+	$(call full_pyspark,$(WHEEL_PY))
+	$(WHEEL_PY) -m pip check
+	touch $@
+
+wheel-venv: $(WHEEL_INSTALLED)
 
 jvm: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch
@@ -97,7 +130,7 @@ lint: venv
 # when it ends ($(TIERS)/system.log while it runs). `make unit`, `make integration` and
 # `make system` run one tier in the foreground.
 TIERS := .work/tiers
-test: lint jvm spark35 spark40 hdfs browser
+test: lint jvm spark35 spark40 hdfs browser wheel-venv
 	@mkdir -p $(TIERS); rm -f $(TIERS)/system.log $(TIERS)/system.rc; \
 	  echo "system tier started in the background: $(TIERS)/system.log"; \
 	  ( CKPT_TEST_AIRFLOW_HOME=$(CURDIR)/.airflow/tests-system $(PY) -m pytest tests/system $(PYTEST_ARGS) \
@@ -111,14 +144,14 @@ test: lint jvm spark35 spark40 hdfs browser
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: jvm spark35 spark40 hdfs
+integration: jvm spark35 spark40 hdfs wheel-venv
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # the HDFS tier alone (about a minute: HDFS starts in ~10 s); make integration runs it too
 test-hdfs: jvm hdfs
 	$(PY) -m pytest -m hdfs tests/integration $(PYTEST_ARGS)
 
-system: jvm spark35 spark40 browser
+system: jvm spark35 spark40 browser wheel-venv
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm
@@ -137,4 +170,4 @@ bench: jvm
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK40_VENV) .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json
+	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK40_VENV) $(WHEEL_VENV) dist .venv-s3 .jvm .airflow .work site .pytest_cache .hypothesis demo-report.json

@@ -210,6 +210,7 @@ def _kill_jobs_under(root: Path) -> None:
 def find_dag_file(dags: Path, dag_id: str) -> Path | None:
     """The file in ``dags`` (top level, as the DAG processor's bundle) that defines ``dag_id``, or
     None: files that name it are imported and asked for it."""
+    from airflow_ckpt_provider.local.errors import DagNotFound
     from tests.harness.upgrade_demo import load_reference_dag
 
     for path in sorted(dags.glob("*.py")):
@@ -217,7 +218,7 @@ def find_dag_file(dags: Path, dag_id: str) -> Path | None:
             continue
         try:
             load_reference_dag(dag_id, path)
-        except LookupError:
+        except DagNotFound:
             continue
         return path
     return None
@@ -538,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     # Airflow reads its environment at import: point it at the dag.test() SQLite home first.
-    from tests.harness.airflow_home import airflow_env, prepare_airflow_home
+    from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
     from tests.harness.upgrade_demo import DAGS
 
     home = args.airflow_home.resolve() / "dag-test"

@@ -77,87 +77,22 @@ runs (trigger form), and ``stream_upgrade_on_artifact`` (standby, no approval), 
 Asset of the new application artifact. Each is generated from the step table
 (:data:`airflow_ckpt_provider.upgrade.table.TABLE`: one row per step, naming its operator, its
 inputs from the upgrade record, its result type, its retries and its ``execution_timeout``): this
-file holds only the DAGs' documentation, their params and that call. Copy it and change the
-defaults to upgrade your own streams; the operators can also be used one by one (see the docs'
+file holds only the DAGs' documentation and that one call; their params are the package's
+(:data:`~airflow_ckpt_provider.dags.stream_upgrade.PARAMS`). Copy it and change the defaults
+(``defaults=``) to upgrade your own streams; the operators can also be used one by one (see the docs'
 XCom contract), each planned as the step kind it is.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, Param
+from airflow.sdk import Asset
 
-from airflow_ckpt_provider.checkpoint.outcome import RollbackMode
-from airflow_ckpt_provider.checkpoint.path import UpgradeMode
 from airflow_ckpt_provider.dags.stream_upgrade import build_reference_dags
-
-PARAMS: dict[str, Param] = {
-    "stream_name": Param("demo-events", type="string", description="folder name of the stream's archives"),
-    "old_checkpoint": Param("", type="string", description="checkpoint of the running (old) version"),
-    "new_checkpoint": Param("", type="string", description="new, empty checkpoint location"),
-    "archive_root": Param("", type="string", description="archives go to <root>/<stream_name>/"),
-    "kafka_conn_id": Param("kafka_default", type="string"),
-    "storage_conn_id": Param("", type="string",
-                             description="Airflow connection for the checkpoints, the archive and the journal "
-                                         "(s3://: an aws connection; hdfs://: the NameNode's WebHDFS host and "
-                                         "port); empty: the locations' own schemes with ambient credentials"),
-    "spark_master": Param("local[2]", type="string", description="spark-submit --master"),
-    "spark_deploy_mode": Param("client", enum=["client", "cluster"]),
-    "spark_conf": Param({}, type="object", description="extra --conf for both versions"),
-    # a major Spark upgrade: each version on its own Spark (keys: spark_home, spark_submit, conn_id,
-    # conf, jars; see docs "Upgrading Spark"); {} runs it with the shared settings above
-    "old_spark": Param({}, type="object", description="Spark of the old version (also its rollback restart)"),
-    "new_spark": Param({}, type="object", description="Spark of the new version"),
-    "old_application": Param("", type="string", description="the old version, for a rollback"),
-    "old_application_args": Param([], type="array"),
-    "new_application": Param("", type="string", description="the new version"),
-    "new_application_args": Param([], type="array"),
-    "new_sink_path": Param("", type="string", description="file sink output path of the new version, if any"),
-    "sink": Param({}, type="object",
-                  description="the job's sink, read to decide what it holds (docs \"Sinks\"): {\"kind\": delta | "
-                              "delta_foreach_batch | file | kafka | foreach_batch, \"location\": table or path, "
-                              "\"txn_app_id\": a constant Delta txnAppId}; {}: not declared (refused unless "
-                              "accept_undeclared_sink)"),
-    "accept_undeclared_sink": Param(False, type="boolean",
-                                    description="go ahead with the sink not declared: it may skip or duplicate a "
-                                                "batch the stop cuts, and exactness is not proven"),
-    "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
-    "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
-    "check_compatibility": Param(True, type="boolean",
-                                 description="before the approval, try the new version on copies of the old "
-                                             "checkpoint (in place and migrated): the verdict goes in the approval "
-                                             "and the report; a new version that does not start is refused"),
-    "handover_mode": Param("resume", enum=["resume", "rewind_to_batch", "at_time", "offsets"],
-                           description="where the new version starts: where the old one stops (resume), the start "
-                                       "of a committed batch, the first record at a time, or explicit offsets"),
-    "handover_value": Param("", type="string",
-                            description="rewind_to_batch: the batch id; at_time: an ISO 8601 time with its zone; "
-                                        "offsets: a startingOffsets JSON naming every partition"),
-    "accept_reprocessing": Param(False, type="boolean",
-                                 description="needed for any mode but resume: records are processed a second time"),
-    "accept_data_loss": Param(False, type="boolean",
-                              description="start where records are skipped (a later start, or offsets Kafka no "
-                                          "longer retains start at the earliest retained)"),
-    "mode": Param(UpgradeMode.NEW_CHECKPOINT.value, enum=[m.value for m in UpgradeMode],
-                  description="new_checkpoint: always the migration to the new checkpoint; auto: a plain restart "
-                              "on the old checkpoint when the compatibility check says in place OK"),
-    "carry_state": Param(True, type="boolean",
-                         description="export a stateful old query's state at the handover for the new version "
-                                     "(spark.ckpt.initialStatePath); off: the new version starts with empty state"),
-    "rollback_mode": Param(RollbackMode.RESTORE.value, enum=[m.value for m in RollbackMode],
-                           description="restore: a rollback restarts the old version on its old checkpoint (it "
-                                       "processes again what the new version processed); forward (stateless "
-                                       "queries only): on a fresh checkpoint from the new version's handover"),
-    "rollback_checkpoint": Param("", type="string",
-                                 description="forward rollback: fresh checkpoint; empty: <new_checkpoint>.rollback"),
-    "upgrade_id": Param("", type="string",
-                        description="names the upgrade's journal and archive; empty: derived from the stream, "
-                                    "both checkpoints and the new application, so a re-triggered run resumes it"),
-}
-
 
 # stream_upgrade (standby), stream_upgrade_cold, stream_upgrade_switchover, and
 # stream_upgrade_on_artifact: scheduled on the new version's artifact (publishing it, an Asset event,
-# starts the upgrade with the defaults above and no approval; set them for your stream first)
+# starts the upgrade with the params' defaults and no approval; set them for your stream first with
+# defaults={...})
 manual, cold, switchover, on_artifact = build_reference_dags(
-    params=PARAMS, doc_md=__doc__,
+    doc_md=__doc__,
     artifact=Asset(name="demo_stream_v2_artifact", uri="file:///opt/streams/demo/stream_v2.py"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.airflow_home import airflow_env
+from airflow_ckpt_provider.local.airflow_home import airflow_env
 from tests.harness.upgrade_demo import UpgradeDemo, stop_jobs_under
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ logging.getLogger("kafka").setLevel(logging.WARNING)
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
     """A migrated SQLite Airflow home (migrated once, reused by later runs)."""
-    from tests.harness.airflow_home import prepare_airflow_home
+    from airflow_ckpt_provider.local.airflow_home import prepare_airflow_home
 
     prepare_airflow_home(AIRFLOW_HOME, REPO / "dags")
     return AIRFLOW_HOME

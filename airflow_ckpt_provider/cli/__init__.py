@@ -9,7 +9,8 @@ usage error — for ``ckpt stop`` also a query running without GracefulStop and 
 it; 3 Kafka unreachable or failing; 4 ``ckpt stop`` found no running query (its heartbeat stopped
 or went stale), or ``ckpt dev-stack status`` no running broker; 5 ``ckpt stop`` found no heartbeat
 ever written and nothing committing, so it cannot tell whether a query runs (nothing stopped); 6
-``ckpt check-upgrade`` found that the new version does not start.
+``ckpt check-upgrade`` found that the new version does not start; 7 ``ckpt audit`` found records
+lost, duplicated or unexpected in the sink.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "airflow_ckpt_provider.cli.state",
     "airflow_ckpt_provider.cli.compat",
     "airflow_ckpt_provider.cli.journal",
+    "airflow_ckpt_provider.cli.report",
     "airflow_ckpt_provider.cli.dev_stack",
     "airflow_ckpt_provider.cli.run",
+    "airflow_ckpt_provider.cli.audit",
 )
 
 

@@ -16,6 +16,8 @@ EXIT_NOT_RUNNING = 4  # ``ckpt stop``: no query runs on that checkpoint (its hea
 EXIT_NO_HEARTBEAT = 5
 #: ``ckpt check-upgrade``: the new version does not start (its trial failed)
 EXIT_DOES_NOT_START = 6
+#: ``ckpt audit``: records of the topics lost, duplicated or unexpected in the sink
+EXIT_AUDIT_FAILED = 7
 
 
 def storage_options(pairs: Sequence[str]) -> dict[str, Any]:

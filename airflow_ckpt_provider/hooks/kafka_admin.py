@@ -208,3 +208,11 @@ class KafkaBroker:
             log.info("topics not found on %s: %s", self.bootstrap_servers, ", ".join(missing))
         return BrokerView(view)
 
+
+
+def broker_ranges(bootstrap_servers: str, topics: Iterable[str], **client_config: Any) -> dict[tuple[str, int],
+                                                                                                 tuple[int, int]]:
+    """(topic, partition) -> (earliest, log end) of ``topics`` as the broker reports them now
+    (:meth:`KafkaBroker.view`, which raises as documented there; unknown topics are left out)."""
+    view = KafkaBroker(bootstrap_servers, **client_config).view(topics)
+    return {(topic, partition): span for topic in view.topics for partition, span in view.partitions(topic).items()}

@@ -5,7 +5,8 @@ come up; pure (no I/O).
 They are :class:`~airflow_ckpt_provider.checkpoint.errors.ProviderError` s like every error of the
 provider (same fields, same one-line reading, they pickle), on their own branch,
 :class:`LocalStackError` (a ``RuntimeError``, not a ``CheckpointError``), which is raised only
-after anything the failing step started has been stopped again. The test harness's errors
+after anything the failing step started has been stopped again (also the local Airflow home's:
+:class:`AirflowHomeError`, :class:`DagNotFound`). The test harness's errors
 (``tests/harness/errors.py``) join this branch.
 """
 
@@ -66,3 +67,15 @@ class InvalidDevStackState(LocalStackError, ValueError):
     default_action = ("Nothing was started or stopped. A broker started with it may still run (its log is in the "
                       "work folder's kafka/ folder): stop it by hand if so, delete the file, then run "
                       "`ckpt dev-stack start` again.")
+
+
+class AirflowHomeError(LocalStackError):
+    """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
+
+    summary = "Airflow home not ready"
+
+
+class DagNotFound(LocalStackError):
+    """A DAG file could not be imported, or does not define the DAG asked for."""
+
+    summary = "DAG not found"

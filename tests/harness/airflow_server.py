@@ -31,9 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
+from airflow_ckpt_provider.local.errors import AirflowHomeError
 from airflow_ckpt_provider.local.processes import LocalServer, ensure_port_free, free_port
-from tests.harness.airflow_home import airflow_env, prepare_airflow_home
-from tests.harness.errors import AirflowApiError, AirflowApiUnavailable, AirflowHomeError, PidNamespaceUnavailable
+from tests.harness.errors import AirflowApiError, AirflowApiUnavailable, PidNamespaceUnavailable
 
 if TYPE_CHECKING:
     import requests

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.harness.airflow_home import airflow_env, prepare_airflow_home
+from airflow_ckpt_provider.local.airflow_home import airflow_env, prepare_airflow_home
 
 log = logging.getLogger("ckpt.demo")
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""Typed errors of the test harness's servers (Airflow standalone, Spark standalone, HDFS).
+"""Typed errors of the test harness's servers (Airflow standalone, Spark standalone, HDFS); the
+local Airflow home's own (:class:`~airflow_ckpt_provider.local.errors.AirflowHomeError`) is the package's.
 
 They belong to the local stack's family (:class:`LocalStackError`, a ``RuntimeError``) and read
 like every error of the provider (what was found, what was expected, what to do), but only the
@@ -20,12 +21,6 @@ class StandaloneStartFailed(LocalStackError):
     """The Spark standalone master or worker exited or did not register in time."""
 
     summary = "Spark standalone cluster did not come up"
-
-
-class AirflowHomeError(LocalStackError):
-    """The Airflow home could not be prepared (``airflow db migrate`` failed)."""
-
-    summary = "Airflow home not ready"
 
 
 class AirflowApiError(LocalStackError):

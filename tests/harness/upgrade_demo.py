@@ -17,7 +17,6 @@ old checkpoint).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -30,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_ckpt_provider.checkpoint import CheckpointError, LaunchHandle
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
+from airflow_ckpt_provider.local.airflow_home import load_dag
+from airflow_ckpt_provider.local.audit import SinkAudit, audit, read_sink_records
 from airflow_ckpt_provider.local.kafka import LocalKafka
 from airflow_ckpt_provider.local.spark import SparkInstall, local_spark_conf
 from airflow_ckpt_provider.storage import CheckpointReader
-from tests.harness.audit import SinkAudit, audit, broker_ranges, read_sink_records
+from airflow_ckpt_provider.storage.reports import latest_report
 from tests.harness.records import ContinuousProducer
 
 log = logging.getLogger(__name__)
@@ -209,7 +211,7 @@ class UpgradeDemo:
 
         With ``auto_approve`` the approval task is marked successful without waiting (demo mode).
         The caller has pointed Airflow at a migrated home before ``airflow`` was first imported
-        (:func:`tests.harness.airflow_home.prepare_airflow_home`).
+        (:func:`airflow_ckpt_provider.local.airflow_home.prepare_airflow_home`).
         """
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka_connection()
         dag = load_reference_dag(dag_id, dag_file)
@@ -299,26 +301,16 @@ def _alive(pid: int) -> bool:
 
 
 def load_reference_dag(dag_id: str = DAG_ID, dag_file: Path = REFERENCE_DAG) -> Any:
-    """Import ``dag_file`` (default ``dags/stream_upgrade.py``, as Airflow's DAG processor would)
-    and return its DAG ``dag_id``."""
-    spec = importlib.util.spec_from_file_location(dag_file.stem, dag_file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(dag_file.stem, module)
-    spec.loader.exec_module(module)
-    for value in vars(module).values():
-        if getattr(value, "dag_id", None) == dag_id:
-            return value
-    raise LookupError(f"no DAG {dag_id} in {dag_file}")
+    """The DAG ``dag_id`` of ``dag_file`` (default ``dags/stream_upgrade.py``), imported as Airflow's
+    DAG processor would (:func:`airflow_ckpt_provider.local.airflow_home.load_dag`)."""
+    return load_dag(dag_file, dag_id)
 
 
 def read_dag_report(archive_root: Path, stream: str = STREAM) -> Mapping[str, Any] | None:
-    """The newest ``upgrade-report.json`` the DAG stored for ``stream``: in an archive, or next to
-    the upgrade journal when the upgrade ended before its archive."""
-    found = [path for pattern in ("*/report", "*/report/run-*", "_upgrades/*/report", "_upgrades/*/report/run-*")
-             for path in (archive_root / stream).glob(f"{pattern}/upgrade-report.json")]
-    reports = [json.loads(path.read_text()) for path in found]
-    return max(reports, key=lambda report: report.get("created_at", "")) if reports else None
+    """The JSON of the newest report the DAG stored for ``stream`` (default the demo's)
+    (:func:`airflow_ckpt_provider.storage.reports.latest_report`); None when there is none."""
+    report = latest_report(archive_root, stream)
+    return report.data if report else None
 
 
 def stop_jobs_under(*roots: Path) -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from airflow_ckpt_provider import cli
 from airflow_ckpt_provider.cli.dev_stack import read_state
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
 from airflow_ckpt_provider.jobs.local import group_members, kill_group
-from tests.harness.audit import broker_ranges, topic_records
+from airflow_ckpt_provider.local.audit import topic_records
 from tests.harness.records import produce_records
 
 pytestmark = pytest.mark.integration

@@ -27,12 +27,12 @@ import pytest
 from airflow_ckpt_provider import cli, faults
 from airflow_ckpt_provider.checkpoint import LaunchHandle, LaunchMode
 from airflow_ckpt_provider.checkpoint.stop import StopResult, WithdrawalVerdict, new_request
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
 from airflow_ckpt_provider.jobs.local import group_members
 from airflow_ckpt_provider.records.control import HEARTBEAT, STOP_ACK, STOP_REQUEST, Heartbeat, StopAck
 from airflow_ckpt_provider.spark.graceful_stop import STOPPING_PAUSE
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.stop import ControlFiles, withdraw_and_wait
-from tests.harness.audit import broker_ranges
 from tests.harness.records import ContinuousProducer
 from tests.integration.streams import batch_ids, gaps_between_batches
 

@@ -42,11 +42,12 @@ from airflow_ckpt_provider.checkpoint.handover import Handover
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR, ArchiveManifest
 from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets, SourceKind
 from airflow_ckpt_provider.checkpoint.verify import verify_start
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
+from airflow_ckpt_provider.local.audit import audit, read_sink_records
 from airflow_ckpt_provider.local.spark import SparkInstall
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
 from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
-from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records
 from tests.integration.spark42_jobs import run_spark42_job
 

@@ -40,11 +40,11 @@ from airflow_ckpt_provider.checkpoint.repartition import (
 )
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.checkpoint.verify import verify_start
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
 from airflow_ckpt_provider.local.spark import SparkInstall
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import CheckpointArchive
 from airflow_ckpt_provider.storage.restore import restore_archive, verify_archive
-from tests.harness.audit import broker_ranges
 from tests.harness.records import produce_records
 from tests.integration.spark42_jobs import run_spark42_job
 

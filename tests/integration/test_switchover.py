@@ -35,6 +35,8 @@ from airflow_ckpt_provider.checkpoint.rollback import rollback_result
 from airflow_ckpt_provider.checkpoint.stop import StopResult
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit, SwitchoverResult
 from airflow_ckpt_provider.faults import ENV, LOG_ENV
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
+from airflow_ckpt_provider.local.audit import audit, read_sink_records
 from airflow_ckpt_provider.operators.handover import RollbackHandoverOperator
 from airflow_ckpt_provider.operators.launch import StreamLaunchOperator
 from airflow_ckpt_provider.operators.switchover import StandbySwitchoverOperator
@@ -53,7 +55,6 @@ from airflow_ckpt_provider.upgrade.record import UpgradeIntent
 from airflow_ckpt_provider.upgrade.steps import PATHS
 from airflow_ckpt_provider.upgrade.steps import Path as UpgradePath
 from tests.dags.launch_verify import CONF
-from tests.harness.audit import audit, broker_ranges, read_sink_records
 from tests.harness.records import produce_records
 from tests.integration.test_graceful_stop import JOB as OLD_JOB
 from tests.integration.test_graceful_stop import start_job  # noqa: F401 - the old version's fixture

@@ -3,11 +3,13 @@
 The page's convention (docs/src/development.md, "Samples that run"): a ```python block whose first
 line is ``# file: NAME`` is saved as NAME in the work folder; a ```bash block runs there with
 bash, ``-e``, in one shell session (exports carry over to the next block); other blocks
-(```shell, ```text) are not run — the ```shell setup (the virtualenv, a fresh folder) is what this
-test provides: a fresh temporary folder, the repository's virtualenv first on PATH, no Airflow
-settings in the environment. Nothing is faked: the page's own commands start the broker, the
-jobs and the DAG. The proof is the page's own audit output: every expected record in the sink,
-none lost, duplicated or unexpected, and the filter's records really dropped.
+(```shell, ```text) are not run — the ```shell setup (the installed wheel, a fresh folder) is what
+this test provides: the wheel as a user installs it (``make wheel-venv``: .venv-wheel, its bin/ first
+on PATH), a fresh temporary folder outside the checkout, no PYTHONPATH, no Airflow settings in the
+environment; the JVM jars of the checkout's ``make jvm`` (``CKPT_JVM_DIR``). Nothing is faked: the
+page's own commands start the broker, the jobs and the DAG. The proof is the page's own audit
+output: every expected record in the sink, none lost, duplicated or unexpected, and the filter's
+records really dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_ckpt_provider.local.jvm import jvm_dir
 from tests.harness.upgrade_demo import stop_jobs_under
 
 pytestmark = pytest.mark.system
@@ -28,9 +31,9 @@ pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "src" / "own-job.md"
 FENCE = re.compile(r"^```(?P<lang>[a-z]*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
-FILE_MARK = re.compile(r"\A# file: (?P<name>[\w.-]+)\n")
+FILE_MARK = re.compile(r"\A# file: (?P<name>[\w-][\w.-]*(?:/[\w-][\w.-]*)*)\n")  # a relative path, no ..
 RUN, SHOWN = {"bash", "python"}, {"shell", "text"}
-AUDIT_LINE = re.compile(r"(?P<dropped>\d+) cancelled, (?P<expected>\d+) expected, (?P<in_sink>\d+) in the sink: "
+AUDIT_LINE = re.compile(r"(?P<dropped>\d+) dropped, (?P<expected>\d+) expected, (?P<in_sink>\d+) in the sink: "
                         r"(?P<lost>\d+) lost, (?P<dup>\d+) duplicated, (?P<unexpected>\d+) unexpected")
 #: Per block; generous: two Spark jobs and the DAG share 2 cores with other tests.
 BLOCK_TIMEOUT_S = 2400
@@ -63,11 +66,17 @@ def page_blocks(text: str) -> list[Block]:
 
 
 def session_env() -> dict[str, str]:
-    """An empty shell with the repository's virtualenv activated (and this checkout importable)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_HOME"))}
-    venv = REPO / ".venv"
-    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-               PYTHONPATH=str(REPO))  # a worktree's checkout, not the one the venv's editable install names
+    """An empty shell with the installed wheel's virtualenv activated: nothing of the checkout on
+    ``sys.path`` (no PYTHONPATH), only its JVM jars (``make jvm``). Fails (never skips) when
+    ``make wheel-venv`` has not run."""
+    venv = REPO / ".venv-wheel"
+    if not (venv / ".installed").is_file():
+        pytest.fail(f"found no installed wheel ({venv}/.installed missing); expected the virtualenv `make wheel-venv` "
+                    "builds (`make test` and `make system` do it first); run `make wheel-venv`", pytrace=False)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_HOME")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env.setdefault("CKPT_JVM_DIR", str(jvm_dir()))  # the checkout's .jvm (make jvm), as the tests use it
     return env
 
 
@@ -110,6 +119,7 @@ def test_own_job_page_runs_as_written_and_the_audit_is_exact(tmp_path: Path) -> 
     try:
         for block in blocks:
             if block.lang == "python":
+                (work / str(block.file_name)).parent.mkdir(parents=True, exist_ok=True)
                 (work / str(block.file_name)).write_text(block.body)
             else:
                 outputs.append(run_bash(block, work, env_file, transcript))

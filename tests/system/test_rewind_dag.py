@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_ckpt_provider.local.audit import read_sink_records
 from airflow_ckpt_provider.storage import CheckpointReader
-from tests.harness.audit import read_sink_records
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 
 pytestmark = pytest.mark.system

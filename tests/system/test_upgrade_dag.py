@@ -31,12 +31,13 @@ import pytest
 
 from airflow_ckpt_provider.checkpoint.manifest import DATA_DIR
 from airflow_ckpt_provider.checkpoint.stop import StopResult
+from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
+from airflow_ckpt_provider.local.audit import read_sink_records
 from airflow_ckpt_provider.records.control import parse_time
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.journal import LOCK, UpgradeJournal
 from airflow_ckpt_provider.storage.stop import ControlFiles
 from airflow_ckpt_provider.upgrade.record import JournalRecord, UpgradeIntent
-from tests.harness.audit import broker_ranges, read_sink_records
 from tests.harness.records import ContinuousProducer
 from tests.harness.upgrade_demo import UpgradeDemo, read_dag_report
 from tests.integration.streams import batch_gaps, batch_times, raw_source_line

@@ -63,8 +63,8 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     # the command line: the core and the hooks' clients, never an operator, nor Airflow directly
     "cli": ({"checkpoint", "hooks", "jobs", "local", "spark", "storage", "triggers"}, {"fsspec"}),
     # the embedded stack the command line and the Makefile need: Maven fetch, the dev stack's broker
-    # (a Kafka client to wait for it), the local Spark conf and virtualenvs; the test harness built
-    # on it is tests/harness, outside the package
+    # (a Kafka client to wait for it and to read topics for the sink audit), the local Spark conf and
+    # virtualenvs, the local Airflow home; the test harness built on it is tests/harness, outside the package
     "local": ({"checkpoint"}, {"kafka", "pyspark"}),
     # the reference DAG: operators, the core's value types and the step table (upgrade.steps)
     "dags": ({"checkpoint", "operators", "upgrade"}, {"airflow"}),

@@ -1,4 +1,5 @@
-"""The sink audit finds every lost and duplicated record (synthetic Parquet written by pyarrow)."""
+"""The sink audit finds every lost and duplicated record (synthetic Parquet written by pyarrow), and
+`ckpt audit` prints the line the own-job page reads."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from tests.harness.audit import audit, read_sink_records
+from airflow_ckpt_provider.local.audit import audit, json_fields_match, read_sink_records
 
 
 def write(folder: Path, name: str, rows: list[tuple[str, int, int]]) -> None:
@@ -56,3 +58,46 @@ def test_dropped_records_are_not_expected_and_unexpected_in_the_sink() -> None:
     assert not leaked.ok and leaked.unexpected == 1
     missing = audit(seen - Counter({("t", 0, 4): 1}), RANGES, dropped=dropped)
     assert (missing.lost, missing.lost_examples) == (1, (("t", 0, 4),))
+
+
+def test_the_one_line_names_every_count_as_the_own_job_page_reads_it() -> None:
+    from tests.system.test_own_job_page import AUDIT_LINE
+
+    seen = Counter({("t", 0, 0): 2, ("t", 0, 1): 1, ("t", 0, 4): 1, ("x", 0, 0): 1})
+    result = audit(seen, RANGES, dropped={("t", 0, 4), ("t", 1, 3)})
+    line = result.describe()
+    assert line.startswith(f"audit: {result.produced + result.dropped} records in Kafka, ")
+    found = AUDIT_LINE.search(line)
+    assert found, line
+    assert {k: int(v) for k, v in found.groupdict().items()} == {
+        "dropped": 2, "expected": result.produced, "in_sink": 5, "lost": result.lost, "dup": 1, "unexpected": 2}
+
+
+@pytest.mark.parametrize(("value", "fields", "kept"), [
+    (b'{"status": "paid", "n": 3}', {"status": "paid"}, True),
+    (b'{"status": "cancelled"}', {"status": "paid"}, False),
+    (b'{"n": 3, "ok": true}', {"n": "3", "ok": "true"}, True),
+    (b'{"n": 3}', {"status": "paid"}, False),  # a missing field does not match
+    (b'{"status": "paid"}', {}, True),
+])
+def test_json_fields_match(value: bytes, fields: dict[str, str], kept: bool) -> None:
+    assert json_fields_match(value, fields) is kept
+
+
+@pytest.mark.parametrize("value", [b"not json", b"[1, 2]", None])
+def test_a_value_that_is_no_json_object_is_refused(value: bytes | None) -> None:
+    with pytest.raises(ValueError, match="not a JSON object"):
+        json_fields_match(value, {"status": "paid"})
+
+
+def test_ckpt_audit_refuses_a_keep_without_a_value_and_a_missing_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from airflow_ckpt_provider import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["audit", "sink", "--topic", "t", "--keep", "status"], stdout=io.StringIO(), stderr=io.StringIO())
+    monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
+    err = io.StringIO()
+    assert cli.main(["audit", "sink", "--topic", "t"], stdout=io.StringIO(), stderr=err) == 2
+    assert "found no --bootstrap-servers and no $KAFKA_BOOTSTRAP" in err.getvalue()

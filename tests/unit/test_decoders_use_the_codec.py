@@ -52,6 +52,7 @@ RAW_JSON_EDGES: dict[tuple[str, str], str] = {
     ("operators/handover.py", "start_choice"): "the start param's text; its object is decoded by StartChoice's codec",
     ("sinks/spec.py", "SinkSpec.from_value"): "the sink declaration DAG param",
     ("cli/common.py", "storage_options"): "a command-line option's value",
+    ("local/audit.py", "json_fields_match"): "a Kafka record's value (the user's JSON) for the audit's field filter",
     ("jobs/supervise.py", "_control"): "storage options the launcher passes in the environment",
     # what this process just encoded itself, read back to embed or mask it (no input)
     ("checkpoint/report.py", "UpgradeReport.to_dict"): "the report's own JSON, with credentials masked in the text",

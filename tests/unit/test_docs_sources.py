@@ -34,18 +34,18 @@ def test_the_pages_do_show_source() -> None:
 
 
 def test_sync_adds_a_missing_block_and_is_idempotent() -> None:
-    page = "intro\n<!-- dag-source PARAMS -->\nafter\n"
+    page = "intro\n<!-- dag-source manual -->\nafter\n"
     synced = hooks.sync(page)
-    assert synced.startswith("intro\n<!-- dag-source PARAMS -->\n```python\n")
-    assert "PARAMS: dict[str, Param] =" in synced and synced.endswith("```\nafter\n")
+    assert synced.startswith("intro\n<!-- dag-source manual -->\n```python\n")
+    assert "manual = build_stream_upgrade_dag(" in synced and synced.endswith("```\nafter\n")
     assert hooks.sync(synced) == synced and hooks.stale(synced) == []
 
 
 def test_a_changed_copy_is_stale_and_fails_the_build() -> None:
-    synced = hooks.sync("<!-- dag-source PARAMS -->\n")
-    edited = synced.replace("stream_name", "stream", 1)
-    assert hooks.stale(edited) == ["line 1: <!-- dag-source PARAMS -->"]
-    assert hooks.stale("x\n<!-- dag-source PARAMS -->\nno block\n") == ["line 2: <!-- dag-source PARAMS -->"]
+    synced = hooks.sync("<!-- dag-source manual -->\n")
+    edited = synced.replace("stream_upgrade", "stream", 1)
+    assert hooks.stale(edited) == ["line 1: <!-- dag-source manual -->"]
+    assert hooks.stale("x\n<!-- dag-source manual -->\nno block\n") == ["line 2: <!-- dag-source manual -->"]
     with pytest.raises(hooks.StaleSource, match="make docs-sync"):
         hooks.render(edited)
 

@@ -38,12 +38,14 @@ def test_the_wheel_holds_the_package_and_nothing_of_the_tests() -> None:
 
 
 def test_the_harness_is_not_in_the_package() -> None:
-    """The demo, audits and test servers live in tests/harness/; the package's local/ keeps what
-    the command line and the Makefile need (Maven fetch, dev-stack broker, local Spark, and the
-    errors of that stack)."""
+    """The demo, the state audit and the test servers live in tests/harness/; the package's local/ keeps
+    what the command line, the Makefile and the own-job guide need (Maven fetch, dev-stack broker, local
+    Spark, the local Airflow home, the sink audit, and the errors of that stack), moved there from the
+    harness, not copied."""
     local = {p.stem for p in (REPO / "airflow_ckpt_provider" / "local").glob("*.py")}
-    assert local == {"__init__", "errors", "jvm", "kafka", "processes", "spark"}
-    assert (REPO / "tests" / "harness" / "upgrade_demo.py").is_file()
+    assert local == {"__init__", "errors", "jvm", "kafka", "processes", "spark", "airflow_home", "audit"}
+    harness = {p.stem for p in (REPO / "tests" / "harness").glob("*.py")}
+    assert "upgrade_demo" in harness and not harness & {"airflow_home", "audit"}, harness
 
 
 def test_every_package_data_pattern_names_files() -> None:

@@ -1,12 +1,17 @@
-"""An Airflow 3 home with SQLite for ``dag.test()`` runs in the tests and the demo.
+"""A local Airflow 3 home with SQLite, for ``dag.test()`` runs (the own-job guide, the demo, the
+tests) and ``airflow standalone``.
 
 :func:`airflow_env` gives the environment that points Airflow at the home;
 :func:`prepare_airflow_home` runs ``airflow db migrate`` there once (a stamp with the Airflow
-version makes later calls a no-op). Set the environment before ``airflow`` is first imported.
+version makes later calls a no-op). Set the environment before ``airflow`` is first imported:
+Airflow reads its settings then. :func:`load_dag` imports a DAG file as Airflow's DAG processor
+does and returns one of its DAGs; ``dag.test()`` runs a DAG only when its file is in a DAG bundle
+of the home (its DAGs folder), so load it from there.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -14,8 +19,9 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from tests.harness.errors import AirflowHomeError
+from airflow_ckpt_provider.local.errors import AirflowHomeError, DagNotFound
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,8 @@ def airflow_env(
 
 
 def prepare_airflow_home(home: Path | str, dags_folder: Path | str | None = None) -> dict[str, str]:
-    """Create the home and migrate its SQLite database unless already done; return its env.
+    """Create the home and migrate its SQLite database unless already done; return its env
+    (:func:`airflow_env`), for ``os.environ.update`` before Airflow is imported.
 
     Raises :class:`AirflowHomeError` with the command's output tail if the migration fails.
     """
@@ -84,3 +91,24 @@ def prepare_airflow_home(home: Path | str, dags_folder: Path | str | None = None
         )
     stamp.write_text(version)
     return env
+
+
+def load_dag(dag_file: Path | str, dag_id: str) -> Any:  # noqa: ANN401 - an airflow.sdk DAG (no import here)
+    """Import ``dag_file`` (as Airflow's DAG processor would: a module named after the file) and
+    return its DAG ``dag_id``. Raises :class:`DagNotFound` when the file is missing or defines no
+    DAG ``dag_id`` (naming the DAGs it defines); an error the file raises on import propagates."""
+    dag_file = Path(dag_file).resolve()
+    spec = importlib.util.spec_from_file_location(dag_file.stem, dag_file)
+    if not dag_file.is_file() or spec is None or spec.loader is None:
+        raise DagNotFound(found=f"no Python file {dag_file}", expected=f"a DAG file defining the DAG {dag_id}",
+                          action="Check the path (relative paths start at the current folder).")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(dag_file.stem, module)
+    spec.loader.exec_module(module)
+    dags = {value.dag_id: value for value in vars(module).values()
+            if isinstance(getattr(value, "dag_id", None), str) and hasattr(value, "task_dict")}  # DAGs, not tasks
+    if dag_id in dags:
+        return dags[dag_id]
+    raise DagNotFound(found=f"{dag_file} defines the DAGs: {', '.join(sorted(dags)) or 'none'}",
+                      expected=f"the DAG {dag_id}",
+                      action="Give the dag_id the file passes to its DAG (or to build_stream_upgrade_dag).")

@@ -1,19 +1,27 @@
-"""Count every Kafka (topic, partition, offset) in a Parquet sink: the zero-loss, no-duplicate proof.
+"""Count every Kafka (topic, partition, offset) in a Parquet sink: the zero-loss, no-duplicate proof
+(``ckpt audit``, the own-job guide, the demo and the tests).
 
 The sink is any folder of Parquet files with ``topic``, ``partition`` and ``offset`` columns
 (folders and files starting with ``_`` or ``.`` — uncommitted ``_temporary`` output, Spark
 metadata — are not data and are skipped). The expectation is every offset from each
-partition's first offset to its log end, as the broker reports them once producers stopped,
-less the records the job drops on purpose (a filter), which :func:`topic_records` helps find.
+partition's first offset to its log end, as the broker reports them once producers stopped
+(:func:`airflow_ckpt_provider.hooks.kafka_admin.broker_ranges`), less the records the job drops on
+purpose (a filter), which :func:`topic_records` and :func:`json_fields_match` help find. Reading the
+sink needs ``pyarrow`` (the ``spark`` extra).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_ckpt_provider.local.errors import ToolMissing
+
+#: One Kafka record: (topic, partition, offset).
 Record = tuple[str, int, int]
 
 
@@ -36,6 +44,13 @@ class SinkAudit:
     def ok(self) -> bool:
         return self.lost == 0 and self.duplicated == 0 and self.unexpected == 0
 
+    def describe(self) -> str:
+        """The audit in one line: ``audit: N records in Kafka, D dropped, E expected, S in the sink:
+        L lost, X duplicated, U unexpected``."""
+        return (f"audit: {self.produced + self.dropped} records in Kafka, {self.dropped} dropped, "
+                f"{self.produced} expected, {self.in_sink} in the sink: {self.lost} lost, "
+                f"{self.duplicated} duplicated, {self.unexpected} unexpected")
+
     def to_dict(self) -> dict[str, object]:
         return {
             "produced": self.produced,
@@ -51,8 +66,13 @@ class SinkAudit:
 
 
 def read_sink_records(*sinks: Path | str) -> Counter[Record]:
-    """How often each (topic, partition, offset) appears in the Parquet files of ``sinks``."""
-    import pyarrow.dataset as ds
+    """How often each (topic, partition, offset) appears in the Parquet files of ``sinks`` (local
+    folders; one that does not exist holds nothing). :class:`ToolMissing` without ``pyarrow``."""
+    try:
+        import pyarrow.dataset as ds
+    except ImportError as exc:
+        raise ToolMissing(found=f"no pyarrow ({exc})", expected="pyarrow, to read the Parquet sink",
+                          action="Install the `spark` extra: pip install 'airflow-ckpt-provider[spark]'.") from None
 
     counts: Counter[Record] = Counter()
     for sink in sinks:
@@ -115,8 +135,6 @@ def topic_records(bootstrap_servers: str, topics: Iterable[str], *,
     """Every record now in ``topics`` as ((topic, partition, offset), value), read from the start
     of each partition up to its log end at the call (for :func:`audit`'s ``dropped``).
     ``TimeoutError`` naming the partitions not read to their end after ``timeout`` seconds."""
-    import time
-
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None)
@@ -142,13 +160,18 @@ def topic_records(bootstrap_servers: str, topics: Iterable[str], *,
         consumer.close()
 
 
-def broker_ranges(bootstrap_servers: str, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (earliest, log end) as the broker reports them now."""
-    from airflow_ckpt_provider.hooks.kafka_admin import KafkaBroker
-
-    view = KafkaBroker(bootstrap_servers).view(topics)
-    return {
-        (topic, partition): span
-        for topic in view.topics
-        for partition, span in view.partitions(topic).items()
-    }
+def json_fields_match(value: bytes | None, fields: Mapping[str, str]) -> bool:
+    """Whether the JSON object ``value`` (a Kafka record's value) has every field of ``fields`` with
+    that value (compared as text: a JSON string as it is, anything else as JSON, ``true``, ``3``).
+    ``ValueError`` naming the value when it is not a JSON object."""
+    try:
+        document = json.loads(value or b"")
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        shown = (value or b"")[:80].decode("utf-8", "replace")
+        raise ValueError(f"record value {shown!r} is not a JSON object: a JSON field filter cannot tell whether "
+                         "the job keeps it")
+    return all(field in document and (document[field] if isinstance(document[field], str)
+                                      else json.dumps(document[field])) == wanted
+               for field, wanted in fields.items())
