@@ -37,7 +37,7 @@ def test_sync_adds_a_missing_block_and_is_idempotent() -> None:
     page = "intro\n<!-- dag-source manual -->\nafter\n"
     synced = hooks.sync(page)
     assert synced.startswith("intro\n<!-- dag-source manual -->\n```python\n")
-    assert "manual = build_stream_upgrade_dag(" in synced and synced.endswith("```\nafter\n")
+    assert "manual, cold, switchover, on_artifact = build_reference_dags(" in synced and synced.endswith("```\nafter\n")
     assert hooks.sync(synced) == synced and hooks.stale(synced) == []
 
 
