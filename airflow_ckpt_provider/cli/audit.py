@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from airflow_ckpt_provider.checkpoint.errors import CheckpointError
+from airflow_ckpt_provider.checkpoint.errors import (
+    AmbiguousSource,
+    CheckpointError,
+    CredentialsInLocation,
+    SourceNotKafka,
+)
+from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.cli.common import EXIT_AUDIT_FAILED, EXIT_ERROR, EXIT_OK
 from airflow_ckpt_provider.cli.dev_stack import SERVERS_ENV
 from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
@@ -79,7 +85,8 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "--topic on the broker; check the names\n")
         return EXIT_ERROR
     if args.checkpoint and not caught_up(args.checkpoint, ranges, args.wait):
-        err.write(f"ckpt: error: found the query on {args.checkpoint} short of the log ends after {args.wait:g} s; "
+        err.write(f"ckpt: error: found the query on {redact_location(args.checkpoint)} short of the log ends after "
+                  f"{args.wait:g} s; "
                   "expected it to have read every record; read its driver log, or wait longer with --wait\n")
         return EXIT_ERROR
     keep = dict(args.keep)
@@ -93,16 +100,20 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def caught_up(checkpoint: str, ranges: Mapping[tuple[str, int], tuple[int, int]], wait_s: float) -> bool:
-    """Whether the last committed batch of ``checkpoint`` ends at every log end of ``ranges``
-    within ``wait_s`` seconds (a checkpoint without a committed batch yet is waited for)."""
+    """Whether the last committed batch of ``checkpoint`` ends at or past every log end of
+    ``ranges`` within ``wait_s`` seconds (a checkpoint without a committed batch yet, or with a file
+    being written, is waited for). What waiting cannot mend is raised: a location with credentials in
+    it, a query that does not read Kafka alone."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             done = CheckpointReader(checkpoint).handover().kafka_offsets()
-            if all(done.get(topic, partition) == end for (topic, partition), (_, end) in ranges.items()):
+            if all((done.get(topic, partition) or 0) >= end for (topic, partition), (_, end) in ranges.items()):
                 return True
+        except (CredentialsInLocation, SourceNotKafka, AmbiguousSource):
+            raise
         except CheckpointError:
-            pass  # no committed batch yet
+            pass  # no committed batch yet, or a file of the next one being written
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)

@@ -503,6 +503,8 @@ class GracefulStop:
         withdrawal = read_record(self.files, STOP_WITHDRAWAL, StopWithdrawal)
         if withdrawal is None or withdrawal.request_id == self._answered:
             return
+        if self._unanswered is not None and self._unanswered.request_id == withdrawal.request_id:
+            return  # its answer is written again on every poll already (_retry_unanswered)
         answered = read_record(self.files, STOP_WITHDRAWN, StopWithdrawn)
         acked = read_record(self.files, STOP_ACK, StopAck)
         if any(r is not None and r.request_id == withdrawal.request_id for r in (answered, acked)):

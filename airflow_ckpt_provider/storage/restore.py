@@ -167,7 +167,7 @@ def _acquire(fs: AbstractFileSystem, lock: str, holder: RestoreLock, target_path
                          f"copying into {held.temp or '?'}")
         if held is not None and held.host == holder.host and not _alive(held.pid):
             log.warning("restore lock %s left by process %s, which is gone: taking it over", lock, held.pid)
-            if held.temp.startswith(_temp_prefix(lock)) and fs.exists(held.temp):
+            if _own_temp(held.temp, lock) and fs.exists(held.temp):
                 fs.rm(held.temp, recursive=True)
             fs.rm_file(lock)
             continue
@@ -189,6 +189,15 @@ def _alive(pid: int) -> bool:
 
 def _temp_prefix(lock: str) -> str:
     return lock[: -len(".restore-lock")] + ".restoring-"
+
+
+def _own_temp(temp: str, lock: str) -> bool:
+    """Whether ``temp`` (what a lock file names) is one of this target's temporary folders: a
+    single name beside the lock starting with its prefix, nothing that climbs out (``..``) or
+    nests; a crafted lock file never makes a takeover delete anything else."""
+    prefix = _temp_prefix(lock)
+    rest = temp[len(prefix):] if temp.startswith(prefix) else ""
+    return bool(rest) and "/" not in rest and posixpath.normpath(temp) == temp
 
 
 def restore_archive(

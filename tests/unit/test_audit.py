@@ -101,3 +101,42 @@ def test_ckpt_audit_refuses_a_keep_without_a_value_and_a_missing_broker(monkeypa
     err = io.StringIO()
     assert cli.main(["audit", "sink", "--topic", "t"], stdout=io.StringIO(), stderr=err) == 2
     assert "found no --bootstrap-servers and no $KAFKA_BOOTSTRAP" in err.getvalue()
+
+
+class _Reader:
+    """Stands in for the checkpoint reader at the command's boundary: each call answers the next of
+    ``answers`` (an exception is raised, offsets are handed over), the last one for ever."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers = answers
+
+    def __call__(self, location: str) -> _Reader:
+        return self
+
+    def handover(self) -> _Reader:
+        return self
+
+    def kafka_offsets(self) -> object:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_audit_waits_for_the_query_to_reach_or_pass_the_log_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ckpt_provider.checkpoint.errors import CorruptCheckpointFile, CredentialsInLocation
+    from airflow_ckpt_provider.checkpoint.offsets import KafkaOffsets
+    from airflow_ckpt_provider.cli import audit as command
+
+    monkeypatch.setattr(command, "POLL_S", 0.0)
+    ends = {("t", 0): (0, 10), ("t", 1): (0, 5)}
+    partial = CorruptCheckpointFile(found="offsets/3 half written", expected="a whole file")
+    short, past = KafkaOffsets({"t": {0: 10, 1: 4}}), KafkaOffsets({"t": {0: 12, 1: 5}})
+    monkeypatch.setattr(command, "CheckpointReader", _Reader([partial, short, past]))
+    assert command.caught_up("/cp", ends, wait_s=600), "a query that read past the ends (producers on) is caught up"
+    monkeypatch.setattr(command, "CheckpointReader", _Reader([short]))
+    assert not command.caught_up("/cp", ends, wait_s=0.05)
+    secret = CredentialsInLocation(found="s3://key:secret@bucket/cp", expected="no credentials in a location")
+    monkeypatch.setattr(command, "CheckpointReader", _Reader([secret]))
+    with pytest.raises(CredentialsInLocation):  # waiting cannot mend it: not waited out for 900 s
+        command.caught_up("/cp", ends, wait_s=600)

@@ -232,3 +232,18 @@ def test_the_reader_refuses_a_target_with_the_marker(tmp_path: Path) -> None:
     with pytest.raises(IncompleteRestore, match="did not finish"):
         CheckpointReader(str(tmp_path / "ck")).handover()
 
+
+
+@pytest.mark.parametrize(("temp", "own"), [
+    ("/data/.orders.restoring-1a2b3c", True),
+    ("bucket/data/.orders.restoring-1a2b3c", False),  # another tree: not beside this lock
+    ("/data/.orders.restoring-1a2b3c/../../etc", False),
+    ("/data/.orders.restoring-../../home", False),
+    ("/data/.orders.restoring-", False),
+    ("/data/.orders.restoring-x/nested", False),
+    ("/data/.other.restoring-1a2b3c", False),
+])
+def test_a_lock_file_names_only_its_own_temporary_folder_for_a_takeover_to_delete(temp: str, own: bool) -> None:
+    from airflow_ckpt_provider.storage.restore import _own_temp
+
+    assert _own_temp(temp, "/data/.orders.restore-lock") is own

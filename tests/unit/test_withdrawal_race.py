@@ -317,8 +317,9 @@ def test_an_answer_that_cannot_be_written_is_retried_and_the_query_goes_on(tmp_p
     assert len(failures) == 3 and "could not answer the withdrawn stop request" in caplog.text
     assert driver.answer(STOP_WITHDRAWN) is None
 
-    # the main loop writes it again on every poll: still refused, then the store takes it
+    # the main loop writes it again on every poll, once: still refused, then the store takes it
     driver.stop._retry_unanswered()
+    driver.stop._answer_unseen_withdrawal()  # the same withdrawal, seen in the same poll: not a second retry
     assert len(failures) == 4 and driver.answer(STOP_WITHDRAWN) is None
     driver.files.write = written  # type: ignore[method-assign]
     driver.stop._retry_unanswered()
