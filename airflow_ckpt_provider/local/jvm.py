@@ -36,14 +36,17 @@ SPARK35_KAFKA = "spark35-kafka"
 SPARK40_KAFKA = "spark40-kafka"
 #: A single-node HDFS (NameNode, DataNode) for the HDFS tier (local/hdfs.py, ``make test-hdfs``).
 HDFS = "hdfs"
+#: A single-node YARN (ResourceManager, NodeManager, the ``yarn`` command line) for the cluster-mode
+#: tier (tests/harness/yarn.py, ``make yarn``).
+YARN = "yarn"
 #: Hadoop's S3A connector and the AWS SDK v2 modules it uses, for Spark writing to s3a:// (local/s3.py).
 S3A = "s3a"
 #: Delta Lake's Spark jars (delta-spark, delta-storage), for Delta sinks (local/spark.py ``delta_spark_conf``).
 DELTA = "delta"
 #: What ``make jvm`` (a fetch without components) resolves.
 COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A, DELTA)
-#: Fetched only when named (``make spark35``, ``make spark40``, ``make hdfs``): not every user needs them.
-OPTIONAL_COMPONENTS = (SPARK35_KAFKA, SPARK40_KAFKA, HDFS)
+#: Fetched only when named (``make spark35``, ``make spark40``, ``make hdfs``, ``make yarn``): not every user needs them.
+OPTIONAL_COMPONENTS = (SPARK35_KAFKA, SPARK40_KAFKA, HDFS, YARN)
 _STAMP = ".resolved"
 
 
