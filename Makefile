@@ -30,7 +30,7 @@ define full_pyspark
   $(1) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
 endef
 
-.PHONY: help dist wheel-venv venv jvm spark35 spark40 hdfs browser airflow-home lint test unit integration test-hdfs system demo docs docs-sync bench clean
+.PHONY: help dist wheel-venv venv jvm spark35 spark40 hdfs yarn browser airflow-home lint test unit integration test-hdfs test-yarn system demo docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
@@ -105,6 +105,11 @@ spark40: $(SPARK40)
 hdfs: venv
 	$(PY) -m airflow_ckpt_provider.local.jvm fetch hdfs
 
+# a single-node YARN (ResourceManager + NodeManager, Hadoop 3.4.1 from Maven) for the cluster-mode
+# tests; a no-op once resolved
+yarn: venv
+	$(PY) -m airflow_ckpt_provider.local.jvm fetch yarn
+
 # The browser tests (tests/system/test_approval_browser.py) drive the system's Chromium with
 # Playwright (the `dev` extra); Playwright's own browser download is not used. CKPT_CHROMIUM
 # names another binary.
@@ -130,7 +135,7 @@ lint: venv
 # when it ends ($(TIERS)/system.log while it runs). `make unit`, `make integration` and
 # `make system` run one tier in the foreground.
 TIERS := .work/tiers
-test: lint jvm spark35 spark40 hdfs browser wheel-venv
+test: lint jvm spark35 spark40 hdfs yarn browser wheel-venv
 	@mkdir -p $(TIERS); rm -f $(TIERS)/system.log $(TIERS)/system.rc; \
 	  echo "system tier started in the background: $(TIERS)/system.log"; \
 	  ( CKPT_TEST_AIRFLOW_HOME=$(CURDIR)/.airflow/tests-system $(PY) -m pytest tests/system $(PYTEST_ARGS) \
@@ -147,11 +152,15 @@ unit: venv
 integration: jvm spark35 spark40 hdfs wheel-venv
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
+# the YARN tests alone (HDFS and YARN start in ~15 s; each test runs Spark in cluster mode)
+test-yarn: jvm hdfs yarn
+	$(PY) -m pytest -m yarn tests/system $(PYTEST_ARGS)
+
 # the HDFS tier alone (about a minute: HDFS starts in ~10 s); make integration runs it too
 test-hdfs: jvm hdfs
 	$(PY) -m pytest -m hdfs tests/integration $(PYTEST_ARGS)
 
-system: jvm spark35 spark40 browser wheel-venv
+system: jvm spark35 spark40 hdfs yarn browser wheel-venv
 	$(PY) -m pytest tests/system $(PYTEST_ARGS)
 
 demo: jvm

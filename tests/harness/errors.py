@@ -17,6 +17,12 @@ class HdfsStartFailed(LocalStackError):
     summary = "HDFS did not come up"
 
 
+class YarnStartFailed(LocalStackError):
+    """The local YARN ResourceManager or NodeManager exited, or no node registered in time."""
+
+    summary = "YARN did not come up"
+
+
 class StandaloneStartFailed(LocalStackError):
     """The Spark standalone master or worker exited or did not register in time."""
 
