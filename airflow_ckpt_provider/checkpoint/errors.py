@@ -946,6 +946,121 @@ class UnknownJobKind(CheckpointError, ValueError):
                       "(register_job_kind or the 'airflow_ckpt_provider.job_kinds' entry point).")
 
 
+# -- an old job the provider did not launch (checkpoint/old_job.py, jobs/adopt.py) -----------------
+
+
+class InvalidOldJob(CheckpointError, ValueError):
+    """An old-job declaration (the ``old_job`` param, the ``ckpt`` flags) with a field that cannot be
+    used: ``found`` names the field."""
+
+    summary = "invalid old job declaration"
+    default_action = (
+        "Declare the old job by what runs it (docs \"Bring your running stream\"): {\"kind\": process (pid, "
+        "host), standalone (master, driver_id, master_ui_url), yarn (application_id, application_tags or "
+        "application_name; resource_manager, user), kubernetes (namespace, pod or label_selector; context) or "
+        "external (description)}, with no credential in it (they belong in a connection). Nothing was stopped "
+        "or changed."
+    )
+
+
+class OldJobNotFound(CheckpointError):
+    """No running application of the cluster manager matches the old-job declaration."""
+
+    summary = "old job not found"
+    default_action = (
+        "Nothing was stopped. Check the declaration against the cluster manager's list of running "
+        "applications (the candidates above, if any): give the application id, or the tags or name the job was "
+        "submitted with, and the ResourceManager (or API server) that runs it."
+    )
+
+
+class OldJobAmbiguous(CheckpointError):
+    """Several running applications match the old-job declaration: which one writes the checkpoint
+    cannot be chosen safely."""
+
+    summary = "several running applications match the old job"
+    default_action = (
+        "Nothing was stopped. Declare the old job by its application id (or pod name), one of the candidates "
+        "listed, after checking which one writes the checkpoint (its Spark UI's streaming tab shows the "
+        "query id)."
+    )
+
+
+class OldJobRestartsItself(CheckpointError):
+    """The old job's driver is owned by something that starts it again when it is killed (a
+    Kubernetes SparkApplication, Job, ReplicaSet or StatefulSet)."""
+
+    summary = "the old job's owner restarts it"
+    default_action = (
+        "Nothing was stopped. Suspend or delete the owner named above first (kubectl delete sparkapplication "
+        "<name>, or scale it to 0), or stop the job by hand and declare it as kind external; a killed driver "
+        "would otherwise come back and write the checkpoint beside the new version."
+    )
+
+
+class KillNeedsSinkLedger(CheckpointError):
+    """The old job can only be killed (or stopped by a person) and its sink is not declared: what a
+    batch cut by the kill leaves in the sink cannot be told. ``accept_undeclared_sink`` does not lift
+    this refusal."""
+
+    summary = "a kill needs a declared sink"
+    default_action = (
+        "Nothing was stopped. Declare the job's sink (the `sink` param: delta, delta_foreach_batch, file, kafka "
+        "or foreach_batch, with its location) so the handover reads what the sink holds of the batch the kill "
+        "cuts; or add GracefulStop to the old job and restart it, so it stops between batches."
+    )
+
+
+class CutBatchNotAccepted(CheckpointError):
+    """The old job is to be killed and its sink is at-least-once (``foreach_batch``, a Kafka sink
+    without source headers): the batch the kill cuts may be processed twice, and nobody accepted it."""
+
+    summary = "a cut batch may be processed twice"
+    default_action = (
+        "Nothing was stopped. Read the in-flight input range above (what one cut batch costs); if processing it "
+        "twice is acceptable, trigger again with accept_cut_batch true (the report lists the range as processed "
+        "twice). Or make the sink exact (Delta, a file sink, a Kafka sink with source headers) or add "
+        "GracefulStop to the old job."
+    )
+
+
+class CheckpointOnDriverDisk(CheckpointError):
+    """A checkpoint (or output) on a local path while the driver runs on a cluster node: the provider
+    on its host reads another disk than the driver writes."""
+
+    summary = "checkpoint on the driver's local disk"
+    default_action = (
+        "Nothing was stopped or changed. Put the checkpoint on storage every host reads (hdfs://, s3a://, "
+        "abfss://, gs://), or, if the path is a mount shared by the driver's node and this host, declare "
+        "shared_mount true in the old job."
+    )
+
+
+class ClusterManagerUnreachable(CheckpointError):
+    """None of the cluster manager's endpoints (ResourceManagers, API server) answered."""
+
+    summary = "cluster manager unreachable"
+    default_action = (
+        "Nothing was changed. Check the cluster manager's URL (resource_manager, the Kubernetes API server), "
+        "that this host can reach it, and that one ResourceManager of an HA pair is active; then retry."
+    )
+
+
+class ClusterManagerRefused(CheckpointError):
+    """The cluster manager answered a request with an error status (``status``)."""
+
+    summary = "cluster manager refused the request"
+    default_action = (
+        "Nothing was changed by this request. Read the status and the answer above: 401/403 means the user "
+        "(user.name, the bearer token) may not do it; 404 that the application or pod is not there."
+    )
+
+    def __init__(self, *, found: str, expected: str, status: int | None = None, action: str | None = None,
+                 path: str | None = None) -> None:
+        self.status = status
+        super().__init__(found=found, expected=expected, action=action, path=path)
+
+
 class CompatibilityError(CheckpointError):
     """A compatibility check (trial runs of the new version on copies) could not give a verdict."""
 

@@ -32,6 +32,29 @@ class LaunchMode(StrEnum):
     YARN_CLUSTER = "yarn-cluster"  # driver in a YARN application master
 
 
+class DriverState(StrEnum):
+    """A launched driver's state, the same words for every kind of job (:mod:`airflow_ckpt_provider.jobs`
+    re-exports it; the cluster managers' own words map onto it in
+    :mod:`airflow_ckpt_provider.checkpoint.old_job`)."""
+
+    SUBMITTED = "submitted"  # accepted by the cluster manager, not running yet
+    RUNNING = "running"
+    FINISHED = "finished"  # ended by itself (exit code 0, FINISHED)
+    FAILED = "failed"  # ended with an error
+    KILLED = "killed"
+    EXITED = "exited"  # ended; how is not known here (a process that is not our child)
+    UNKNOWN = "unknown"  # cannot be told from here (another host, an unreachable master)
+
+    @property
+    def alive(self) -> bool | None:
+        """True while submitted or running, False once ended, None when unknown."""
+        if self in (DriverState.SUBMITTED, DriverState.RUNNING):
+            return True
+        if self is DriverState.UNKNOWN:
+            return None
+        return False
+
+
 class RelaunchMode(StrEnum):
     """How an upgrade starts the new version (``build_stream_upgrade_dag(relaunch_mode=...)``)."""
 

@@ -67,6 +67,9 @@ class StopOutcome(StrEnum):
     #: no heartbeat was ever written and nothing committed while we watched: whether a query runs
     #: (without GracefulStop, on an idle topic) cannot be seen; nothing was stopped
     NO_HEARTBEAT = "no_heartbeat"
+    #: a job without GracefulStop killed through its cluster manager on purpose (no stop request was
+    #: written; ``StopResult.escalation`` says how)
+    KILLED = "killed"
 
 
 class StopReason(StrEnum):
@@ -267,15 +270,21 @@ def withdrawal_decision(
     return None
 
 
-def quiet_verdict(before: BatchState, after: BatchState, alive: bool) -> str | None:
+def quiet_verdict(before: BatchState, after: BatchState, alive: bool, *, watch_commits: bool = False) -> str | None:
     """None when the checkpoint is quiet; else what is wrong, in words.
 
-    Quiet means: no offsets file newer than ``before`` appeared, and no live heartbeat.
+    Quiet means: no offsets file newer than ``before`` appeared, and no live heartbeat. With
+    ``watch_commits`` (after a kill: a driver can outlive its manager's KILLED and commit the batch
+    it had planned) a ``commits/N`` newer than ``before`` breaks the quiet too.
     """
     old = -1 if before.last_planned_batch is None else before.last_planned_batch
     if after.last_planned_batch is not None and after.last_planned_batch > old:
         return (f"offsets/{after.last_planned_batch} appeared after the stop "
                 f"(last planned batch was {before.last_planned_batch})")
+    committed = -1 if before.last_committed_batch is None else before.last_committed_batch
+    if watch_commits and after.last_committed_batch is not None and after.last_committed_batch > committed:
+        return (f"commits/{after.last_committed_batch} appeared after the stop "
+                f"(last committed batch was {before.last_committed_batch})")
     if alive:
         return "the heartbeat is still being refreshed"
     return None

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from airflow_ckpt_provider.checkpoint.errors import UnknownJobKind
-from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.launch import DriverState, LaunchHandle
 from airflow_ckpt_provider.checkpoint.secrets import redact_text
-from airflow_ckpt_provider.enums import StrEnum
 
 #: Entry-point group through which installed packages register more job kinds.
 ENTRY_POINT_GROUP = "airflow_ckpt_provider.job_kinds"
@@ -34,27 +33,6 @@ ENTRY_POINT_GROUP = "airflow_ckpt_provider.job_kinds"
 STORAGE_OPTIONS_ENV = "CKPT_STORAGE_OPTIONS"
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-class DriverState(StrEnum):
-    """A launched driver's state, the same words for every kind of job."""
-
-    SUBMITTED = "submitted"  # accepted by the cluster manager, not running yet
-    RUNNING = "running"
-    FINISHED = "finished"  # ended by itself (exit code 0, FINISHED)
-    FAILED = "failed"  # ended with an error
-    KILLED = "killed"
-    EXITED = "exited"  # ended; how is not known here (a process that is not our child)
-    UNKNOWN = "unknown"  # cannot be told from here (another host, an unreachable master)
-
-    @property
-    def alive(self) -> bool | None:
-        """True while submitted or running, False once ended, None when unknown."""
-        if self in (DriverState.SUBMITTED, DriverState.RUNNING):
-            return True
-        if self is DriverState.UNKNOWN:
-            return None
-        return False
 
 
 @dataclass(frozen=True)

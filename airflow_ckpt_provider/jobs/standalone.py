@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -20,6 +19,7 @@ from typing import Any, ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.old_job import STANDALONE_DRIVER_ID
 from airflow_ckpt_provider.jobs.base import (
     DriverState,
     JobOfKind,
@@ -34,7 +34,6 @@ from airflow_ckpt_provider.storage.files import open_private
 
 log = logging.getLogger(__name__)
 
-_DRIVER_ID = re.compile(r"driver-\d{14}-\d{4,}")
 #: The master's driver states in DriverState words.
 _STATES = {
     "SUBMITTED": DriverState.SUBMITTED, "RUNNING": DriverState.RUNNING, "RELAUNCHING": DriverState.SUBMITTED,
@@ -83,7 +82,7 @@ class StandaloneJob(JobOfKind):
     def launch(cls, request: SubmitRequest, options: JobOptions | None = None) -> StandaloneJob:
         options = options or JobOptions()
         output = submit(request, options, what="standalone submission")
-        match = _DRIVER_ID.search(output)
+        match = STANDALONE_DRIVER_ID.search(output)
         if not match:
             raise LaunchFailed(found="no driver id in the spark-submit output",
                                expected="'Driver successfully submitted as driver-...'",

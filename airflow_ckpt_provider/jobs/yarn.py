@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from airflow_ckpt_provider.checkpoint.errors import EscalationFailed, LaunchFailed
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, LaunchMode
+from airflow_ckpt_provider.checkpoint.old_job import YARN_APPLICATION_ID, yarn_state
 from airflow_ckpt_provider.jobs.base import (
     DriverState,
     JobOfKind,
@@ -29,14 +30,8 @@ from airflow_ckpt_provider.jobs.standalone import submit
 
 log = logging.getLogger(__name__)
 
-_APP_ID = re.compile(r"application_\d+_\d+")
 _STATE = re.compile(r"\bState\s*:\s*(\w+)")
 _FINAL = re.compile(r"\bFinal-State\s*:\s*(\w+)")
-_STATES = {
-    "NEW": DriverState.SUBMITTED, "NEW_SAVING": DriverState.SUBMITTED, "SUBMITTED": DriverState.SUBMITTED,
-    "ACCEPTED": DriverState.SUBMITTED, "RUNNING": DriverState.RUNNING, "FINISHED": DriverState.FINISHED,
-    "FAILED": DriverState.FAILED, "KILLED": DriverState.KILLED,
-}
 
 
 class YarnJob(JobOfKind):
@@ -47,7 +42,7 @@ class YarnJob(JobOfKind):
     @classmethod
     def launch(cls, request: SubmitRequest, options: JobOptions | None = None) -> YarnJob:
         output = submit(request, options or JobOptions(), what="YARN submission")
-        match = _APP_ID.search(output)
+        match = YARN_APPLICATION_ID.search(output)
         if not match:
             raise LaunchFailed(found="no application id in the spark-submit output",
                                expected="application_<cluster>_<n>", log_tail=tail_text(output, 40),
@@ -71,11 +66,8 @@ class YarnJob(JobOfKind):
         match = _STATE.search(output)
         if code != 0 or not match:
             return DriverState.UNKNOWN
-        state = _STATES.get(match.group(1), DriverState.UNKNOWN)
-        if state is DriverState.FINISHED:  # FINISHED with Final-State FAILED/KILLED
-            final = _FINAL.search(output)
-            state = _STATES.get(final.group(1), state) if final and final.group(1) != "SUCCEEDED" else state
-        return state
+        final = _FINAL.search(output)
+        return yarn_state(match.group(1), final.group(1) if final else "")
 
     def log_tail(self, lines: int = 50) -> str:
         return tail_file(self.handle.log_path, lines)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from airflow_ckpt_provider.checkpoint.errors import InvalidSinkSpec, JsonTooLarge
 from airflow_ckpt_provider.checkpoint.jsonin import load_json
 from airflow_ckpt_provider.checkpoint.locations import refuse_credentials
+from airflow_ckpt_provider.checkpoint.old_job import CutExposure
 from airflow_ckpt_provider.enums import StrEnum
 
 
@@ -53,6 +54,18 @@ class SinkKind(StrEnum):
     def exact(self) -> bool:
         """Whether the provider reads this sink's own record (else: at-least-once)."""
         return self.is_delta or self is SinkKind.FILE
+
+    def cut_exposure(self, *, source_headers: bool = False) -> CutExposure:
+        """What a batch a kill cuts means for this sink: exact (Delta, file sink), counted (a Kafka
+        sink whose records carry source headers), at-least-once (``foreach_batch``, a Kafka sink
+        without them), or nothing known (not declared)."""
+        if self is SinkKind.NONE:
+            return CutExposure.UNDECLARED
+        if self.exact:
+            return CutExposure.EXACT
+        if self is SinkKind.KAFKA and source_headers:
+            return CutExposure.COUNTED
+        return CutExposure.AT_LEAST_ONCE
 
 
 _KEYS = frozenset({"kind", "location", "txn_app_id", "new_txn_app_id"})

@@ -210,10 +210,12 @@ def wait_quiet(
     exit_grace: float = DEFAULT_EXIT_GRACE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    watch_commits: bool = False,
 ) -> BatchState:
     """Check for ``quiet_period`` seconds that nothing writes to the checkpoint any more.
 
-    Raises :class:`CheckpointNotQuiet` as soon as a new ``offsets/N`` appears, and
+    Raises :class:`CheckpointNotQuiet` as soon as a new ``offsets/N`` appears (with
+    ``watch_commits``, after a kill, a new ``commits/N`` too), and
     :class:`QueryStillRunning` if a heartbeat is still alive at the end. A heartbeat that merely
     has not aged yet (the writer was killed) is given up to ``missed_beats`` intervals more.
     A supervised local driver (``_ckpt/driver.json``) still running after its query stopped is
@@ -229,7 +231,7 @@ def wait_quiet(
     while True:
         now = clock()
         after = control.batch_state()
-        problem = quiet_verdict(before, after, alive=False)
+        problem = quiet_verdict(before, after, alive=False, watch_commits=watch_commits)
         if problem:
             raise CheckpointNotQuiet(found=problem, expected=f"no new batch for {quiet_period:g} s after the stop",
                                      path=control.uri)

@@ -209,6 +209,20 @@ def test_quiet_verdict(before: BatchState, after: BatchState, alive: bool, quiet
     assert (quiet_verdict(before, after, alive) is None) is quiet
 
 
+@pytest.mark.parametrize(("before", "after", "watch_commits", "problem"), [
+    (BatchState(4, 3), BatchState(4, 4), False, None),  # the default: a commit of the planned batch is no new batch
+    (BatchState(4, 3), BatchState(4, 4), True, "commits/4 appeared after the stop (last committed batch was 3)"),
+    (BatchState(0, None), BatchState(0, 0), True, "commits/0 appeared after the stop (last committed batch was None)"),
+    (BatchState(4, 3), BatchState(4, 3), True, None),
+    (BatchState(4, 3), BatchState(5, 3), True, "offsets/5 appeared after the stop (last planned batch was 4)"),
+])
+def test_quiet_verdict_after_a_kill_watches_commits(before: BatchState, after: BatchState, watch_commits: bool,
+                                                    problem: str | None) -> None:
+    """A killed driver can outlive its manager's KILLED and commit the batch it planned: after a
+    kill a new commits/N breaks the quiet too; without the flag nothing changes."""
+    assert quiet_verdict(before, after, False, watch_commits=watch_commits) == problem
+
+
 def test_pending_request() -> None:
     request = new_request("me", "test", 60, now=NOW)
     assert pending_request(request, None, NOW)
@@ -279,6 +293,23 @@ def test_wait_quiet_fails_when_a_batch_is_planned(tmp_path: Path) -> None:
     with pytest.raises(CheckpointNotQuiet) as error:
         wait_quiet(control, 5.0, poll_interval=0.5, clock=clock, sleep=clock.sleep)
     assert "offsets/3" in str(error.value)
+
+
+@pytest.mark.parametrize("watch_commits", [False, True])
+def test_wait_quiet_after_a_kill_fails_on_a_late_commit(tmp_path: Path, watch_commits: bool) -> None:
+    control = control_at(tmp_path, batches=range(4), committed=range(3))
+
+    def late_commit(sleeps: int) -> None:
+        if sleeps == 2:
+            put(control, "commits/3", "v1\n{}\n")
+
+    clock = FakeClock(late_commit)
+    if not watch_commits:
+        assert wait_quiet(control, 2.0, poll_interval=0.5, clock=clock, sleep=clock.sleep) == BatchState(3, 3)
+        return
+    with pytest.raises(CheckpointNotQuiet) as error:
+        wait_quiet(control, 2.0, poll_interval=0.5, clock=clock, sleep=clock.sleep, watch_commits=True)
+    assert "commits/3 appeared" in str(error.value)
 
 
 def test_wait_quiet_fails_while_a_heartbeat_is_refreshed(tmp_path: Path) -> None:
