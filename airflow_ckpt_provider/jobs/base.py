@@ -62,11 +62,20 @@ class SubmitRequest:
 @dataclass(frozen=True)
 class JobOptions:
     """How to reach a job's cluster manager from here: environment for the commands run
-    (``SPARK_HOME``, ``HADOOP_CONF_DIR``), their timeout, and the runner (tests inject one)."""
+    (``SPARK_HOME``, ``HADOOP_CONF_DIR``), their timeout, the runner (tests inject one), and
+    ``cluster``: the cluster manager's endpoints, over what the handle's ``extra`` says (a
+    connection's settings win) — ``rm_url`` (YARN ResourceManager web URLs, comma-separated) and
+    ``user`` (a YARN kill's ``user.name``); ``api_server``, ``token_file`` (a path: the token is
+    read from it, never recorded) and ``ca_file`` (Kubernetes). No secret goes in here."""
 
     env: Mapping[str, str] = field(default_factory=dict)
     command_timeout: float = 120.0
     runner: Runner = subprocess.run
+    cluster: Mapping[str, str] = field(default_factory=dict)
+
+    def endpoint(self, handle: LaunchHandle, key: str) -> str:
+        """``cluster[key]``, else the handle's ``extra[key]``, else ""."""
+        return str(self.cluster.get(key) or handle.extra.get(key) or "")
 
 
 @runtime_checkable

@@ -46,6 +46,8 @@ RAW_JSON_EDGES: dict[tuple[str, str], str] = {
     ("sinks/delta.py", "DeltaLog.commit_txns"): "Delta's transaction log lines",
     ("sinks/delta.py", "DeltaLog._checkpoint_txns"): "Delta's checkpoint JSON lines",
     ("jobs/standalone.py", "_http_json"): "the Spark standalone master's REST answer",
+    ("jobs/http.py", "_answer"): "a cluster manager's REST answer (YARN ResourceManager and NodeManager, the "
+                                 "Kubernetes API server), bounded, read by the core's decisions",
     # what a person or the environment gives, refused with a typed error when it is not what it should be
     ("checkpoint/launch.py", "_redact_extra"): "a recorded command line (a JSON argument list) to mask its secrets",
     ("checkpoint/spark_settings.py", "SparkSettings.from_json"): "the Spark settings DAG param",
