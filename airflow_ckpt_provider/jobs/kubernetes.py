@@ -52,6 +52,8 @@ KIND = "k8s-cluster"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: The most bytes of a token file read.
 MAX_TOKEN_BYTES = 64_000
+#: The settings that say where the API server is (JobOptions ``cluster`` keys, a handle's ``extra`` keys).
+SETTINGS = ("api_server", "token_file", "ca_file")
 #: Seconds the pod is given to stop after its SIGTERM (Kubernetes' ``gracePeriodSeconds``).
 DEFAULT_DELETE_GRACE_S = 30
 
@@ -72,7 +74,13 @@ class KubernetesApi:
     def for_handle(cls, handle: LaunchHandle, options: JobOptions) -> KubernetesApi:
         """From the options' ``cluster`` settings, the handle's ``extra``, then the in-cluster
         defaults. :class:`InvalidOldJob` for an API server URL with user-info, or none at all."""
-        server = options.endpoint(handle, "api_server")
+        return cls.from_settings({key: options.endpoint(handle, key) for key in SETTINGS}, options)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str], options: JobOptions) -> KubernetesApi:
+        """From ``settings`` (``api_server``, ``token_file``, ``ca_file``), then the in-cluster
+        defaults (see :meth:`for_handle`)."""
+        server = settings.get("api_server", "")
         environ = {**os.environ, **options.env}
         if not server and environ.get("KUBERNETES_SERVICE_HOST"):
             host = environ["KUBERNETES_SERVICE_HOST"]
@@ -85,9 +93,9 @@ class KubernetesApi:
             raise InvalidOldJob(found=f"an API server URL with user-info: {redact_location(server)}",
                                 expected="the API server's URL without user-info (the token goes in token_file)")
         in_cluster = SERVICE_ACCOUNT / "token"
-        token = options.endpoint(handle, "token_file") or (str(in_cluster) if in_cluster.is_file() else "")
-        ca = options.endpoint(handle, "ca_file") or (str(SERVICE_ACCOUNT / "ca.crt")
-                                                     if (SERVICE_ACCOUNT / "ca.crt").is_file() else "")
+        token = settings.get("token_file") or (str(in_cluster) if in_cluster.is_file() else "")
+        ca = settings.get("ca_file") or (str(SERVICE_ACCOUNT / "ca.crt") if (SERVICE_ACCOUNT / "ca.crt").is_file()
+                                         else "")
         return cls(server.rstrip("/"), token, ca, timeout=min(options.command_timeout, 30.0))
 
     def _headers(self) -> dict[str, str]:
