@@ -64,7 +64,7 @@ class Replay:
             self.asked.append(Asked(method, parts.path, parse_qs(parts.query), parsed, headers))
             replies = self.routes.get((method, parts.path))
             if not replies:
-                return Reply(404, "yarn/not_found.json")
+                return Reply(404, {"message": f"no reply recorded for {method} {parts.path}"})
             return replies.pop(0) if len(replies) > 1 else replies[0]
 
     def paths(self, method: str | None = None) -> list[str]:
