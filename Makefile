@@ -30,7 +30,7 @@ define full_pyspark
   $(1) -m pip install --quiet --no-deps --force-reinstall -c $(CONSTRAINTS) pyspark
 endef
 
-.PHONY: help dist wheel-venv venv jvm spark35 spark40 hdfs yarn browser airflow-home lint test unit integration test-hdfs test-yarn system demo docs docs-sync bench clean
+.PHONY: help dist wheel-venv venv jvm spark35 spark40 hdfs yarn browser airflow-home lint test unit integration test-hdfs test-yarn system demo demo-sample docs docs-sync bench clean
 
 help:
 	@echo "make demo    run the reference upgrade end to end on the embedded local stack, with its proof"
@@ -38,10 +38,13 @@ help:
 	@echo "make dist    build the sdist and the wheel into dist/ (python -m build)"
 	@echo "make wheel-venv install the wheel from dist/ into $(WHEEL_VENV), as a user installs it (the tests run it)"
 	@echo "make lint | unit | integration | system | docs | docs-sync | bench | clean"
+	@echo "make demo-sample record the last demo run in docs/samples/demo/ and sync the pages that quote it"
 	@echo "make spark35 install pyspark 3.5 in $(SPARK35_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make spark40 install pyspark 4.0 in $(SPARK40_VENV) with its Kafka connector (the Spark-upgrade tests)"
 	@echo "make hdfs    resolve the single-node HDFS jars (Hadoop 3.4.1) the HDFS tests start"
 	@echo "make test-hdfs run only the tests on a real HDFS (they are also part of make integration)"
+	@echo "make yarn    resolve the single-node YARN jars (Hadoop 3.4.1) the cluster-mode tests start"
+	@echo "make test-yarn run only the tests on a real YARN (they are also part of make system)"
 	@echo "make browser check for the Chromium the browser tests drive (installs Debian's chromium as root)"
 
 $(INSTALLED): setup.cfg pyproject.toml $(CONSTRAINTS)
@@ -173,6 +176,10 @@ docs: venv
 # tests/unit/test_docs_sources.py fail while a copy differs from its source
 docs-sync: venv
 	$(PY) docs/hooks.py
+
+# the last `make demo` run (its demo-report.json and the report it names) becomes the docs' sample
+demo-sample: venv
+	$(PY) docs/hooks.py --record-demo
 
 bench: jvm
 	@failed=""; for script in bench/*.py; do echo "== $$script"; $(PY) $$script || failed="$$failed $$script"; done; \

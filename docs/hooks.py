@@ -9,7 +9,8 @@ same for another Python file of the repository (PATH relative to the repository 
 ``*``
     the whole file;
 ``NAME``
-    the top-level function, class or assignment NAME (decorators and comments above it included);
+    the top-level function, class, assignment or import of NAME (decorators and comments above it
+    included);
 ``NAME.INNER``
     the statement in NAME's body (looking through ``with``/``if``/``for``/``try`` blocks) that
     defines or assigns INNER, e.g. ``build_stream_upgrade_dag.graceful_stop``;
@@ -23,6 +24,18 @@ same for another Python file of the repository (PATH relative to the repository 
 (adding the block after a marker that has none). As an MkDocs hook, it fails the build when a
 block differs from the source, or a marker names something that no longer exists;
 ``tests/unit/test_docs_sources.py`` checks the same in the fast tier.
+
+A line that is exactly ``<!-- demo-output FOLDER PART -->`` is followed by a fenced ``text``
+block holding what ``make demo`` printed in a recorded run: FOLDER (relative to the repository
+root, ``docs/samples/demo``) holds that run's ``upgrade-report.json`` (the report the DAG stored)
+and ``demo-report.json`` (the demo's record of its proof); the block is rendered from them by the
+renderers the demo prints with (``UpgradeReport.to_markdown`` and
+:mod:`tests.harness.demo_output`): PART ``all`` is the README's excerpt, ``report`` the report's
+excerpt alone, ``proof`` the proof and the verdict. ``python docs/hooks.py --record-demo
+[DEMO_REPORT]`` records the last ``make demo`` run there (its ``demo-report.json``, the report
+stored in the archive it names and the report's ``timeline.png``), then syncs the pages.
+
+The pages are every Markdown file under ``docs/src`` and the repository's ``README.md``.
 
 A line that is exactly ``<!-- api-reference -->`` is replaced, when the site is built (the page
 file keeps the marker), by the API reference generated from the code: for every operator, hook
@@ -40,9 +53,11 @@ import ast
 import enum
 import importlib
 import inspect
+import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,16 +69,24 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 DAG_FILE = REPO / "dags" / "stream_upgrade.py"
 MARKER = re.compile(r"^<!-- (?:dag-source|source (?P<path>\S+)) (?P<spec>\S+) -->[ \t]*$", re.MULTILINE)
+DEMO_MARKER = re.compile(r"^<!-- demo-output (?P<folder>\S+) (?P<part>all|report|proof) -->[ \t]*$", re.MULTILINE)
+#: The recorded ``make demo`` run the pages quote, and its two records.
+DEMO_SAMPLE = "docs/samples/demo"
+DEMO_REPORT, DEMO_RESULT, DEMO_TIMELINE = "upgrade-report.json", "demo-report.json", "timeline.png"
 
 
 class DagSourceError(Exception):
-    """A marker names a part of the DAG file that does not exist."""
+    """A marker names a part of a source file that does not exist, or a recorded demo run that is
+    not there."""
 
 
 def _names(node: ast.stmt) -> set[str]:
-    """Names a statement defines: functions, classes, assignment targets (plain names only)."""
+    """Names a statement defines: functions, classes, assignment targets (plain names only), and
+    the names an import binds."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {alias.asname or alias.name.split(".")[0] for alias in node.names}
     targets: list[ast.expr] = []
     if isinstance(node, ast.Assign):
         targets = list(node.targets)
@@ -165,6 +188,7 @@ def _read(rel: str | None) -> str:
 
 
 FENCE = re.compile(r"\n```python\n(?P<code>.*?)\n```[ \t]*(?=\n|$)", re.DOTALL)
+TEXT_FENCE = re.compile(r"\n```text\n(?P<code>.*?)\n```[ \t]*(?=\n|$)", re.DOTALL)
 
 
 class StaleSource(DagSourceError):
@@ -179,16 +203,48 @@ def _fenced(rel: str | None, spec: str) -> str:
     return f"```python\n{text}\n```"
 
 
-def _parts(markdown: str) -> list[tuple[re.Match[str], re.Match[str] | None]]:
-    """Every marker with the fenced block right after it (``None`` when the next line is not one)."""
-    return [(marker, FENCE.match(markdown, marker.end())) for marker in MARKER.finditer(markdown)]
+def demo_output(folder: str, part: str) -> str:
+    """What a recorded ``make demo`` run in ``folder`` printed, PART ``all``, ``report`` or
+    ``proof`` (see the module docstring); :class:`DagSourceError` when its records are missing or
+    are not what the demo writes."""
+    base = (REPO / folder).resolve()
+    if REPO not in base.parents:
+        raise DagSourceError(f"{folder}: outside the repository")
+    if str(REPO) not in sys.path:  # run as a script (make docs-sync): the harness is the checkout's
+        sys.path.insert(0, str(REPO))
+    from airflow_ckpt_provider.checkpoint.report import UpgradeReport
+    from airflow_ckpt_provider.records.codec import TypedError
+    from tests.harness import demo_output as printed
+
+    try:
+        report = UpgradeReport.from_json((base / DEMO_REPORT).read_text(encoding="utf-8"))
+        result = json.loads((base / DEMO_RESULT).read_text(encoding="utf-8"))
+        markdown = report.to_markdown(DEMO_TIMELINE)
+        if part == "report":
+            return "\n".join(printed.report_excerpt(markdown))
+        if part == "proof":
+            return "\n".join([*printed.proof_lines(result), "", printed.verdict(printed.demo_ok(result))])
+        return printed.readme_excerpt(markdown, result)
+    except (OSError, ValueError, KeyError, TypeError, TypedError) as exc:
+        raise DagSourceError(f"{folder}: not a recorded demo run ({DEMO_REPORT} and {DEMO_RESULT}): {exc}") from None
+
+
+def _parts(markdown: str) -> list[tuple[re.Match[str], re.Match[str] | None, Callable[[], str]]]:
+    """Every marker with the fenced block right after it (``None`` when the next line is not one)
+    and the block it must be, in page order."""
+    found = [(m, FENCE.match(markdown, m.end()), lambda m=m: _fenced(m["path"], m["spec"]))
+             for m in MARKER.finditer(markdown)]
+    found += [(m, TEXT_FENCE.match(markdown, m.end()),
+               lambda m=m: f"```text\n{demo_output(m['folder'], m['part'])}\n```")
+              for m in DEMO_MARKER.finditer(markdown)]
+    return sorted(found, key=lambda part: part[0].start())
 
 
 def sync(markdown: str) -> str:
     """``markdown`` with the block after every marker set to the current source it names."""
     out, at = [], 0
-    for marker, fence in _parts(markdown):
-        out += [markdown[at:marker.end()], "\n", _fenced(marker["path"], marker["spec"])]
+    for marker, fence, block in _parts(markdown):
+        out += [markdown[at:marker.end()], "\n", block()]
         at = fence.end() if fence else marker.end()
         if not fence and not markdown.startswith("\n", at):
             out.append("\n")
@@ -198,8 +254,8 @@ def sync(markdown: str) -> str:
 def stale(markdown: str) -> list[str]:
     """The markers whose block is missing or differs from the current source, as ``line N: MARKER``."""
     found = []
-    for marker, fence in _parts(markdown):
-        if fence is None or fence.group(0).strip("\n") != _fenced(marker["path"], marker["spec"]):
+    for marker, fence, block in _parts(markdown):
+        if fence is None or fence.group(0).strip("\n") != block():
             line = markdown.count("\n", 0, marker.start()) + 1
             found.append(f"line {line}: {marker.group(0).strip()}")
     return found
@@ -373,7 +429,7 @@ def with_api_reference(markdown: str) -> str:
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    has_source = "<!-- dag-source " in markdown or "<!-- source " in markdown
+    has_source = any(marker in markdown for marker in ("<!-- dag-source ", "<!-- source ", "<!-- demo-output "))
     if not has_source and not API_MARKER.search(markdown):
         return markdown
     try:
@@ -384,9 +440,37 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
         raise PluginError(f"{page.file.src_path}: {exc}") from exc
 
 
+def pages() -> list[Path]:
+    """The pages whose markers are kept current: every page under docs/src, and the README."""
+    return [*sorted((REPO / "docs" / "src").rglob("*.md")), REPO / "README.md"]
+
+
+def record_demo(demo_report: Path, target: Path = REPO / DEMO_SAMPLE) -> list[Path]:
+    """Copy the ``make demo`` run that wrote ``demo_report`` into ``target`` (:data:`DEMO_SAMPLE`):
+    its ``demo-report.json``, and the report and timeline stored in the archive it names; returns
+    the files written. :class:`DagSourceError` when the run's records are not there."""
+    try:
+        archive = json.loads(demo_report.read_text(encoding="utf-8"))["archive"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DagSourceError(f"{demo_report}: not a demo's record (run `make demo` first): {exc}") from None
+    stored = Path(str(archive)) / "report"
+    if not (stored / DEMO_REPORT).is_file():
+        raise DagSourceError(f"{stored / DEMO_REPORT}: the demo's report is not there (its work folder was removed?)")
+    target.mkdir(parents=True, exist_ok=True)
+    written = [Path(shutil.copyfile(demo_report, target / DEMO_RESULT)),
+               Path(shutil.copyfile(stored / DEMO_REPORT, target / DEMO_REPORT))]
+    if (stored / DEMO_TIMELINE).is_file():
+        written.append(Path(shutil.copyfile(stored / DEMO_TIMELINE, target / DEMO_TIMELINE)))
+    return written
+
+
 def main() -> int:
-    """Rewrite the code blocks of every page under docs/src; prints the pages it changed."""
-    for page in sorted((REPO / "docs" / "src").rglob("*.md")):
+    """Rewrite the marked blocks of every page (:func:`pages`); prints the pages it changed. With
+    ``--record-demo [DEMO_REPORT]`` (default ``demo-report.json``), first record that demo run."""
+    if sys.argv[1:2] == ["--record-demo"]:
+        for path in record_demo(Path(sys.argv[2]) if len(sys.argv) > 2 else REPO / "demo-report.json"):
+            print(f"recorded {path.relative_to(REPO)}")
+    for page in pages():
         text = page.read_text(encoding="utf-8")
         synced = sync(text)
         if synced != text:

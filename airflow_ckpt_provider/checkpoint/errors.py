@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
+from dataclasses import dataclass
 from typing import ClassVar
 
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
@@ -86,6 +88,53 @@ class ProviderError(TypedError):
                 f"{shorten(self.action)}")
         return redact_location(f"{text}\n{shorten(self.detail, MAX_DETAIL_CHARS, keep_end=True)}" if self.detail
                                else text)
+
+
+@dataclass(frozen=True)
+class ErrorLine:
+    """A typed error's line (``str(error)``, as the upgrade journal keeps a failed step's error) read
+    back into its fields for a report to show them apart (:func:`read_error_line`). ``summary`` is
+    "" for a codec's :class:`~airflow_ckpt_provider.records.codec.TypedError`, which has none."""
+
+    summary: str
+    found: str
+    expected: str
+    action: str
+    path: str = ""
+    detail: str = ""
+
+
+_FOUND = "found "
+_EXPECTED = "; expected "
+#: where the expectation ends and the action begins: the first sentence end after ``expected``
+_ACTION_START = re.compile(r"\. (?=[A-Z`\"'(])")
+
+
+def read_error_line(text: str) -> ErrorLine | None:
+    """The fields of ``text`` when it is one typed error's line as :meth:`ProviderError.__str__`
+    (``<summary>[ (<path>)]: found <found>; expected <expected>. <action>[\\n<detail>]``) or
+    :meth:`TypedError.__str__ <airflow_ckpt_provider.records.codec.TypedError.__str__>` writes it,
+    perhaps cut at its end (the journal keeps 2,000 characters of it). The action starts at the
+    first sentence end after ``; expected`` (an expectation is one phrase); a line cut before it has
+    an empty action. None for any other text (an exception of another kind, an interrupted step's
+    words), and for a line whose fields cannot be told apart for sure: no summary before
+    ``: found``, or more than one ``; expected`` (an error that quotes another). Pure."""
+    if text.startswith(_FOUND):
+        head, rest = "", text[len(_FOUND):]
+    else:
+        head, sep, rest = text.partition(": " + _FOUND)
+        if not sep or not head.strip() or "\n" in head:
+            return None
+    if rest.count(_EXPECTED) != 1:
+        return None
+    found, _, tail = rest.partition(_EXPECTED)
+    body, _, detail = tail.partition("\n")
+    end = _ACTION_START.search(body)
+    expected, action = (body[:end.start()], body[end.end():]) if end else (body.removesuffix("."), "")
+    summary, path = head, ""
+    if head.endswith(")") and " (" in head:
+        summary, _, path = head[:-1].partition(" (")
+    return ErrorLine(summary=summary, found=found, expected=expected, action=action, path=path, detail=detail)
 
 
 class CheckpointError(ProviderError):

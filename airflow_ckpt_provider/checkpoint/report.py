@@ -2,21 +2,22 @@
 Pure: no I/O.
 
 :class:`UpgradeReport` is a value object (JSON round-trip); :meth:`to_markdown` and
-:meth:`to_html` render it for people; :func:`airflow_ckpt_provider.storage.timeline.render_timeline_png`
-draws input rows per batch of the old and the new query on one time axis into a PNG file (needs
-matplotlib: the ``report`` extra).
+:meth:`to_html` (:mod:`~airflow_ckpt_provider.checkpoint.report_html`) render it for people;
+:func:`airflow_ckpt_provider.storage.timeline.render_timeline_png` draws input rows per batch of
+the old and the new query on one time axis into a PNG file (needs matplotlib: the ``report``
+extra).
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_ckpt_provider.checkpoint.errors import InvalidUpgradeReport
+from airflow_ckpt_provider.checkpoint.errors import ErrorLine, InvalidUpgradeReport, read_error_line
 from airflow_ckpt_provider.checkpoint.history import BatchRecord
+from airflow_ckpt_provider.checkpoint.report_html import render_html
 from airflow_ckpt_provider.checkpoint.rewind import StartPlan
 from airflow_ckpt_provider.checkpoint.secrets import redact_location
 from airflow_ckpt_provider.checkpoint.switchover import DowntimeSplit
@@ -33,6 +34,25 @@ class StepTiming:
     seconds: float | None = None
     started_at: str | None = None
     ended_at: str | None = None
+
+
+@dataclass(frozen=True)
+class StepError:
+    """A failed step's error as the upgrade journal recorded it: ``error`` is the error's line
+    (``str(error)``, at most 2,000 characters), or what the planner says of a step that began and
+    never ended."""
+
+    step: str
+    error: str
+
+    def note(self) -> str:
+        """The report's note of it: ``<step> failed: <error>``."""
+        return f"{self.step} failed: {self.error}"
+
+    def fields(self) -> ErrorLine | None:
+        """Its found / expected / action (:func:`~airflow_ckpt_provider.checkpoint.errors.read_error_line`);
+        None when the line is not one typed error's."""
+        return read_error_line(self.error)
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,8 @@ class UpgradeReport:
     #: a switchover's DowntimeSplit dict: where the downtime went inside the drivers (the old query's
     #: stop, the standby noticing it, its handover read, the query start, the first batch)
     switchover: Mapping[str, Any] | None = None
+    #: each failed step's recorded error, in step order (each is also a note: :meth:`StepError.note`)
+    errors: Sequence[StepError] = ()
     created_at: str = field(default_factory=lambda: utc_iso(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +105,8 @@ class UpgradeReport:
         data["downtime_by_step"] = self.downtime_by_step()
         if data.get("switchover") is None:  # as the release before the switchover path wrote it
             del data["switchover"]
+        if not data.get("errors"):  # as the release before the errors were kept apart wrote it
+            del data["errors"]
         return _REPORT.encode(data)
 
     def window(self) -> tuple[float, float] | None:
@@ -131,7 +155,8 @@ class UpgradeReport:
 
     # -- rendering -------------------------------------------------------------------------------
 
-    def _facts(self) -> list[tuple[str, str]]:
+    def facts(self) -> list[tuple[str, str]]:
+        """The report's facts as (name, value) rows, in the order the renderings show them."""
         handover = self.handover or {}
         facts = [
             ("outcome", self.outcome),
@@ -185,12 +210,15 @@ class UpgradeReport:
         return redact_location(self._markdown(png_name))
 
     def to_html(self, png_name: str | None = None) -> str:
-        """The report as an HTML page; locations' credentials masked (:func:`redact_location`)."""
-        return redact_location(self._html(png_name))
+        """The report as one self-contained HTML page
+        (:func:`~airflow_ckpt_provider.checkpoint.report_html.render_html`: inline style, no script,
+        no other file but the timeline ``png_name``); every text escaped, locations' credentials and
+        secrets in free text masked."""
+        return render_html(self, png_name)
 
     def _markdown(self, png_name: str | None = None) -> str:
         lines = [f"# Upgrade report: {self.stream}", "", "| | |", "| --- | --- |"]
-        lines += [f"| {k} | `{v}` |" if k == "startingOffsets" else f"| {k} | {v} |" for k, v in self._facts()]
+        lines += [f"| {k} | `{v}` |" if k == "startingOffsets" else f"| {k} | {v} |" for k, v in self.facts()]
         down = self.downtime_by_step()
         lines += ["", "## Steps", "", "| step | state | seconds | of the downtime |", "| --- | --- | ---: | ---: |"]
         lines += [f"| {s.name} | {s.state} | {'-' if s.seconds is None else f'{s.seconds:.1f}'} | "
@@ -238,21 +266,6 @@ class UpgradeReport:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
-    def _html(self, png_name: str | None = None) -> str:
-        esc = html.escape
-        rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in self._facts())
-        steps = "".join(
-            f"<tr><td>{esc(s.name)}</td><td>{esc(s.state)}</td>"
-            f"<td>{'-' if s.seconds is None else f'{s.seconds:.1f}'}</td></tr>" for s in self.steps
-        )
-        img = f'<img src="{esc(png_name)}" alt="input rows per batch">' if png_name else ""
-        return (
-            f"<!doctype html><html><head><meta charset='utf-8'><title>Upgrade report: {esc(self.stream)}"
-            f"</title></head><body><h1>Upgrade report: {esc(self.stream)}</h1><table>{rows}</table>"
-            f"<h2>Steps</h2><table><tr><th>step</th><th>state</th><th>seconds</th></tr>{steps}</table>"
-            f"{img}</body></html>\n"
-        )
-
 
 # -- the codecs of the report and its rows (airflow_ckpt_provider.records.codec) ----------------------
 # Written without a format number, as today's release writes it.
@@ -278,6 +291,10 @@ def _batches(value: Any) -> tuple[BatchRecord, ...]:  # noqa: ANN401 - a checked
     return array_of(dict, decode=lambda b: BatchRecord(**_BATCH.decode(b)))(value)
 
 
+_STEP_ERROR = Codec("report error", InvalidUpgradeReport, {
+    "step": Field((str,)),
+    "error": Field((str,)),
+}, version=None)
 _OBJECT_OR_NULL = Field((dict,), required=False, nullable=True)
 _REPORT = Codec("UpgradeReport", InvalidUpgradeReport, {
     "stream": Field((str,)),
@@ -290,6 +307,8 @@ _REPORT = Codec("UpgradeReport", InvalidUpgradeReport, {
     "old_batches": Field((list,), required=False, default=(), decode=_batches),
     "new_batches": Field((list,), required=False, default=(), decode=_batches),
     "notes": Field((list,), required=False, default=(), decode=array_of(str)),
+    "errors": Field((list,), required=False, default=(),
+                    decode=array_of(dict, decode=lambda e: StepError(**_STEP_ERROR.decode(e)))),
     **{name: _OBJECT_OR_NULL
        for name in ("handover", "audit", "start_plan", "rollback", "state_export", "compatibility", "sink",
                     "switchover")},

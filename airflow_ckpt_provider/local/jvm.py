@@ -45,7 +45,8 @@ S3A = "s3a"
 DELTA = "delta"
 #: What ``make jvm`` (a fetch without components) resolves.
 COMPONENTS = (KAFKA_BROKER, SPARK_KAFKA, S3A, DELTA)
-#: Fetched only when named (``make spark35``, ``make spark40``, ``make hdfs``, ``make yarn``): not every user needs them.
+#: Fetched only when named (``make spark35``, ``make spark40``, ``make hdfs``, ``make yarn``): not every user
+#: needs them.
 OPTIONAL_COMPONENTS = (SPARK35_KAFKA, SPARK40_KAFKA, HDFS, YARN)
 _STAMP = ".resolved"
 

@@ -21,7 +21,7 @@ from airflow_ckpt_provider.checkpoint.outcome import (
     TaskState,
 )
 from airflow_ckpt_provider.checkpoint.path import PathChoice
-from airflow_ckpt_provider.checkpoint.report import UpgradeReport, downtime_seconds
+from airflow_ckpt_provider.checkpoint.report import StepError, UpgradeReport, downtime_seconds
 from airflow_ckpt_provider.checkpoint.rollback import RollbackHandover, RollbackHandoverUnread
 from airflow_ckpt_provider.checkpoint.state import StateExport
 from airflow_ckpt_provider.checkpoint.switchover import SwitchoverResult
@@ -35,7 +35,15 @@ from airflow_ckpt_provider.storage.timeline import render_timeline_png
 from airflow_ckpt_provider.upgrade import planner
 from airflow_ckpt_provider.upgrade.record import JournalRecord
 from airflow_ckpt_provider.upgrade.results import ArchiveResult, PreflightPlanning
-from airflow_ckpt_provider.upgrade.steps import COMPATIBILITY_CHECK, PATH_CHOICE, PLANNING, PREFLIGHT, PathSteps
+from airflow_ckpt_provider.upgrade.steps import (
+    COMPATIBILITY_CHECK,
+    IN_PLACE_ROLLBACK,
+    PATH_CHOICE,
+    PLANNING,
+    PREFLIGHT,
+    ROLLBACK,
+    PathSteps,
+)
 from airflow_ckpt_provider.upgrade.table import handover_of, recorded, stop_of
 
 
@@ -47,7 +55,9 @@ class UpgradeReportOperator(BaseOperator):
     of the approval, the results of the stop, the handover, the state export, the archive and the
     rollback, the compatibility verdict and the path; Airflow's task states are not read
     (:mod:`airflow_ckpt_provider.upgrade.planner` decides the outcome). Logs the report as
-    Markdown and writes ``report/upgrade-report.md``, ``.html``, ``.json`` and ``timeline.png``
+    Markdown and writes ``report/upgrade-report.md``, ``.html`` (one styled page: the outcome, the
+    figures, each failed step's error with its found / expected / action, the steps and every note),
+    ``.json`` and ``timeline.png``
     into the archive the archive step produced or, when there is none (an upgrade that ended
     before its archive), into ``<journal without .json>/`` next to the upgrade journal. A stored
     report is never replaced: a later run of the same upgrade adds ``report/run-<n>/``. Fails
@@ -91,7 +101,8 @@ class UpgradeReportOperator(BaseOperator):
     :param new_checkpoint_uri: the new checkpoint (templated)
     :param path: the steps of the path the DAG runs
     :param in_place: the steps of the in-place path, when the DAG has one
-    :param step_names: every step to list in the report, in order (default: the planning, ``path``, ``in_place``)
+    :param step_names: every step to list in the report, in order (default: the planning, ``path``, ``in_place``);
+        the rollback steps that began are listed after them in any case
     :param storage_conn_id: Airflow connection of the checkpoints' storage (templated)
     :param archive_conn_id: Airflow connection of the archive's storage (templated)
     :param journal: the upgrade journal's URI (templated)
@@ -132,7 +143,8 @@ class UpgradeReportOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         journal = journal_at(self.journal, self.journal_conn_id or self.archive_conn_id)
         record, notes = self._record(journal)
-        steps = planner.timings(record, self.step_names)
+        names = self._listed(record)
+        steps = planner.timings(record, names)
         done = already_done(record, str(context.get("run_id", "")))
         if record is not None and done is not None:  # this run ran none of the steps
             return self._already_done(context, record, done, planner.timings(None, self.step_names))
@@ -148,7 +160,8 @@ class UpgradeReportOperator(BaseOperator):
         handover = handover_of(record, path)
         archive = recorded(record, path.archive, as_type=ArchiveResult)
         archive_uri = archive.location if archive is not None else ""
-        notes.extend(f"{name} failed: {error}" for name, error in planner.errors(record, self.step_names).items())
+        errors = tuple(StepError(name, error) for name, error in planner.errors(record, names).items())
+        notes.extend(error.note() for error in errors)
         if refused is not None:
             notes.insert(0, f"{refused.describe()}; nothing was stopped, copied or started (the old version runs on "
                             "as before): the upgrade ends refused, its journal closed and the stream's lock released")
@@ -207,6 +220,7 @@ class UpgradeReportOperator(BaseOperator):
             compatibility=compatibility,
             path=chosen.describe() if chosen is not None else "",
             switchover=(dict(switched.downtime) or None) if switched is not None else None,
+            errors=errors,
         )
         self.log.info("upgrade report\n%s", report.to_markdown())
         # next to the archive; without one (an upgrade that ended before its archive), next to the journal
@@ -232,6 +246,13 @@ class UpgradeReportOperator(BaseOperator):
             raise UpgradeFailed(found=f"outcome '{outcome}': {'; '.join(notes) or 'see the steps'}",
                                 expected="outcome 'upgraded'")
         return report.to_dict()
+
+    def _listed(self, record: JournalRecord | None) -> list[str]:
+        """The steps the report lists: ``step_names``, then each rollback step that began (its row
+        and, when it failed, its error), whether or not ``step_names`` names it."""
+        began = [name for name in (*ROLLBACK, *IN_PLACE_ROLLBACK) if name not in self.step_names
+                 and planner.status_of(record, name) is not planner.StepStatus.NOT_RUN]
+        return [*self.step_names, *began]
 
     @staticmethod
     def _record(journal: UpgradeJournal | None) -> tuple[JournalRecord | None, list[str]]:

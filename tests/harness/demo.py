@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_airflow_home(home, REPO / "dags")
 
     from airflow_ckpt_provider.local.errors import LocalStackError
+    from tests.harness.demo_output import demo_ok, proof_lines, verdict
     from tests.harness.upgrade_demo import DemoResult, UpgradeDemo, read_dag_report
 
     started = time.monotonic()
@@ -78,32 +79,15 @@ def main(argv: list[str] | None = None) -> int:
                "archive": report.get("archive"), "total_s": round(time.monotonic() - started, 1),
                "stateful": stateful},
     )
-    args.report.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+    recorded = result.to_dict()
+    args.report.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     md = sorted((demo.archive_root / "demo-events").glob("*/report/upgrade-report.md"))
     print()
     print(md[-1].read_text() if md else "(the DAG stored no report)")
-    print("## Proof from the sink")
-    print()
-    for key in ("produced", "in_sink", "lost", "duplicated", "unexpected"):
-        print(f"- {key}: {getattr(sink_audit, key)}")
-    print(f"- DAG run: {run.state}; outcome: {result.outcome}; downtime: {result.downtime_s} s")
-    print()
-    print("## The stateful stream (running totals per customer)")
-    print()
-    seeded = stateful["state_wait_s"]
-    print(f"- downtime {stateful['downtime_s'] or 0:.1f} s, of which the standby seeding the state "
-          + (f"{seeded:.1f} s" if seeded is not None else "(not recorded)"))
-    print(f"- state exported after the switch, outside the downtime, at batch {stateful['export'].get('batch_id')}: "
-          f"{stateful['export'].get('rows')} rows, {stateful['export'].get('seconds', 0):.1f} s")
-    print(f"- purchases in Kafka: {stateful['purchases']}; customers: {stateful['customers']}")
-    print(f"- customers whose total differs from Kafka's, after the upgrade: {stateful['mismatched']}")
-    print(f"- the same upgrade without the state (carry_state off): {stateful['control_mismatched']} differ")
+    print("\n".join(proof_lines(recorded)))
     print(f"- written: {args.report}")
-    stateful_ok = (stateful["customers"] > 0 and stateful["mismatched"] == 0 and stateful["control_mismatched"] > 0
-                   and stateful["outcome"] == "upgraded")
-    ok = sink_audit.ok and result.outcome == "upgraded" and stateful_ok
-    print("\nOK: every record reached the sink exactly once, and every customer's total is exact"
-          if ok else "\nFAILED: see above")
+    ok = demo_ok(recorded)
+    print("\n" + verdict(ok))
     return 0 if ok else 1
 
 
