@@ -76,8 +76,9 @@ ENDED_CONTAINER_STATES = frozenset({"DONE", "EXITED_WITH_SUCCESS", "EXITED_WITH_
                                     "CONTAINER_CLEANEDUP_AFTER_KILL", "COMPLETE"})
 #: The largest ``yarn-site.xml`` :func:`rm_web_urls` reads.
 MAX_SITE_XML_BYTES = 1_000_000
-#: Default seconds between the kill and the quiet check's start (a driver may outlive its manager's KILLED).
-DEFAULT_KILL_GRACE_S = 30.0
+#: Default seconds the checkpoint must stay quiet after a kill the manager reported done (a driver may
+#: outlive its manager's KILLED by a moment; the kill already waited for the AM container to end).
+DEFAULT_KILL_GRACE_S = 10.0
 MAX_KILL_GRACE_S = 3600.0
 
 

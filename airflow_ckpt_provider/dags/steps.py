@@ -55,7 +55,9 @@ PARAM_NAMES = frozenset({
     "stream_name", "old_checkpoint", "new_checkpoint", "archive_root", "kafka_conn_id", "storage_conn_id",
     "old_application", "new_application", "new_sink_path", "sink", "old_launch_handle", "require_approval",
     "check_compatibility", "handover_mode", "handover_value", "accept_reprocessing", "accept_data_loss", "mode",
-    "carry_state", "rollback_mode", "rollback_checkpoint", "upgrade_id"})
+    "carry_state", "rollback_mode", "rollback_checkpoint", "upgrade_id", "old_job", "accept_cut_batch"})
+#: The old job declared by what runs it (an OldJobSpec as JSON; {} when it is the launch handle's).
+OLD_JOB = "{{ params.old_job | tojson }}"
 
 
 def output_key(result: XComArg, key: str) -> XComArg:
@@ -134,7 +136,8 @@ def preflight(row: StepRow, b: Build) -> dict[str, Any]:
         relaunch_mode=b.mode.value, rollback_mode="{{ params.rollback_mode }}",
         rollback_checkpoint_uri="{{ params.rollback_checkpoint }}", carry_state="{{ params.carry_state }}",
         storage_conn_id=STORAGE_CONN, archive_conn_id=STORAGE_CONN, sink=SINK,
-        accept_undeclared_sink="{{ params.accept_undeclared_sink }}",
+        accept_undeclared_sink="{{ params.accept_undeclared_sink }}", old_job=OLD_JOB,
+        accept_cut_batch="{{ params.accept_cut_batch }}",
         # the Spark that will export the old query's state (the new version's), for the preflight's check
         state_spark_home=output_key(b.planned, "new_spark_home"),
         state_spark_binary=output_key(b.planned, "new_spark_submit"), **START)
@@ -174,7 +177,7 @@ def stop_old(row: StepRow, b: Build) -> dict[str, Any]:
     version beside an idle old one that cannot be seen."""
     return dict(checkpoint_uri=OLD_CP, launch_handle="{{ params.old_launch_handle }}", stop_timeout=b.stop_timeout,
                 quiet_period=b.quiet_period, acknowledged_quiet_period=b.acknowledged_quiet_period,
-                poll_interval=b.poll_interval, fail_if_no_heartbeat=True)
+                poll_interval=b.poll_interval, fail_if_no_heartbeat=True, old_job=OLD_JOB)
 
 
 def stop_new(row: StepRow, b: Build) -> dict[str, Any]:

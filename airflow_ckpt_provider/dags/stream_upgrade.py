@@ -58,6 +58,15 @@ PARAMS: dict[str, Param] = {
                                     description="go ahead with the sink not declared: it may skip or duplicate a "
                                                 "batch the stop cuts, and exactness is not proven"),
     "old_launch_handle": Param("", type="string", description="LaunchHandle JSON of the old job (for a kill)"),
+    "old_job": Param({}, type="object",
+                     description="the old job by what runs it, when the provider did not launch it (docs \"Bring your "
+                                 "running stream\"): {\"kind\": yarn | standalone | kubernetes | process | external, "
+                                 "...}, e.g. {\"kind\": \"yarn\", \"application_id\": \"application_...\", "
+                                 "\"resource_manager\": \"http://rm:8088\"}; {}: the launch handle, or GracefulStop"),
+    "accept_cut_batch": Param(False, type="boolean",
+                              description="an old job without GracefulStop is killed, which may cut one batch: go "
+                                          "ahead with an at-least-once sink (foreach_batch) whose cut batch may be "
+                                          "processed twice (the approval and the report show its range)"),
     "require_approval": Param(True, type="boolean", description="ask a person before stopping anything"),
     "check_compatibility": Param(True, type="boolean",
                                  description="before the approval, try the new version on copies of the old "

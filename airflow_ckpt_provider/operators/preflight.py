@@ -24,8 +24,10 @@ from airflow_ckpt_provider.checkpoint.errors import (
     UpgradeInProgress,
     UpgradeRolledBack,
 )
+from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle, RelaunchMode
 from airflow_ckpt_provider.checkpoint.manifest import check_name
+from airflow_ckpt_provider.checkpoint.old_job import AdoptionPlan, OldJobKind, OldJobSpec, adoption_plan
 from airflow_ckpt_provider.checkpoint.outcome import REFUSED, RollbackMode
 from airflow_ckpt_provider.checkpoint.reconcile import Reconciliation
 from airflow_ckpt_provider.checkpoint.rewind import (
@@ -41,8 +43,11 @@ from airflow_ckpt_provider.clock import utc_iso
 from airflow_ckpt_provider.hooks.kafka import KafkaBrokerHook
 from airflow_ckpt_provider.hooks.launcher import SparkLauncherHook
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
+from airflow_ckpt_provider.jobs import job_for
+from airflow_ckpt_provider.jobs.adopt import adopt
 from airflow_ckpt_provider.operators.handover import flag, planned_start, reconciled_handover_view, start_choice
 from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
+from airflow_ckpt_provider.sinks.ledger import cut_ranges
 from airflow_ckpt_provider.storage import CheckpointReader
 from airflow_ckpt_provider.storage.archive import check_archive_location
 from airflow_ckpt_provider.storage.history import batch_history
@@ -117,6 +122,18 @@ class UpgradePreflightOperator(BaseOperator):
     An ``old_launch_handle`` that is not a launch handle's JSON is refused
     (:class:`InvalidLaunchHandle`).
 
+    ``old_job`` declares an old job the provider did not launch by what runs it
+    (:class:`~airflow_ckpt_provider.checkpoint.old_job.OldJobSpec`: a YARN application, a standalone
+    driver, a Kubernetes pod, a process, or ``external``). Its cluster manager is asked (read only)
+    whether it runs (:class:`OldJobNotFound`, :class:`OldJobAmbiguous`), and the adoption is planned
+    (:func:`~airflow_ckpt_provider.checkpoint.old_job.adoption_plan`): without a live GracefulStop
+    heartbeat the stop is a kill, which may cut one batch, so an undeclared sink is refused
+    (:class:`KillNeedsSinkLedger`), an at-least-once sink unless ``accept_cut_batch``
+    (:class:`CutBatchNotAccepted`, with the range in flight per partition now), the switchover
+    (:class:`SwitchoverUnsupported`), and a local old checkpoint for a driver on a cluster node
+    (:class:`CheckpointOnDriverDisk`). The approver reads the job as its manager shows it and how it
+    will be stopped.
+
     ``relaunch_mode`` (``standby``, ``cold`` or ``switchover``, as the DAG starts the new version)
     is shown to the approver with what it costs: a standby runs beside the old version until the
     stop. For ``switchover`` (the standby takes its start from the old checkpoint's files alone,
@@ -157,7 +174,7 @@ class UpgradePreflightOperator(BaseOperator):
         "kafka_conn_id", "storage_conn_id", "archive_conn_id", "upgrade_id", "old_application", "new_application",
         "old_launch_handle", "start", "accept_reprocessing", "accept_data_loss", "carry_state", "rollback_mode",
         "state_spark_home", "state_spark_binary",
-        "rollback_checkpoint_uri", "sink", "accept_undeclared_sink",
+        "rollback_checkpoint_uri", "sink", "accept_undeclared_sink", "old_job", "accept_cut_batch",
     )
     ui_color = "#eef7ee"
 
@@ -189,9 +206,13 @@ class UpgradePreflightOperator(BaseOperator):
         state_spark_binary: str | None = None,
         sink: SinkSpec | Mapping[str, Any] | str | None = None,
         accept_undeclared_sink: bool | str = False,
+        old_job: OldJobSpec | Mapping[str, Any] | str | None = None,
+        accept_cut_batch: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.old_job = old_job.to_json() if isinstance(old_job, OldJobSpec) else old_job
+        self.accept_cut_batch = accept_cut_batch
         self.sink = sink.to_json() if isinstance(sink, SinkSpec) else sink
         self.accept_undeclared_sink = accept_undeclared_sink
         self.carry_state = carry_state
@@ -297,6 +318,9 @@ class UpgradePreflightOperator(BaseOperator):
         rollback = self._check_rollback(storage, old, new)
         heartbeat = ControlFiles(*old, uri=self.old_checkpoint_uri).heartbeat()
         running = heartbeat is not None and heartbeat.is_alive()
+        adoption = self._adoption(spec, reader, running, old)
+        if adoption is not None and adoption.may_cut_batch:  # a job the cluster manager runs (or a person's)
+            running = True
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
 
         offsets = result.starting_offsets.to_json()
@@ -311,6 +335,8 @@ class UpgradePreflightOperator(BaseOperator):
             load=self._load_line(old, handover, broker),
         ))
         summary += f"\n\n{state}\n\n{found_sink.line}\n\n{rollback}"
+        if adoption is not None:
+            summary += "\n\n" + "\n\n".join(adoption.lines)
         upgrade_id_found, journal_uri = "", ""
         if journaled is not None:
             intent, upgrade_id, journal = journaled
@@ -328,6 +354,38 @@ class UpgradePreflightOperator(BaseOperator):
             sink=found_sink.to_dict(), state_export=self._state_export(upgrade_id_found),
             rollback_checkpoint=self._rollback_target(),
         ).to_dict()
+
+    def _adoption(self, spec: SinkSpec, reader: CheckpointReader, heartbeat_alive: bool,
+                  old: tuple[Any, str]) -> AdoptionPlan | None:
+        """The declared old job (``old_job``) as its manager shows it, and how it will be stopped
+        (:func:`adoption_plan`, which raises the refusals); None when no old job is declared."""
+        declared = OldJobSpec.from_value(self.old_job)
+        if declared is None or declared.kind is OldJobKind.LAUNCHED:
+            return None
+        adopted = adopt(declared, checkpoint_uri=self.old_checkpoint_uri)
+        application = adopted.application
+        if application is not None:
+            state = application.state
+            self.log.info("old job: %s", application.describe())
+        else:  # a process (its group's members), or a person's job (unknown)
+            state = job_for(adopted.handle).state()
+        snapshot = reader.snapshot()
+        in_flight: list[str] = []
+        if snapshot.in_flight_batch is not None:
+            planned = kafka_offsets_of(reader.batch_sources(snapshot.in_flight_batch), self.source)
+            committed = reader.handover_of(snapshot).kafka_offsets(self.source)
+            in_flight = [f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in cut_ranges(committed, planned)]
+        try:
+            sizes = [b.input_rows for b in batch_history(*old, limit=LOAD_BATCHES + 1) if b.input_rows is not None]
+        except CheckpointError:
+            sizes = []
+        plan = adoption_plan(declared, state=state, heartbeat_alive=heartbeat_alive,
+                             exposure=spec.kind.cut_exposure(), old_checkpoint=self.old_checkpoint_uri,
+                             relaunch_mode=str(self.relaunch_mode or ""),
+                             accept_cut_batch=flag(self.accept_cut_batch, "accept_cut_batch"),
+                             application=application, in_flight=in_flight, recent_batch_sizes=sizes)
+        self.log.info("adoption: the old job's stop is %s (%s)", plan.stop_method.value, plan.exposure.value)
+        return plan
 
     def _record_refusal(self, context: Context, journal: UpgradeJournal, intent: UpgradeIntent, upgrade_id: str,
                         run_id: str, exc: CheckpointError) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, ClassVar
@@ -11,12 +12,14 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning, QueryStateUnknown
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
+from airflow_ckpt_provider.checkpoint.old_job import OldJobKind, OldJobSpec
 from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopOutcome, StopReason
-from airflow_ckpt_provider.faults import fault_point
+from airflow_ckpt_provider.faults import fault_point, pause_point
 from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
-from airflow_ckpt_provider.jobs import observe
+from airflow_ckpt_provider.jobs import job_for, observe
+from airflow_ckpt_provider.jobs.adopt import adopt
 from airflow_ckpt_provider.operators.journaled import JOURNAL_FIELDS, JournaledStep, given
-from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, not_running_result
+from airflow_ckpt_provider.storage.stop import ControlFiles, begin_stop, finish_stop, kill_stop, not_running_result
 from airflow_ckpt_provider.triggers.stop import GracefulStopTrigger, StopTriggerEvent
 from airflow_ckpt_provider.upgrade.inputs import FromRecord
 from airflow_ckpt_provider.upgrade.record import UPGRADE_PHASE
@@ -60,6 +63,19 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     Returns (XCom) :meth:`StopResult.to_dict`: outcome (graceful | escalated | not_running | no_heartbeat),
     last committed batch, interrupted batch or None, seconds waited, the ack.
 
+    ``old_job`` declares an old job the provider did not launch by what runs it
+    (:class:`~airflow_ckpt_provider.checkpoint.old_job.OldJobSpec`; kind ``launched`` is the same
+    as ``launch_handle``). While its GracefulStop heartbeat is live it is stopped as above. Without
+    one, it is found through its cluster manager: ended already -> the quiet check and outcome
+    ``not_running`` (a re-run after a kill lands here, and kills nothing again); running -> it is
+    KILLED through its manager (YARN's REST API, the standalone master, the pod's API server, the
+    process group), the kill waits until the manager says it ended, then the checkpoint must stay
+    quiet for ``quiet_period`` (no batch planned or committed): outcome ``killed``. No stop request
+    is written into a checkpoint whose job never reads it. A kill may cut one batch; the handover's
+    sink ledger decides what the sink holds of it (the preflight refused the sinks that cannot
+    tell, unless the person accepted the cut batch). Kind ``external``: a person stopped it; the
+    quiet check only.
+
     With ``journal`` (an upgrade journal's URI) a stop already done for this upgrade is not
     repeated: a re-triggered run after the relaunch never stops anything (not the old job again,
     and never the new one). An interrupted stop is simply asked again: it joins the pending
@@ -70,7 +86,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     STEP_KINDS: ClassVar[tuple[str, ...]] = ("graceful_stop", "in_place_stop", "rollback_stop_new",
                                              "in_place_rollback_stop")
 
-    template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "storage_conn_id", *JOURNAL_FIELDS)
+    template_fields: Sequence[str] = ("checkpoint_uri", "launch_handle", "old_job", "storage_conn_id", *JOURNAL_FIELDS)
     ui_color = "#fde8e8"
 
     def __init__(
@@ -89,9 +105,11 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         journal_conn_id: str | None = None,
         journal_phase: str = UPGRADE_PHASE,
         acknowledged_quiet_period: float | None = None,
+        old_job: OldJobSpec | Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.old_job = old_job.to_json() if isinstance(old_job, OldJobSpec) else old_job
         self.init_journal(journal, journal_conn_id, journal_phase)
         if stop_timeout <= 0 or poll_interval <= 0 or quiet_period < 0 or missed_beats <= 0 \
                 or (acknowledged_quiet_period is not None and acknowledged_quiet_period < 0):
@@ -140,11 +158,45 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         return self.run_step(context, lambda start, journal: self.request_stop())
 
+    def _declared_old_job(self) -> OldJobSpec | None:
+        """The ``old_job`` declaration, when it names a job the provider did not launch."""
+        declared = OldJobSpec.from_value(self.old_job)
+        return None if declared is None or declared.kind is OldJobKind.LAUNCHED else declared
+
+    def stop_adopted(self, declared: OldJobSpec, control: ControlFiles) -> dict[str, Any]:
+        """Stop an old job without a live GracefulStop heartbeat: through its cluster manager."""
+        if declared.kind is OldJobKind.EXTERNAL:
+            self.log.info("old job %s: stopped by a person; checking that the checkpoint is quiet", declared.describe())
+            result = not_running_result(control, None, quiet_period=max(self.quiet_period, declared.kill_grace_s),
+                                        poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
+            return replace(result, outcome=StopOutcome.NOT_RUNNING,
+                           detail=f"stopped by a person ({declared.describe()}); {result.detail}").to_dict()
+        adopted = adopt(declared, checkpoint_uri=self.checkpoint_uri)
+        what = adopted.application.describe() if adopted.application is not None else declared.describe()
+        state = adopted.application.state if adopted.application is not None else job_for(adopted.handle).state()
+        self.log.info("old job: %s (%s)", what, state.value)
+        if state.alive is False:
+            self.log.info("the old job has ended (%s): nothing to kill; checking that the checkpoint is quiet",
+                          state.value)
+            result = not_running_result(control, None, quiet_period=self.quiet_period,
+                                        poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
+            return replace(result, outcome=StopOutcome.NOT_RUNNING, detail=f"{what}: ended ({state.value})").to_dict()
+        pause_point(f"{self.task_id}:before_kill")
+        return kill_stop(control, kill=lambda: self.kill(adopted.handle),
+                         quiet_period=max(self.quiet_period, declared.kill_grace_s),
+                         poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
+                         detail=what).to_dict()
+
     def request_stop(self) -> dict[str, Any]:
         """Ask the query to stop and defer until it acknowledges (or return at once when nothing
-        runs)."""
+        runs; or kill a declared old job that runs without GracefulStop)."""
         handle = self._handle()
         control = self._control()
+        declared = self._declared_old_job()
+        if declared is not None:
+            heartbeat = control.heartbeat()
+            if heartbeat is None or not heartbeat.is_alive(missed_beats=self.missed_beats):
+                return self.stop_adopted(declared, control)
         launched = False
         if handle is not None:
             verdict = observe(handle, control)

@@ -565,3 +565,41 @@ def not_running_result(
         ack=ack.to_dict() if ack is not None else None,
         detail=liveness.describe(),
     )
+
+
+def kill_stop(
+    control: ControlFiles,
+    *,
+    kill: Callable[[], str],
+    quiet_period: float,
+    poll_interval: float = 0.5,
+    missed_beats: float = DEFAULT_MISSED_BEATS,
+    detail: str | None = None,
+) -> StopResult:
+    """Stop a job that runs without GracefulStop: ``kill`` it (through its cluster manager; it
+    returns what it did once the manager says the job ended), then check for ``quiet_period``
+    seconds that nothing plans or commits a batch any more (a driver can outlive its manager's
+    "killed" by a moment). No stop request is written: the job would never read it.
+
+    Outcome ``killed``; ``interrupted_batch`` is the batch the kill cut (planned, not committed),
+    whose fate the sink ledger decides at the handover. Raises what ``kill`` raises
+    (:class:`EscalationFailed`) and :class:`CheckpointNotQuiet` / :class:`QueryStillRunning`
+    from :func:`wait_quiet`.
+    """
+    started = time.time()
+    before = control.batch_state()
+    log.warning("killing the job on %s (no GracefulStop): last planned batch %s, last committed %s", control.uri,
+                before.last_planned_batch, before.last_committed_batch)
+    escalation = kill()
+    log.info("%s; checking that %s stays quiet for %g s", escalation, control.uri, quiet_period)
+    state = wait_quiet(control, quiet_period, poll_interval=poll_interval, missed_beats=missed_beats,
+                       watch_commits=True)
+    result = StopResult(
+        checkpoint_uri=control.uri, outcome=StopOutcome.KILLED,
+        last_committed_batch=state.last_committed_batch, interrupted_batch=state.interrupted_batch,
+        waited_s=round(time.time() - started, 3), last_planned_batch=state.last_planned_batch,
+        escalation=escalation, detail=detail,
+    )
+    log.info("stop killed after %.1f s: last committed batch %s, batch cut by the kill %s", result.waited_s,
+             result.last_committed_batch, result.interrupted_batch)
+    return result

@@ -169,7 +169,7 @@ def test_an_uninstrumented_v1_on_yarn_is_adopted_by_its_application_id_and_upgra
             "new_application": str(INSTRUMENTED_V2), "new_application_args": job_args,
             "old_application": str(PLAIN_V1), "old_application_args": job_args,
             "old_job": {"kind": "yarn", "application_id": app_id, "resource_manager": yarn.rm_url},
-            "sink": {"kind": "delta", "path": table},
+            "sink": {"kind": "delta", "location": table},
             "carry_state": False, "check_compatibility": False,
         }
         run = dag.test(run_conf={k: v for k, v in run_conf.items() if k in dag.params},
@@ -203,6 +203,7 @@ def test_an_uninstrumented_v1_on_yarn_is_adopted_by_its_application_id_and_upgra
         assert committed(fs, new_path) is not None
         rows = sink_rows(spark, table)
         result = audit(Counter((t, p, o) for t, p, o, _ in rows), ranges)
+        print(f"adoption on YARN: {result.describe()}; the kill cut batch {snapshot.in_flight_batch}")
         assert result.produced > 1000, "the producer must have run through the upgrade"
         assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), (
             result.lost_examples, result.duplicated_examples)

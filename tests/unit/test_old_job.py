@@ -89,7 +89,7 @@ def test_a_declaration_is_normalised() -> None:
     assert spec is not None
     assert spec.application_tags == ("orders", "ckpt-stream-orders")
     assert spec.rm_urls == ("http://rm1:8088", "http://rm2:8088")
-    assert spec.kill_grace_s == 30.0 and not spec.confirmed and not spec.shared_mount
+    assert spec.kill_grace_s == 10.0 and not spec.confirmed and not spec.shared_mount
 
 
 @pytest.mark.parametrize("value", [None, "", " ", "None", "null", "{}", {}])
