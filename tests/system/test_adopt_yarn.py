@@ -7,7 +7,7 @@ reading Kafka into a Delta table on HDFS, its checkpoint on HDFS. The reference 
 adopts it by its application id (param ``old_job``), starts version 2 on YARN as a standby, stops
 version 1 through the ResourceManager's REST API (a kill: the only stop it has), takes the handover
 from the last committed batch with the Delta table's own record deciding the batch the kill cut,
-and releases version 2 (``jobs/instrumented_v2_delta.py``, on YARN, with GracefulStop).
+and releases version 2 (``jobs/instrumented_v2.py``, on YARN, with GracefulStop).
 
 Proof: the kill is held until version 1 is inside a batch (planned in ``offsets/N``, not
 committed), so it cuts one; every Kafka (partition, offset) is then in the table exactly once.
@@ -33,7 +33,6 @@ import pytest
 from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
 from airflow_ckpt_provider.faults import PAUSE_DIR_ENV, PAUSE_ENV, pause_files
 from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
-from airflow_ckpt_provider.hooks.storage import CheckpointStorageHook
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.audit import audit
 from airflow_ckpt_provider.local.spark import delta_spark_conf
@@ -47,8 +46,9 @@ from tests.harness.upgrade_demo import kafka_connection, load_reference_dag
 pytestmark = [pytest.mark.system, pytest.mark.yarn]
 
 JOBS = Path(__file__).parent / "jobs"
-PLAIN_V1 = JOBS / "plain_v1_delta.py"
-INSTRUMENTED_V2 = JOBS / "instrumented_v2_delta.py"
+PLAIN_V1_DELTA = JOBS / "plain_v1_delta.py"
+PLAIN_V1_FOREACH = JOBS / "plain_v1_foreach.py"
+INSTRUMENTED_V2 = JOBS / "instrumented_v2.py"
 STORAGE_CONN = "ckpt_hdfs"
 KILL_PAUSE = "graceful_stop:before_kill"
 
@@ -101,123 +101,220 @@ def wait_until(what: str, check: Any, timeout: float) -> Any:  # noqa: ANN401
     raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
-def release_the_kill_inside_a_batch(fs: Any, path: str, pause_dir: Path, seen: dict[str, Any],  # noqa: ANN401
-                                    stop: threading.Event) -> None:
-    """Hold the stop at its kill until version 1 has planned a batch it has not committed, then let
-    it go: the kill cuts that batch (recorded in ``seen``)."""
+def release_the_kill(fs: Any, path: str, pause_dir: Path, seen: dict[str, Any], stop: threading.Event,  # noqa: ANN401
+                     written: Any = None) -> None:  # noqa: ANN401
+    """Hold the stop at its kill until version 1 has planned a batch it has not committed (and,
+    with ``written``, until ``written(batch)`` says the sink holds that batch), then let it go:
+    the kill cuts that batch (recorded in ``seen``)."""
     paused, go = pause_files(str(pause_dir), KILL_PAUSE)
     while not stop.is_set() and not paused.exists():
         time.sleep(0.2)
     while not stop.is_set():
         last_planned, last_committed = planned(fs, path), committed(fs, path)
-        if last_planned is not None and last_committed is not None and last_planned > last_committed:
+        if last_planned is not None and last_committed is not None and last_planned > last_committed \
+                and (written is None or written(last_planned, last_committed)):
             seen["released_in_batch"] = last_planned
             go.write_text("go")
             return
         time.sleep(0.1)
 
 
-def sink_rows(spark: Any, table: str) -> list[tuple[str, int, int, str | None]]:  # noqa: ANN401
+def delta_rows(spark: Any, table: str) -> list[tuple[str, int, int, str | None]]:  # noqa: ANN401
     """(topic, partition, offset, version) of every row of the Delta table, read through its log."""
     frame = spark.read.format("delta").load(table)
     version = "version" if "version" in frame.columns else "CAST(NULL AS STRING) AS version"
     return [(r[0], r[1], r[2], r[3]) for r in frame.selectExpr("topic", "partition", "offset", version).collect()]
 
 
-def test_an_uninstrumented_v1_on_yarn_is_adopted_by_its_application_id_and_upgraded_exactly(
-        airflow_home: Any, kafka: Any, yarn: Any, hdfs: Any, spark: Any, tmp_path: Path,  # noqa: ANN401
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    run_id = uuid.uuid4().hex[:6]
-    topic = f"orders-{run_id}"
-    kafka.create_topic(topic, 3)
-    root = f"{hdfs.url}/streams/orders-{run_id}"
-    old_cp, new_cp, table, archive = f"{root}/checkpoints/v1", f"{root}/checkpoints/v2", f"{root}/table", \
-        f"{root}/archive"
-    fs = hdfs.filesystem()
-    old_path = old_cp.removeprefix(hdfs.url)
-    producer = ContinuousProducer(kafka.bootstrap_servers, topic, rate=60.0).start()
-    try:
-        conf = yarn_conf(yarn)
-        # version 1, as its team submits it: nothing of the provider in it or in its command
-        app_id = yarn.submit(PLAIN_V1, ["--bootstrap-servers", kafka.bootstrap_servers, "--topic", topic,
-                                        "--checkpoint", old_cp, "--table", table, "--seconds-per-task", "1"],
-                             name="orders-v1", conf=conf, tags=("orders",), log_path=tmp_path / "v1-submit.log")
-        wait_until("version 1's second commit", lambda: (committed(fs, old_path) or 0) >= 1, 600)
-        assert not fs.exists(f"{old_path}/_ckpt"), "version 1 writes no control files: it knows nothing of us"
+class Adoption:
+    """One stream of a test: its topic and producer, its folders on HDFS, version 1 submitted to
+    YARN by hand, and the reference DAG run on it."""
 
+    def __init__(self, kafka: Any, yarn: Any, hdfs: Any, work: Path,  # noqa: ANN401
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+        self.kafka, self.yarn, self.hdfs, self.work = kafka, yarn, hdfs, work
+        self.name = f"orders-{uuid.uuid4().hex[:6]}"
+        self.topic = self.name
+        kafka.create_topic(self.topic, 3)
+        self.root = f"{hdfs.url}/streams/{self.name}"
+        self.old_cp, self.new_cp = f"{self.root}/checkpoints/v1", f"{self.root}/checkpoints/v2"
+        self.archive = f"{self.root}/archive"
+        self.fs = hdfs.filesystem()
+        self.conf = yarn_conf(yarn)
+        self.producer = ContinuousProducer(kafka.bootstrap_servers, self.topic, rate=60.0).start()
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_connection(kafka.bootstrap_servers))
         monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN.upper()}", json.dumps(
             {"conn_type": "ckpt_storage", "port": hdfs.http_port, "login": hdfs.user}))
         for name, value in yarn.client_env().items():
             monkeypatch.setenv(name, value)
-        pause_dir = tmp_path / "pause"
-        pause_dir.mkdir()
+        self.pause_dir = work / "pause"
+        self.pause_dir.mkdir()
         monkeypatch.setenv(PAUSE_ENV, KILL_PAUSE)
-        monkeypatch.setenv(PAUSE_DIR_ENV, str(pause_dir))
+        monkeypatch.setenv(PAUSE_DIR_ENV, str(self.pause_dir))
+
+    def path(self, uri: str) -> str:
+        return uri.removeprefix(self.hdfs.url)
+
+    def submit_v1(self, application: Path, args: list[str]) -> str:
+        """Version 1, as its team submits it: nothing of the provider in it or in its command; once
+        it committed two batches."""
+        app_id = self.yarn.submit(application, ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic",
+                                                self.topic, "--checkpoint", self.old_cp, *args],
+                                  name="orders-v1", conf=self.conf, tags=("orders",),
+                                  log_path=self.work / "v1-submit.log")
+        old = self.path(self.old_cp)
+        wait_until("version 1's second commit", lambda: (committed(self.fs, old) or 0) >= 1, 600)
+        assert not self.fs.exists(f"{old}/_ckpt"), "version 1 writes no control files: it knows nothing of us"
+        return app_id
+
+    def upgrade(self, app_id: str, v2_args: list[str], sink: dict[str, Any], written: Any = None,  # noqa: ANN401
+                **params: Any) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401
+        """The reference DAG (standby path) with ``old_job`` naming ``app_id``; the kill is held
+        until version 1 is inside a batch (see :func:`release_the_kill`). The run and what the
+        kill saw."""
         seen: dict[str, Any] = {}
-        stop_watching = threading.Event()
-        watcher = threading.Thread(target=release_the_kill_inside_a_batch,
-                                   args=(hdfs.filesystem(), old_path, pause_dir, seen, stop_watching), daemon=True)
+        stop = threading.Event()
+        watcher = threading.Thread(target=release_the_kill, daemon=True, args=(
+            self.hdfs.filesystem(), self.path(self.old_cp), self.pause_dir, seen, stop, written))
         watcher.start()
-
         dag = load_reference_dag("stream_upgrade")
-        job_args = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic", topic, "--table", table]
-        run_conf = {
-            "stream_name": f"orders-{run_id}", "old_checkpoint": old_cp, "new_checkpoint": new_cp,
-            "archive_root": archive, "kafka_conn_id": "kafka_default", "storage_conn_id": STORAGE_CONN,
-            "spark_master": "yarn", "spark_deploy_mode": "cluster", "spark_conf": conf,
+        job_args = ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic, *v2_args]
+        conf = {
+            "stream_name": self.name, "old_checkpoint": self.old_cp, "new_checkpoint": self.new_cp,
+            "archive_root": self.archive, "kafka_conn_id": "kafka_default", "storage_conn_id": STORAGE_CONN,
+            "spark_master": "yarn", "spark_deploy_mode": "cluster", "spark_conf": self.conf,
             "new_application": str(INSTRUMENTED_V2), "new_application_args": job_args,
-            "old_application": str(PLAIN_V1), "old_application_args": job_args,
-            "old_job": {"kind": "yarn", "application_id": app_id, "resource_manager": yarn.rm_url},
-            "sink": {"kind": "delta", "location": table},
-            "carry_state": False, "check_compatibility": False,
+            "old_job": {"kind": "yarn", "application_id": app_id, "resource_manager": self.yarn.rm_url},
+            "sink": sink, "carry_state": False, "check_compatibility": False, **params,
         }
-        run = dag.test(run_conf={k: v for k, v in run_conf.items() if k in dag.params},
-                       mark_success_pattern="approve")
-        stop_watching.set()
-        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-        assert run.state == "success", states
+        try:
+            run = dag.test(run_conf={k: v for k, v in conf.items() if k in dag.params}, mark_success_pattern="approve")
+        finally:
+            stop.set()
+        return run, seen
 
-        # version 1 was killed through its ResourceManager, once, inside a batch, with no request written
-        app = yarn.application(app_id)
-        assert (app["state"], app["finalStatus"]) == ("KILLED", "KILLED"), app
-        assert "released_in_batch" in seen, "the kill was not held until version 1 was inside a batch"
-        assert not fs.exists(f"{old_path}/_ckpt/stop-request.json"), "an un-instrumented job is never asked"
-        cut = seen["released_in_batch"]
-        reader = CheckpointReader(old_cp, fs=CheckpointStorageHook(storage_conn_id=STORAGE_CONN).filesystem(old_cp)[0])
-        snapshot = reader.snapshot()
-        (journal,) = list_journals(fs, archive.removeprefix(hdfs.url), f"orders-{run_id}")
-        assert journal.closed and journal.outcome == "upgraded", journal
-        stop = journal.steps["graceful_stop"].result
-        assert stop is not None and stop["outcome"] == "killed", stop
+    def journals(self) -> list[Any]:
+        return list_journals(self.fs, self.path(self.archive), self.name)
 
-        # producer on a while, then stopped; version 2 reads everything; audit the table
+    def drain(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Produce a while longer, stop the producer, wait until version 2 read everything; the
+        topic's ranges."""
         time.sleep(8)
-        producer.stop()
-        ranges = broker_ranges(kafka.bootstrap_servers, [topic])
-        ends = {p: end for (_, p), (_, end) in ranges.items()}
-        new_path = new_cp.removeprefix(hdfs.url)
+        self.producer.stop()
+        ranges = broker_ranges(self.kafka.bootstrap_servers, [self.topic])
+        ends = {str(p): end for (_, p), (_, end) in ranges.items()}
         wait_until("version 2 caught up", lambda: CheckpointReader(
-            new_cp, fs=hdfs.filesystem()).handover().kafka_offsets().to_dict().get(topic) ==
-            {str(p): e for p, e in ends.items()}, 600)
-        assert committed(fs, new_path) is not None
-        rows = sink_rows(spark, table)
-        result = audit(Counter((t, p, o) for t, p, o, _ in rows), ranges)
-        print(f"adoption on YARN: {result.describe()}; the kill cut batch {snapshot.in_flight_batch}")
-        assert result.produced > 1000, "the producer must have run through the upgrade"
-        assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), (
-            result.lost_examples, result.duplicated_examples)
+            self.new_cp, fs=self.hdfs.filesystem()).handover().kafka_offsets().to_dict().get(self.topic) == ends, 600)
+        return ranges
 
-        # the negative control: the cut batch's range, read from the killed checkpoint
-        cut_batch = snapshot.in_flight_batch
-        assert cut_batch is not None, f"the kill must have cut a batch (released inside batch {cut})"
-        committed_offsets = reader.handover_of(snapshot).kafka_offsets()
-        cut_range = {(r.topic, r.partition, o) for r in cut_ranges(
-            committed_offsets, kafka_offsets_of(reader.batch_sources(cut_batch))) for o in range(r.start, r.end)}
-        assert cut_range, "the cut batch planned records"
-        writers = {version for t, p, o, version in rows if (t, p, o) in cut_range}
-        # not held: only version 2 wrote them (a handover from the planned batch loses all of them);
-        # held: only version 1 did (a handover from the committed batch writes all of them twice)
-        assert writers in ({"v2"}, {None}), writers
-    finally:
-        producer.stop()
+    def close(self) -> None:
+        self.producer.stop()
+        self.yarn.kill_running()  # version 2 (and a version 1 a failed test left): the next test's room
+
+
+@pytest.fixture
+def adoption(kafka: Any, yarn: Any, hdfs: Any, tmp_path: Path,  # noqa: ANN401
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[Adoption]:
+    stream = Adoption(kafka, yarn, hdfs, tmp_path, monkeypatch)
+    yield stream
+    stream.close()
+
+
+def cut_batch_range(stream: Adoption) -> tuple[int, set[tuple[str, int, int]]]:
+    """The batch the kill cut in version 1's checkpoint, and every record it planned."""
+    reader = CheckpointReader(stream.old_cp, fs=stream.hdfs.filesystem())
+    snapshot = reader.snapshot()
+    cut = snapshot.in_flight_batch
+    assert cut is not None, "the kill must have cut a batch"
+    ranges = cut_ranges(reader.handover_of(snapshot).kafka_offsets(), kafka_offsets_of(reader.batch_sources(cut)))
+    return cut, {(r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end)}
+
+
+def test_an_uninstrumented_v1_on_yarn_is_adopted_by_its_application_id_and_upgraded_exactly(
+        airflow_home: Any, adoption: Adoption, spark: Any) -> None:  # noqa: ANN401
+    stream = adoption
+    table = f"{stream.root}/table"
+    app_id = stream.submit_v1(PLAIN_V1_DELTA, ["--table", table, "--seconds-per-task", "1"])
+    run, seen = stream.upgrade(app_id, ["--table", table], {"kind": "delta", "location": table})
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+
+    # version 1 was killed through its ResourceManager, once, inside a batch, with no request written
+    app = stream.yarn.application(app_id)
+    assert (app["state"], app["finalStatus"]) == ("KILLED", "KILLED"), app
+    assert "released_in_batch" in seen, "the kill was not held until version 1 was inside a batch"
+    assert not stream.fs.exists(f"{stream.path(stream.old_cp)}/_ckpt/stop-request.json"), \
+        "an un-instrumented job is never asked"
+    (journal,) = stream.journals()
+    assert journal.closed and journal.outcome == "upgraded", journal
+    stop = journal.steps["graceful_stop"].result
+    assert stop is not None and stop["outcome"] == "killed", stop
+
+    ranges = stream.drain()
+    rows = delta_rows(spark, table)
+    result = audit(Counter((t, p, o) for t, p, o, _ in rows), ranges)
+    cut, cut_range = cut_batch_range(stream)
+    print(f"adoption on YARN, Delta sink: {result.describe()}; the kill cut batch {cut} ({len(cut_range)} records)")
+    assert result.produced > 1000, "the producer must have run through the upgrade"
+    assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), (
+        result.lost_examples, result.duplicated_examples)
+
+    # the negative control: the cut batch's records, and who wrote them
+    assert cut_range, "the cut batch planned records"
+    writers = {version for t, p, o, version in rows if (t, p, o) in cut_range}
+    # not held: only version 2 wrote them (a handover from the planned batch loses all of them);
+    # held: only version 1 did (a handover from the committed batch writes all of them twice)
+    assert writers in ({"v2"}, {None}), writers
+
+
+def test_a_foreach_batch_v1_is_refused_without_consent_and_with_it_its_duplicates_are_the_reports_range(
+        airflow_home: Any, adoption: Adoption, spark: Any) -> None:  # noqa: ANN401
+    """A plain foreachBatch sink is at-least-once: the kill may cut a batch the sink already holds.
+    Without ``accept_cut_batch`` the upgrade is refused before anything stops (version 1 runs on);
+    with it, the kill is held until version 1 wrote batch N and has not committed it, and the
+    records the sink then holds twice are exactly the report's "may be processed twice" range."""
+    stream = adoption
+    output = f"{stream.root}/output"
+    app_id = stream.submit_v1(PLAIN_V1_FOREACH, ["--output", output, "--seconds-after-write", "4"])
+    sink = {"kind": "foreach_batch"}
+
+    refused, _ = stream.upgrade(app_id, ["--parquet-output", output], sink)
+    assert refused.state == "failed"
+    (journal,) = stream.journals()
+    assert journal.closed and journal.outcome == "refused", journal
+    assert "a cut batch may be processed twice" in journal.planning["preflight"].error, journal.planning["preflight"]
+    assert stream.yarn.application(app_id)["state"] == "RUNNING", "a refusal stops nothing"
+
+    success = f"{stream.path(output)}/_SUCCESS"
+
+    def wrote(batch: int, last_committed: int) -> bool:
+        """Whether version 1 wrote ``batch``: the output's _SUCCESS is newer than the commit of the
+        batch before it (each write of a batch rewrites it)."""
+        try:
+            return bool(stream.fs.info(success)["modificationTime"] >
+                        stream.fs.info(f"{stream.path(stream.old_cp)}/commits/{last_committed}")["modificationTime"])
+        except FileNotFoundError:
+            return False
+
+    run, seen = stream.upgrade(app_id, ["--parquet-output", output], sink, written=wrote, accept_cut_batch=True,
+                               upgrade_id=f"{stream.name}-consented")
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    assert "released_in_batch" in seen
+    journals = {j.outcome: j for j in stream.journals()}
+    account = journals["upgraded"].steps["extract_handover"].result["sink"]
+    assert account["disposition"] == "may_repeat", account
+    reported = {(r["topic"], r["partition"], o) for r in account["twice"] for o in range(r["start"], r["end"])}
+
+    ranges = stream.drain()
+    frame = spark.read.parquet(output).selectExpr("topic", "partition", "offset")
+    seen_records = Counter((r[0], r[1], r[2]) for r in frame.collect())
+    result = audit(seen_records, ranges)
+    cut, cut_range = cut_batch_range(stream)
+    print(f"adoption on YARN, foreachBatch sink with consent: {result.describe()}; the kill cut batch {cut}; "
+          f"the report's range: {len(reported)} records")
+    assert result.lost == 0 and result.unexpected == 0, result.lost_examples
+    assert reported and reported == cut_range
+    twice = {record for record, n in seen_records.items() if n > 1}
+    assert twice == reported, f"{len(twice)} records written twice, {len(reported)} in the report's range"
+    assert result.duplicated == len(reported)
