@@ -110,7 +110,7 @@ def rehearsal_scratch(hook: SparkLauncherHook, handle: LaunchHandle, outcome: st
     ``outcome``."""
     lines = [line for line in hook.log_tail(handle, 50_000).splitlines() if "standby rehearsal in " in line]
     assert len(lines) == 1 and outcome in lines[0], lines
-    return lines[0].split("standby rehearsal in ", 1)[1].split(":", 1)[0]
+    return lines[0].split("standby rehearsal in ", 1)[1].split(": ", 1)[0]
 
 
 def standby_beats(checkpoint: Path, beats: int, handle: LaunchHandle, hook: SparkLauncherHook) -> None:
