@@ -149,9 +149,11 @@ def test_standby_waits_writes_nothing_then_starts_exactly_at_the_release(kafka, 
     handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink, rehearsal=True)
     run_id = wait_standby(checkpoint, handle, launcher)
     # its rehearsal ran a stateful query on the recent records and read its state, in a scratch
-    # folder that is gone: nothing of it under the checkpoint or in the sink
+    # folder that is gone: nothing of it under the checkpoint or in the sink. A local master and a
+    # local checkpoint: the driver's temporary folder, not the checkpoint's _ckpt/rehearsal/
     scratch = rehearsal_scratch(launcher, handle, "state reader read")
-    assert not Path(scratch).exists()
+    assert Path(scratch).is_absolute() and "ckpt-standby-rehearsal-" in scratch, scratch
+    assert not Path(scratch).exists() and not (checkpoint / "_ckpt" / "rehearsal").exists()
 
     # waiting: not a file of Spark's, however long records keep arriving
     produce_records(kafka.bootstrap_servers, topic, 40, start=60)
