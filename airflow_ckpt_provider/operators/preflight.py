@@ -49,13 +49,12 @@ from airflow_ckpt_provider.operators.handover import flag, planned_start, reconc
 from airflow_ckpt_provider.sinks import SinkFinding, SinkKind, SinkSpec, inspect_sink
 from airflow_ckpt_provider.sinks.ledger import cut_ranges
 from airflow_ckpt_provider.storage import CheckpointReader
-from airflow_ckpt_provider.storage.archive import check_archive_location
+from airflow_ckpt_provider.storage.archive import check_archive_location, checkpoint_tree
 from airflow_ckpt_provider.storage.history import batch_history
 from airflow_ckpt_provider.storage.journal import UpgradeJournal
 from airflow_ckpt_provider.storage.locations import check_launch_target
 from airflow_ckpt_provider.storage.state import plan_state_export
 from airflow_ckpt_provider.storage.stop import ControlFiles
-from airflow_ckpt_provider.storage.transfer import list_tree
 from airflow_ckpt_provider.upgrade.notes import DecisionNotes
 from airflow_ckpt_provider.upgrade.record import (
     FAILED,
@@ -324,7 +323,7 @@ class UpgradePreflightOperator(BaseOperator):
         self.log.info("old query %s", "running" if running else "not running (no live heartbeat)")
 
         offsets = result.starting_offsets.to_json()
-        files, _ = list_tree(*old)
+        files, _, _ = checkpoint_tree(*old)  # what the archive copies
         summary = approval_summary(UpgradePlan(
             stream_name=self.stream_name, old_checkpoint=self.old_checkpoint_uri,
             new_checkpoint=self.new_checkpoint_uri,

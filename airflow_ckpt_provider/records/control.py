@@ -29,6 +29,10 @@ Layout, inside the checkpoint root (Spark ignores folders it does not know)::
                              and expected (it keeps waiting for the provider)
     _ckpt/delivered.json     written by the job's ``foreach_batch`` wrapper after the job's function
                              returned for a batch: the sink has that batch whole (the sink ledger)
+    _ckpt/rehearsal/<id>/    a standby's rehearsal scratch (a short streaming query's checkpoint,
+                             output and state export, :mod:`airflow_ckpt_provider.spark.rehearsal`),
+                             removed when the rehearsal ends; never part of the checkpoint: the
+                             archive leaves it out, and the checkpoint reader never looks in ``_ckpt/``
 
 A standby driver heartbeats in state ``standby`` while it waits; a stop request makes it exit
 without writing a single checkpoint file (it acknowledges like a stopped query, with no batch).
@@ -70,6 +74,9 @@ DELIVERED = f"{CONTROL_DIR}/delivered.json"
 SWITCHOVER_RELEASE = f"{CONTROL_DIR}/switchover-release.json"
 SWITCHOVER_HANDOVER = f"{CONTROL_DIR}/switchover-handover.json"
 SWITCHOVER_REFUSAL = f"{CONTROL_DIR}/switchover-refusal.json"
+#: The folder of a standby's rehearsal scratch folders (one per rehearsal) in a checkpoint on a
+#: cluster's filesystem; scratch, never part of the checkpoint (see the layout above).
+REHEARSAL_SCRATCH_DIR = f"{CONTROL_DIR}/rehearsal"
 
 #: Spark conf keys the launcher passes to the job (``--conf``); a standby release sets the same
 #: keys in the waiting driver's session (see :mod:`airflow_ckpt_provider.spark.kafka`).

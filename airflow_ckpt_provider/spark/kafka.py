@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["CONF_CHECKPOINT_LOCATION", "CONF_HANDOVER_JSON", "CONF_STARTING_OFFSETS", "checkpoint_location",
-           "handed_over_starting_offsets", "handover_json", "read_kafka"]
+           "handed_over_starting_offsets", "handover_json", "read_kafka", "warm_up_options"]
 
 
 def _conf(spark: SparkSession, key: str) -> str | None:
@@ -91,9 +91,30 @@ REHEARSAL_LOOKBACK_MS = 30_000
 REHEARSAL_MAX_RECORDS = 500
 
 
+#: Spark's Kafka option of a job's own consumer group, and the prefix of the groups Spark generates.
+GROUP_ID_OPTION = "kafka.group.id"
+GROUP_ID_PREFIX_OPTION = "groupIdPrefix"
+
+
+def warm_up_options(options: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The reader options a standby's warm-up (its rehearsal, or its batch read) takes from the
+    job's ``read_kafka`` options, and the job's consumer group it leaves out (None: the job names
+    none). It takes the ``kafka.*`` options (security, timeouts) and ``groupIdPrefix``, never
+    ``kafka.group.id``: the warm-up runs while the old version still reads with that group, and a
+    second reader in one group disturbs the first (Spark's Kafka guide); Spark generates the
+    warm-up's own group instead, named from the job's ``groupIdPrefix`` when it gives one (a
+    broker whose ACLs allow only the job's group then refuses the warm-up, which is logged and
+    skipped, never the job). Values become strings as the reader wants them."""
+    taken = {key: value if isinstance(value, str) else json.dumps(value) for key, value in options.items()
+             if key.startswith("kafka.") or key == GROUP_ID_PREFIX_OPTION}
+    group = taken.pop(GROUP_ID_OPTION, None)
+    return taken, group
+
+
 def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], options: dict[str, Any]) -> None:
-    """A standby's warm-up, with the job's ``kafka.*`` options: the session's own tiny job, then a
-    rehearsal (:func:`~airflow_ckpt_provider.spark.rehearsal.rehearse_query`): a stateful streaming
+    """A standby's warm-up, with the job's ``kafka.*`` options and its own consumer group
+    (:func:`warm_up_options`): the session's own tiny job, then a rehearsal
+    (:func:`~airflow_ckpt_provider.spark.rehearsal.rehearse_query`): a stateful streaming
     query of the topics' last 30 s (at most 500 records) and a read of its state, so the Kafka
     consumers, the micro-batch engine, the state store and the code for Kafka rows are ready at the
     release. With ``spark.ckpt.standbyRehearsal=false``, a bounded batch read of the topics (at
@@ -101,8 +122,10 @@ def _warm_up(spark: SparkSession, bootstrap_servers: str, names: list[str], opti
     from airflow_ckpt_provider.spark.rehearsal import rehearsal_enabled, rehearse_query
 
     warm_up_session(spark)
-    kafka_options = {key: value if isinstance(value, str) else json.dumps(value)
-                     for key, value in options.items() if key.startswith("kafka.")}
+    kafka_options, group = warm_up_options(options)
+    if group is not None:  # the old version may be reading with it right now
+        log.info("standby warm-up: %s %s not used (Spark's generated group%s instead)", GROUP_ID_OPTION, group,
+                 f", prefix {kafka_options[GROUP_ID_PREFIX_OPTION]}" if GROUP_ID_PREFIX_OPTION in kafka_options else "")
     if rehearsal_enabled(spark):
         def recent() -> DataFrame:
             since_ms = int(time.time() * 1000) - REHEARSAL_LOOKBACK_MS
@@ -172,7 +195,8 @@ def read_kafka(
     anything starts). When offsets come from the handover, ``failOnDataLoss`` defaults to true:
     offsets deleted by retention then fail the query instead of silently skipping records.
     Other ``options`` go to the reader as they are (``**{"kafka.security.protocol": "SSL"}``),
-    except ``kafka.group.id`` in a trial run (:mod:`.trial`).
+    except ``kafka.group.id`` in a trial run (:mod:`.trial`) and in a standby's warm-up
+    (:func:`warm_up_options`), which never join the job's consumer group.
     ``source_name`` names the source (``DataStreamReader.name``, Spark 4.2+): with Spark's source
     evolution on (``spark.sql.streaming.queryEvolution.enableSourceEvolution=true`` in the session,
     set before the query is defined) the checkpoint keys the source by that name (offset log v2,

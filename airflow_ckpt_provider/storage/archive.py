@@ -5,6 +5,9 @@ Works on any pair of fsspec filesystems (the checkpoint and the archive may live
 stores): local paths, ``memory://``, ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``.
 Layout and manifest: :mod:`airflow_ckpt_provider.checkpoint.manifest`.
 
+A standby rehearsal's scratch left in the checkpoint (``_ckpt/rehearsal/``) is not part of it and
+is left out (:func:`checkpoint_tree`).
+
 Safety rules: nothing is copied while the query runs (live heartbeat, or an offsets file newer
 than the stop acknowledgement); the manifest is written last, only after every copied byte was
 read back from the archive and matched the bytes whose SHA-256 it records (how, cheaply:
@@ -61,7 +64,7 @@ from airflow_ckpt_provider.checkpoint.manifest import (
 )
 from airflow_ckpt_provider.checkpoint.snapshot import CheckpointSnapshot
 from airflow_ckpt_provider.clock import utc_now
-from airflow_ckpt_provider.records.control import parse_time
+from airflow_ckpt_provider.records.control import REHEARSAL_SCRATCH_DIR, parse_time
 from airflow_ckpt_provider.storage.checksums import check_state_checksums
 from airflow_ckpt_provider.storage.files import (
     check_no_links,
@@ -98,6 +101,21 @@ from airflow_ckpt_provider.storage.transfer import (
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(seconds=2)
+
+
+def _is_scratch(rel: str) -> bool:
+    """Whether ``rel`` (a path in a checkpoint) is in a standby rehearsal's scratch (``_ckpt/rehearsal/``)."""
+    return rel == REHEARSAL_SCRATCH_DIR or rel.startswith(REHEARSAL_SCRATCH_DIR + "/")
+
+
+def checkpoint_tree(fs: AbstractFileSystem, root: str) -> tuple[dict[str, int], dict[str, Any], list[str]]:
+    """:func:`~airflow_ckpt_provider.storage.transfer.scan_tree` of a checkpoint, without a standby
+    rehearsal's scratch (``_ckpt/rehearsal/``, left by a driver that died while it rehearsed): scratch
+    of another query, never part of the checkpoint, so never archived, compared or restored."""
+    files, stamps, empty_dirs = scan_tree(fs, root)
+    return ({p: size for p, size in files.items() if not _is_scratch(p)},
+            {p: stamp for p, stamp in stamps.items() if not _is_scratch(p)},
+            [d for d in empty_dirs if not _is_scratch(d)])
 
 
 def default_actor() -> str:
@@ -275,7 +293,8 @@ class CheckpointArchive:
         handover = self._handover(snapshot, handover, source_uri)
         workers = self.workers or default_workers(source_fs, self.fs)
 
-        files, stamps, empty_dirs = scan_tree(source_fs, source)  # links and special files refused before any write
+        # links and special files refused before any write
+        files, stamps, empty_dirs = checkpoint_tree(source_fs, source)
         clock.lap("scan")
         plan = self._plan(stream_name, upgrade_id)
         if plan.complete:
@@ -299,7 +318,7 @@ class CheckpointArchive:
                 # the checks below run (an exception waits for the flush, then propagates)
                 log.info("flushing %s to disk before writing the manifest", human_bytes(sum(files.values())))
                 flushing = pool.submit(flush_filesystem, data)
-            after, after_stamps, _ = scan_tree(source_fs, source)
+            after, after_stamps, _ = checkpoint_tree(source_fs, source)
             if (after, after_stamps) != (files, stamps):
                 changed = sorted(set(after) ^ set(files) | {
                     p for p in files if (after.get(p), after_stamps.get(p)) != (files[p], stamps[p])})
@@ -478,7 +497,7 @@ class CheckpointArchive:
         if manifest.source_uri != source_uri:
             raise ArchiveConflict(found=f"upgrade {manifest.upgrade_id} archived {manifest.source_uri}",
                                   expected=f"the same checkpoint {source_uri}", path=manifest.archive_uri)
-        files, _ = list_tree(source_fs, source)
+        files, _, _ = checkpoint_tree(source_fs, source)
         if files != {f.path: f.size for f in manifest.files}:
             raise CheckpointChanged(found="a checkpoint that differs from its complete archive",
                                     expected="the files the archive holds", path=source_uri,

@@ -110,7 +110,7 @@ def rehearsal_scratch(hook: SparkLauncherHook, handle: LaunchHandle, outcome: st
     ``outcome``."""
     lines = [line for line in hook.log_tail(handle, 50_000).splitlines() if "standby rehearsal in " in line]
     assert len(lines) == 1 and outcome in lines[0], lines
-    return lines[0].split("standby rehearsal in ", 1)[1].split(":", 1)[0]
+    return lines[0].split("standby rehearsal in ", 1)[1].split(": ", 1)[0]
 
 
 def standby_beats(checkpoint: Path, beats: int, handle: LaunchHandle, hook: SparkLauncherHook) -> None:
@@ -149,9 +149,11 @@ def test_standby_waits_writes_nothing_then_starts_exactly_at_the_release(kafka, 
     handle = launch_standby(launcher, handles, checkpoint, topic, kafka.bootstrap_servers, sink, rehearsal=True)
     run_id = wait_standby(checkpoint, handle, launcher)
     # its rehearsal ran a stateful query on the recent records and read its state, in a scratch
-    # folder that is gone: nothing of it under the checkpoint or in the sink
+    # folder that is gone: nothing of it under the checkpoint or in the sink. A local master and a
+    # local checkpoint: the driver's temporary folder, not the checkpoint's _ckpt/rehearsal/
     scratch = rehearsal_scratch(launcher, handle, "state reader read")
-    assert not Path(scratch).exists()
+    assert Path(scratch).is_absolute() and "ckpt-standby-rehearsal-" in scratch, scratch
+    assert not Path(scratch).exists() and not (checkpoint / "_ckpt" / "rehearsal").exists()
 
     # waiting: not a file of Spark's, however long records keep arriving
     produce_records(kafka.bootstrap_servers, topic, 40, start=60)

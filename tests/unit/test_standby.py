@@ -884,7 +884,7 @@ def test_a_failed_rehearsal_is_logged_never_raised_and_leaves_no_scratch_folder(
         raise RuntimeError('Failed to find data source: kafka (PlainLoginModule required username="u" password="hunter2";)')
 
     with caplog.at_level(logging.WARNING, logger=rehearsal.__name__):
-        rehearsal.rehearse_query(FakeSpark({}), no_source)
+        rehearsal.rehearse_query(FakeSpark({"spark.master": "local[2]"}), no_source)  # a temporary folder
     (line,) = [r.getMessage() for r in caplog.records if r.name == rehearsal.__name__]
     assert "standby rehearsal in" in line and "failed after" in line and "Failed to find data source: kafka" in line
     assert "hunter2" not in line, "a credential in Spark's error never reaches the driver log"
