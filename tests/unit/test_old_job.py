@@ -490,3 +490,26 @@ def test_every_sink_kind_has_an_exposure(kind: SinkKind, headers: bool, exposure
 def test_the_exposure_table_covers_every_sink_kind() -> None:
     assert {k.cut_exposure() for k in SinkKind} <= set(CutExposure)
     assert len(SinkKind) == 6, "a new sink kind needs its row in test_every_sink_kind_has_an_exposure"
+
+
+# -- answers recorded from a real ResourceManager (Hadoop 3.4.1, the one tests/harness/yarn.py runs) --------------
+
+
+def test_a_real_resource_managers_answers_read_as_the_job_the_adoption_kills() -> None:
+    """``real-3.4.1/``: a Spark application in cluster mode (tag ``Orders-V1``, which YARN keeps
+    lowercased) while it ran, after ``PUT .../state {"state": "KILLED"}``, and its attempts."""
+    running = yarn_application(recorded("yarn/real-3.4.1/app-running.json"), found_by="application id")
+    assert running.state is DriverState.RUNNING and running.alive is True
+    assert running.app_id.startswith("application_") and running.name == "sleep-try"
+    assert running.tags == ("orders-v1",) and running.user == "root" and running.queue == "root.default"
+    assert running.running_containers == 2
+    spec = OldJobSpec.from_value({"kind": "yarn", "application_tags": ["Orders-V1"],
+                                  "resource_manager": "http://127.0.0.1:8088"})
+    assert spec is not None and choose_application([running], spec).app_id == running.app_id
+    killed = yarn_application(recorded("yarn/real-3.4.1/app-killed.json"))
+    assert killed.state is DriverState.KILLED and killed.alive is False
+    container, node = yarn_am_container(recorded("yarn/real-3.4.1/appattempts.json"))
+    assert container.endswith("_01_000001") and node.startswith("localhost:")
+    # the NodeManager forgets a container once it ended: 404, as a real one answered
+    assert kill_settled(killed, None) is True
+    assert kill_settled(running, None) is False
