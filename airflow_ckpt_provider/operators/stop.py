@@ -182,7 +182,13 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
                                         poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
             return replace(result, outcome=StopOutcome.NOT_RUNNING, detail=f"{what}: ended ({state.value})").to_dict()
         pause_point(f"{self.task_id}:before_kill")
-        return kill_stop(control, kill=lambda: self.kill(adopted.handle),
+
+        def kill() -> str:
+            done = self.kill(adopted.handle)
+            fault_point(f"{self.task_id}:killed")  # a re-run finds the job ended and kills nothing again
+            return done
+
+        return kill_stop(control, kill=kill,
                          quiet_period=max(self.quiet_period, declared.kill_grace_s),
                          poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
                          detail=what).to_dict()

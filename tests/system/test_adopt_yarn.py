@@ -20,6 +20,10 @@ written twice (version 1 wrote them): that range is non-empty.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -31,6 +35,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.checkpoint.handover import kafka_offsets_of
+from airflow_ckpt_provider.faults import ENV as FAULT_ENV
 from airflow_ckpt_provider.faults import PAUSE_DIR_ENV, PAUSE_ENV, pause_files
 from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
 from airflow_ckpt_provider.local import jvm
@@ -46,6 +51,7 @@ from tests.harness.upgrade_demo import kafka_connection, load_reference_dag
 pytestmark = [pytest.mark.system, pytest.mark.yarn]
 
 JOBS = Path(__file__).parent / "jobs"
+REPO = Path(__file__).parents[2]
 PLAIN_V1_DELTA = JOBS / "plain_v1_delta.py"
 PLAIN_V1_FOREACH = JOBS / "plain_v1_foreach.py"
 INSTRUMENTED_V2 = JOBS / "instrumented_v2.py"
@@ -140,6 +146,7 @@ class Adoption:
         self.old_cp, self.new_cp = f"{self.root}/checkpoints/v1", f"{self.root}/checkpoints/v2"
         self.archive = f"{self.root}/archive"
         self.fs = hdfs.filesystem()
+        self.v1: tuple[Path, list[str]] = (Path(), [])
         self.conf = yarn_conf(yarn)
         self.producer = ContinuousProducer(kafka.bootstrap_servers, self.topic, rate=60.0).start()
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_connection(kafka.bootstrap_servers))
@@ -158,8 +165,9 @@ class Adoption:
     def submit_v1(self, application: Path, args: list[str]) -> str:
         """Version 1, as its team submits it: nothing of the provider in it or in its command; once
         it committed two batches."""
-        app_id = self.yarn.submit(application, ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic",
-                                                self.topic, "--checkpoint", self.old_cp, *args],
+        self.v1 = (application, ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic,
+                                 "--checkpoint", self.old_cp, *args])
+        app_id = self.yarn.submit(*self.v1,
                                   name="orders-v1", conf=self.conf, tags=("orders",),
                                   log_path=self.work / "v1-submit.log")
         old = self.path(self.old_cp)
@@ -167,27 +175,41 @@ class Adoption:
         assert not self.fs.exists(f"{old}/_ckpt"), "version 1 writes no control files: it knows nothing of us"
         return app_id
 
-    def upgrade(self, app_id: str, v2_args: list[str], sink: dict[str, Any], written: Any = None,  # noqa: ANN401
-                **params: Any) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401
-        """The reference DAG (standby path) with ``old_job`` naming ``app_id``; the kill is held
-        until version 1 is inside a batch (see :func:`release_the_kill`). The run and what the
-        kill saw."""
+    def run_conf(self, app_id: str, v2_args: list[str], sink: dict[str, Any], **params: Any) -> dict[str, Any]:  # noqa: ANN401
+        """The reference DAG's conf: ``old_job`` names ``app_id``, version 2 runs on YARN too."""
+        job_args = ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic, *v2_args]
+        return {
+            "stream_name": self.name, "old_checkpoint": self.old_cp, "new_checkpoint": self.new_cp,
+            "archive_root": self.archive, "kafka_conn_id": "kafka_default", "storage_conn_id": STORAGE_CONN,
+            "spark_master": "yarn", "spark_deploy_mode": "cluster", "spark_conf": self.conf,
+            "new_application": str(INSTRUMENTED_V2), "new_application_args": job_args,
+            # what a rollback relaunches: version 1 as its team submits it
+            "old_application": str(self.v1[0]), "old_application_args": self.v1[1],
+            "old_job": {"kind": "yarn", "application_id": app_id, "resource_manager": self.yarn.rm_url},
+            "sink": sink, "carry_state": False, "check_compatibility": False, **params,
+        }
+
+    def upgrade(self, conf: dict[str, Any], written: Any = None, fault: str | None = None) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401
+        """The reference DAG (standby path) with ``conf``; the kill is held until version 1 is
+        inside a batch (see :func:`release_the_kill`). With ``fault``, the run goes in a process of
+        its own (``tests/system/dag_child.py``) that the fault point ``fault`` kills: its exit code
+        instead of the run. Returns the run (or exit code) and what the kill saw."""
         seen: dict[str, Any] = {}
         stop = threading.Event()
         watcher = threading.Thread(target=release_the_kill, daemon=True, args=(
             self.hdfs.filesystem(), self.path(self.old_cp), self.pause_dir, seen, stop, written))
         watcher.start()
-        dag = load_reference_dag("stream_upgrade")
-        job_args = ["--bootstrap-servers", self.kafka.bootstrap_servers, "--topic", self.topic, *v2_args]
-        conf = {
-            "stream_name": self.name, "old_checkpoint": self.old_cp, "new_checkpoint": self.new_cp,
-            "archive_root": self.archive, "kafka_conn_id": "kafka_default", "storage_conn_id": STORAGE_CONN,
-            "spark_master": "yarn", "spark_deploy_mode": "cluster", "spark_conf": self.conf,
-            "new_application": str(INSTRUMENTED_V2), "new_application_args": job_args,
-            "old_job": {"kind": "yarn", "application_id": app_id, "resource_manager": self.yarn.rm_url},
-            "sink": sink, "carry_state": False, "check_compatibility": False, **params,
-        }
         try:
+            if fault is not None:
+                request = self.work / "request.json"
+                request.write_text(json.dumps({"conf": conf, "result": str(self.work / "result.json"),
+                                               "kafka_connection": os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"]}))
+                with open(self.work / "killed-run.log", "wb") as out:
+                    done = subprocess.run([sys.executable, "-m", "tests.system.dag_child", str(request)],
+                                          env={**os.environ, FAULT_ENV: fault}, stdout=out,
+                                          stderr=subprocess.STDOUT, cwd=REPO, check=False)
+                return done.returncode, seen
+            dag = load_reference_dag("stream_upgrade")
             run = dag.test(run_conf={k: v for k, v in conf.items() if k in dag.params}, mark_success_pattern="approve")
         finally:
             stop.set()
@@ -235,20 +257,28 @@ def test_an_uninstrumented_v1_on_yarn_is_adopted_by_its_application_id_and_upgra
     stream = adoption
     table = f"{stream.root}/table"
     app_id = stream.submit_v1(PLAIN_V1_DELTA, ["--table", table, "--seconds-per-task", "1"])
-    run, seen = stream.upgrade(app_id, ["--table", table], {"kind": "delta", "location": table})
-    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert run.state == "success", states
-
-    # version 1 was killed through its ResourceManager, once, inside a batch, with no request written
+    conf = stream.run_conf(app_id, ["--table", table], {"kind": "delta", "location": table})
+    # the first run's worker dies right after the kill (SIGKILL at graceful_stop:killed)
+    code, seen = stream.upgrade(conf, fault="graceful_stop:killed")
+    assert code == -signal.SIGKILL, (stream.work / "killed-run.log").read_text()[-3000:]
+    assert "released_in_batch" in seen, "the kill was not held until version 1 was inside a batch"
     app = stream.yarn.application(app_id)
     assert (app["state"], app["finalStatus"]) == ("KILLED", "KILLED"), app
-    assert "released_in_batch" in seen, "the kill was not held until version 1 was inside a batch"
     assert not stream.fs.exists(f"{stream.path(stream.old_cp)}/_ckpt/stop-request.json"), \
         "an un-instrumented job is never asked"
+
+    # the re-run resumes the journal: version 1 has ended, nothing is killed again, and it converges
+    run, _ = stream.upgrade(conf)
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
     (journal,) = stream.journals()
     assert journal.closed and journal.outcome == "upgraded", journal
-    stop = journal.steps["graceful_stop"].result
-    assert stop is not None and stop["outcome"] == "killed", stop
+    assert len(journal.run_log) >= 2, "the journal saw both runs"
+    stop = journal.steps["graceful_stop"]
+    assert stop.attempts == 2 and stop.result["outcome"] == "not_running", stop
+    assert "ended (killed)" in stop.result["detail"], stop.result
+    assert len(stream.yarn.rest(f"/ws/v1/cluster/apps/{app_id}/appattempts")["appAttempts"]["appAttempt"]) == 1, \
+        "killed through the ResourceManager: no second attempt"
 
     ranges = stream.drain()
     rows = delta_rows(spark, table)
@@ -278,7 +308,7 @@ def test_a_foreach_batch_v1_is_refused_without_consent_and_with_it_its_duplicate
     app_id = stream.submit_v1(PLAIN_V1_FOREACH, ["--output", output, "--seconds-after-write", "4"])
     sink = {"kind": "foreach_batch"}
 
-    refused, _ = stream.upgrade(app_id, ["--parquet-output", output], sink)
+    refused, _ = stream.upgrade(stream.run_conf(app_id, ["--parquet-output", output], sink))
     assert refused.state == "failed"
     (journal,) = stream.journals()
     assert journal.closed and journal.outcome == "refused", journal
@@ -296,8 +326,8 @@ def test_a_foreach_batch_v1_is_refused_without_consent_and_with_it_its_duplicate
         except FileNotFoundError:
             return False
 
-    run, seen = stream.upgrade(app_id, ["--parquet-output", output], sink, written=wrote, accept_cut_batch=True,
-                               upgrade_id=f"{stream.name}-consented")
+    run, seen = stream.upgrade(stream.run_conf(app_id, ["--parquet-output", output], sink, accept_cut_batch=True,
+                                               upgrade_id=f"{stream.name}-consented"), written=wrote)
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == "success", states
     assert "released_in_batch" in seen
