@@ -864,7 +864,7 @@ def adoption_plan(
                                      expected="storage every host reads (hdfs://, s3a://, ...), or shared_mount true")
     method = _stop_method(spec, state, heartbeat_alive)
     cuts = method in (StopMethod.KILL, StopMethod.PERSON)
-    how = "killed" if method is StopMethod.KILL else "stopped by a person"
+    how = "to be killed" if method is StopMethod.KILL else "to be stopped by a person"
     if cuts and str(relaunch_mode) == RelaunchMode.SWITCHOVER.value:
         raise SwitchoverUnsupported(
             found=f"{spec.describe()} has no live GracefulStop heartbeat, so it is {how}, and the switchover "
