@@ -186,7 +186,7 @@ docs-sync: venv
 demo-sample: venv
 	$(PY) docs/hooks.py --record-demo
 
-bench: jvm
+bench: jvm hdfs yarn
 	@failed=""; for script in bench/*.py; do echo "== $$script"; $(PY) $$script || failed="$$failed $$script"; done; \
 	  if [ -n "$$failed" ]; then echo "below target or failed:$$failed"; exit 1; fi
 
