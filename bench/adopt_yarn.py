@@ -210,22 +210,6 @@ def summary(legs: Sequence[Leg], target: float) -> tuple[list[str], bool]:
 # -- the stack and the legs ------------------------------------------------------------------------
 
 
-def job_jars() -> tuple[str, ...]:
-    """Kafka's connector and Delta's jars, as every container on this machine reads them."""
-    from airflow_ckpt_provider.local import jvm
-
-    return tuple(str(path) for path in (*jvm.jars(jvm.SPARK_KAFKA), *jvm.jars(jvm.DELTA)))
-
-
-def yarn_conf(yarn: Any) -> dict[str, str]:  # noqa: ANN401 - a LocalYarn
-    """The Spark conf both versions run with on ``yarn`` (as tests/system/test_adopt_yarn.py)."""
-    from airflow_ckpt_provider.local.spark import delta_spark_conf
-
-    delta = delta_spark_conf()
-    delta.pop("spark.jars")
-    return {**yarn.spark_conf(jars=job_jars()), **delta}
-
-
 def commit_times(fs: Any, checkpoint: str, skip: frozenset[int] = frozenset()) -> dict[int, float]:  # noqa: ANN401
     """The commit files of ``checkpoint`` (a path of the WebHDFS filesystem ``fs``) but the batch
     ids in ``skip``, with their HDFS modification times (epoch seconds)."""
@@ -377,7 +361,7 @@ class Stack:
         self.kafka = LocalKafka(self.work / "kafka").start()
         self.hdfs = LocalHdfs(self.work / "hdfs").start()
         self.yarn = LocalYarn(self.work / "yarn", self.hdfs).start()
-        self.conf = yarn_conf(self.yarn)
+        self.conf = self.yarn.kafka_delta_conf()
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = kafka_connection(self.kafka.bootstrap_servers)
         os.environ[f"AIRFLOW_CONN_{STORAGE_CONN.upper()}"] = json.dumps(
             {"conn_type": "ckpt_storage", "port": self.hdfs.http_port, "login": self.hdfs.user})

@@ -194,6 +194,16 @@ class LocalYarn(LocalServer):
             conf["spark.jars"] = ",".join(f"local:{jar}" for jar in jars)
         return conf
 
+    def kafka_delta_conf(self) -> dict[str, str]:
+        """:meth:`spark_conf` for a job that reads Kafka and writes Delta: Spark's Kafka connector
+        and Delta's jars (``local:``) and Delta's session extension and catalog."""
+        from airflow_ckpt_provider.local.spark import delta_spark_conf
+
+        delta = delta_spark_conf()
+        delta.pop("spark.jars")
+        jars = tuple(str(path) for path in (*jvm.jars(jvm.SPARK_KAFKA), *jvm.jars(jvm.DELTA)))
+        return {**self.spark_conf(jars=jars), **delta}
+
     def submit(self, application: Path, args: list[str], *, name: str, conf: Mapping[str, str],
                tags: tuple[str, ...] = (), log_path: Path) -> str:
         """``spark-submit --master yarn --deploy-mode cluster`` of ``application`` as a person would

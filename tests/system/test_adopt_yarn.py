@@ -1,20 +1,27 @@
 """The first upgrade of a stream the provider did not launch, on a real YARN (ResourceManager +
 NodeManager from Maven's Hadoop 3.4.1, beside a real HDFS), with a producer running.
 
-Version 1 is ``jobs/plain_v1_delta.py``: no import of the provider, no GracefulStop, submitted by
-a plain ``spark-submit --master yarn --deploy-mode cluster`` (as another team's scheduler would),
-reading Kafka into a Delta table on HDFS, its checkpoint on HDFS. The reference DAG (standby path)
-adopts it by its application id (param ``old_job``), starts version 2 on YARN as a standby, stops
-version 1 through the ResourceManager's REST API (a kill: the only stop it has), takes the handover
-from the last committed batch with the Delta table's own record deciding the batch the kill cut,
-and releases version 2 (``jobs/instrumented_v2.py``, on YARN, with GracefulStop).
+Version 1 has no import of the provider and no GracefulStop; it is submitted by a plain
+``spark-submit --master yarn --deploy-mode cluster`` (as another team's scheduler would), its
+checkpoint and its output on HDFS. The reference DAG (standby path) adopts it by its application
+id (param ``old_job``), starts version 2 (``jobs/instrumented_v2.py``, with GracefulStop) on YARN as
+a standby, stops version 1 through the ResourceManager's REST API (a kill: the only stop it has),
+takes the handover from the last committed batch with the sink ledger deciding the batch the kill
+cut, and releases version 2. The kill is held until version 1 is inside a batch (planned in
+``offsets/N``, not committed), so it always cuts one.
 
-Proof: the kill is held until version 1 is inside a batch (planned in ``offsets/N``, not
-committed), so it cuts one; every Kafka (partition, offset) is then in the table exactly once.
-The negative control is the same kill's record read the naive way: the batch the kill cut names a
-range of records that a handover from the planned batch would have lost (the table shows version 2
-wrote them) or, had the table held that batch, a handover from the committed batch would have
-written twice (version 1 wrote them): that range is non-empty.
+- Delta sink (``jobs/plain_v1_delta.py``): the first run's Airflow worker dies right after the
+  kill (fault point ``graceful_stop:killed``); the re-run finds version 1 ended, kills nothing
+  again and converges. Every Kafka (partition, offset) is in the table exactly once. Negative
+  control, on the same kill: the cut batch's records were written by version 2 only (a handover
+  from the planned batch would have lost them) or, had the table held the batch, by version 1
+  only (a handover from the committed batch would have written them twice).
+- A plain foreachBatch Parquet sink (``jobs/plain_v1_foreach.py``): refused before anything stops
+  without ``accept_cut_batch`` (version 1 runs on); with it, the kill is held until version 1 wrote
+  batch N and has not committed it, and the records the sink then holds twice are exactly the
+  report's "may be processed twice" range, record for record.
+
+One HDFS and one YARN for the module; each test kills what it left running on YARN.
 """
 
 from __future__ import annotations
@@ -40,7 +47,6 @@ from airflow_ckpt_provider.faults import PAUSE_DIR_ENV, PAUSE_ENV, pause_files
 from airflow_ckpt_provider.hooks.kafka_admin import broker_ranges
 from airflow_ckpt_provider.local import jvm
 from airflow_ckpt_provider.local.audit import audit
-from airflow_ckpt_provider.local.spark import delta_spark_conf
 from airflow_ckpt_provider.sinks.ledger import cut_ranges
 from airflow_ckpt_provider.storage.journal import list_journals
 from airflow_ckpt_provider.storage.listing import list_batch_ids
@@ -76,17 +82,6 @@ def yarn(hdfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]: 
     jvm.fetch((jvm.YARN,))
     with LocalYarn(tmp_path_factory.mktemp("yarn"), hdfs) as cluster:
         yield cluster
-
-
-def job_jars() -> tuple[str, ...]:
-    """Kafka's connector and Delta's jars, as every container on this machine reads them."""
-    return tuple(str(path) for path in (*jvm.jars(jvm.SPARK_KAFKA), *jvm.jars(jvm.DELTA)))
-
-
-def yarn_conf(yarn: Any) -> dict[str, str]:  # noqa: ANN401
-    delta = delta_spark_conf()
-    delta.pop("spark.jars")
-    return {**yarn.spark_conf(jars=job_jars()), **delta}
 
 
 def committed(fs: Any, path: str) -> int | None:  # noqa: ANN401
@@ -147,7 +142,7 @@ class Adoption:
         self.archive = f"{self.root}/archive"
         self.fs = hdfs.filesystem()
         self.v1: tuple[Path, list[str]] = (Path(), [])
-        self.conf = yarn_conf(yarn)
+        self.conf = yarn.kafka_delta_conf()
         self.producer = ContinuousProducer(kafka.bootstrap_servers, self.topic, rate=60.0).start()
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_connection(kafka.bootstrap_servers))
         monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN.upper()}", json.dumps(
