@@ -907,8 +907,8 @@ def _old_job_line(spec: OldJobSpec, application: ClusterApplication | None, meth
     if method is StopMethod.NONE:
         return f"**Old job:** {what}: it has ended by itself ({state.value}); nothing is stopped."
     if method is StopMethod.PERSON:
-        return (f"**Old job:** {what}. A person stops it after this approval; the provider then checks that the "
-                "checkpoint is quiet (no new batch planned or committed).")
+        return (f"**Old job:** {what}. A person stops it after this approval; the stop step then waits (up to its "
+                "stop timeout) until the checkpoint stays quiet (no new batch planned or committed).")
     return (f"**Old job:** {what}: it runs without GracefulStop, so it is killed {_MANAGER_STOP[spec.kind]}; a "
             f"kill may cut one batch. Then the checkpoint must stay quiet for {spec.kill_grace_s:g} s.")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_ckpt_provider.checkpoint.errors import QueryNotRunning, QueryStateUnknown
+from airflow_ckpt_provider.checkpoint.errors import CheckpointNotQuiet, QueryNotRunning, QueryStateUnknown
 from airflow_ckpt_provider.checkpoint.launch import LaunchHandle
 from airflow_ckpt_provider.checkpoint.old_job import OldJobKind, OldJobSpec
 from airflow_ckpt_provider.checkpoint.stop import DEFAULT_MISSED_BEATS, StopOutcome, StopReason
@@ -166,11 +167,7 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
     def stop_adopted(self, declared: OldJobSpec, control: ControlFiles) -> dict[str, Any]:
         """Stop an old job without a live GracefulStop heartbeat: through its cluster manager."""
         if declared.kind is OldJobKind.EXTERNAL:
-            self.log.info("old job %s: stopped by a person; checking that the checkpoint is quiet", declared.describe())
-            result = not_running_result(control, None, quiet_period=max(self.quiet_period, declared.kill_grace_s),
-                                        poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
-            return replace(result, outcome=StopOutcome.NOT_RUNNING,
-                           detail=f"stopped by a person ({declared.describe()}); {result.detail}").to_dict()
+            return self.wait_for_person(declared, control)
         adopted = adopt(declared, checkpoint_uri=self.checkpoint_uri)
         what = adopted.application.describe() if adopted.application is not None else declared.describe()
         state = adopted.application.state if adopted.application is not None else job_for(adopted.handle).state()
@@ -192,6 +189,27 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
                          quiet_period=max(self.quiet_period, declared.kill_grace_s),
                          poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats,
                          detail=what).to_dict()
+
+    def wait_for_person(self, declared: OldJobSpec, control: ControlFiles) -> dict[str, Any]:
+        """An ``external`` old job: a person stops it (the approval said what to stop). Wait, up to
+        ``stop_timeout``, until the checkpoint stays quiet for ``max(quiet_period, kill_grace_s)``:
+        no batch planned or committed, no live heartbeat. Raises :class:`RunningWithoutGracefulStop`
+        (or :class:`CheckpointNotQuiet`) when it still runs at the deadline: nothing was changed."""
+        quiet = max(self.quiet_period, declared.kill_grace_s)
+        deadline = time.monotonic() + self.stop_timeout
+        self.log.info("old job %s: a person stops it; waiting up to %.0f s for the checkpoint to stay quiet for %g s",
+                      declared.describe(), self.stop_timeout, quiet)
+        while True:
+            try:
+                result = not_running_result(control, None, quiet_period=quiet,
+                                            poll_interval=min(self.poll_interval, 0.5), missed_beats=self.missed_beats)
+            except CheckpointNotQuiet as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                self.log.info("the old job still writes (%s); waiting for a person to stop it", exc.found)
+                continue
+            return replace(result, outcome=StopOutcome.NOT_RUNNING,
+                           detail=f"stopped by a person ({declared.describe()}); {result.detail}").to_dict()
 
     def request_stop(self) -> dict[str, Any]:
         """Ask the query to stop and defer until it acknowledges (or return at once when nothing

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_ckpt_provider.checkpoint.errors import (
+    CheckpointNotQuiet,
     CheckpointOnDriverDisk,
     CutBatchNotAccepted,
     KillNeedsSinkLedger,
@@ -124,3 +126,45 @@ def test_a_process_without_graceful_stop_is_killed_by_its_process_group(tmp_path
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+
+
+def test_an_external_job_is_waited_for_until_a_person_stopped_it(tmp_path: Path) -> None:
+    """Kind ``external``: nothing is killed; the stop waits while the job still plans batches and
+    returns once the checkpoint stayed quiet; at its deadline it raises and changes nothing."""
+    checkpoint = tmp_path / "v1"
+    write_checkpoint(str(checkpoint), batches=range(3))
+    stopped = threading.Event()
+
+    def still_running() -> None:  # the job plans two more batches, then a person stops it
+        for batch in (3, 4):
+            time.sleep(0.4)
+            (checkpoint / "offsets" / str(batch)).write_bytes((checkpoint / "offsets" / "2").read_bytes())
+        stopped.set()
+
+    writer = threading.Thread(target=still_running)
+    writer.start()
+    op = _stop(tmp_path, {"kind": "external", "description": "orders-v1 on the batch cluster", "kill_grace_s": 1})
+    result = op.execute(context("run-1"))
+    writer.join()
+    assert stopped.is_set() and result["outcome"] == StopOutcome.NOT_RUNNING.value
+    assert result["last_planned_batch"] == 4 and "stopped by a person" in result["detail"]
+
+    op = _stop(tmp_path, {"kind": "external", "description": "never stopped", "kill_grace_s": 1})
+    op.stop_timeout = 1.0
+    keep_going = threading.Event()
+
+    def never_stops() -> None:
+        batch = 5
+        while not keep_going.is_set():
+            (checkpoint / "offsets" / str(batch)).write_bytes((checkpoint / "offsets" / "2").read_bytes())
+            batch += 1
+            time.sleep(0.2)
+
+    writer = threading.Thread(target=never_stops)
+    writer.start()
+    try:
+        with pytest.raises(CheckpointNotQuiet):
+            op.execute(context("run-2"))
+    finally:
+        keep_going.set()
+        writer.join()
