@@ -202,7 +202,8 @@ class LocalYarn(LocalServer):
         delta = delta_spark_conf()
         delta.pop("spark.jars")
         jars = tuple(str(path) for path in (*jvm.jars(jvm.SPARK_KAFKA), *jvm.jars(jvm.DELTA)))
-        return {**self.spark_conf(jars=jars), **delta}
+        # Delta replays its log in 50 tasks by default: on one small node its log is tiny
+        return {**self.spark_conf(jars=jars), **delta, "spark.databricks.delta.snapshotPartitions": "2"}
 
     def submit(self, application: Path, args: list[str], *, name: str, conf: Mapping[str, str],
                tags: tuple[str, ...] = (), log_path: Path) -> str:
