@@ -173,7 +173,8 @@ class LocalYarn(LocalServer):
         """The Spark conf of a small cluster-mode application on this YARN: pyspark's own jars
         (``local:``, never zipped and uploaded per submit) and ``jars`` (``local:`` too: every
         container runs on this machine), the driver and executors on ``python`` (default this
-        interpreter), one 640 MB executor; containers take 640 MB + 384 MB of overhead each."""
+        interpreter), one 640 MB executor; containers take 640 MB + 384 MB of overhead each, and their
+        JVMs run with :data:`~tests.harness.hdfs.JVM_FOOTPRINT`."""
         import pyspark
 
         spark_jars = Path(pyspark.__file__).parent / "jars"
@@ -189,6 +190,10 @@ class LocalYarn(LocalServer):
             "spark.executor.cores": "1",
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.showConsoleProgress": "false",
+            # a small footprint on a shared 2-core machine, as the HDFS and YARN servers run: one GC
+            # thread, the quick JIT only (these jobs live minutes)
+            "spark.driver.extraJavaOptions": " ".join(JVM_FOOTPRINT),
+            "spark.executor.extraJavaOptions": " ".join(JVM_FOOTPRINT),
         }
         if jars:
             conf["spark.jars"] = ",".join(f"local:{jar}" for jar in jars)
