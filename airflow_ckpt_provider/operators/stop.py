@@ -66,7 +66,8 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
 
     ``old_job`` declares an old job the provider did not launch by what runs it
     (:class:`~airflow_ckpt_provider.checkpoint.old_job.OldJobSpec`; kind ``launched`` is the same
-    as ``launch_handle``). While its GracefulStop heartbeat is live it is stopped as above. Without
+    as ``launch_handle``). While its GracefulStop heartbeat is live it is stopped as above (and
+    killed through its manager if it does not acknowledge in time). Without
     one, it is found through its cluster manager: ended already -> the quiet check and outcome
     ``not_running`` (a re-run after a kill lands here, and kills nothing again); running -> it is
     KILLED through its manager (YARN's REST API, the standalone master, the pod's API server, the
@@ -140,6 +141,9 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
 
     def _handle(self) -> LaunchHandle | None:
         handle = _launch_handle(self.launch_handle)
+        if handle is None:  # or an old job declared by its launch handle (kind ``launched``)
+            declared = OldJobSpec.from_value(self.old_job)
+            handle = declared.launch_handle if declared is not None else None
         if handle is None:
             return None
         if handle.checkpoint_uri and handle.checkpoint_uri.rstrip("/") != self.checkpoint_uri.rstrip("/"):
@@ -263,6 +267,9 @@ class GracefulStopOperator(JournaledStep, BaseOperator):
         fired = StopTriggerEvent.from_json(event)
         reason = fired.reason
         handle = self._handle() if reason is StopReason.TIMEOUT else None
+        declared = self._declared_old_job() if reason is StopReason.TIMEOUT and handle is None else None
+        if declared is not None and declared.kind is not OldJobKind.EXTERNAL:  # GracefulStop in a job we adopted
+            handle = adopt(declared, checkpoint_uri=self.checkpoint_uri).handle
         return finish_stop(
             self._control(),
             reason=reason,

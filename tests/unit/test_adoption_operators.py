@@ -24,8 +24,9 @@ from airflow_ckpt_provider.checkpoint.errors import (
     KillNeedsSinkLedger,
     SwitchoverUnsupported,
 )
-from airflow_ckpt_provider.checkpoint.stop import StopOutcome
+from airflow_ckpt_provider.checkpoint.stop import StopOutcome, StopReason
 from airflow_ckpt_provider.operators.stop import GracefulStopOperator
+from airflow_ckpt_provider.triggers.stop import StopTriggerEvent
 from tests.unit.cluster_replay import Replay, Reply, replay_server
 from tests.unit.conftest import write_checkpoint
 from tests.unit.test_journaled_operators import context
@@ -168,3 +169,22 @@ def test_an_external_job_is_waited_for_until_a_person_stopped_it(tmp_path: Path)
     finally:
         keep_going.set()
         writer.join()
+
+
+def test_an_adopted_job_with_graceful_stop_that_does_not_acknowledge_is_killed_through_its_manager(
+        tmp_path: Path, rm: Replay) -> None:
+    """A job declared by ``old_job`` that runs GracefulStop is asked first; when its stop times out,
+    the escalation finds it through its manager (no launch handle needed) and kills it there."""
+    write_checkpoint(str(tmp_path / "v1"), batches=range(3))
+    rm.on("PUT", f"/ws/v1/cluster/apps/{APP}/state", Reply(200, {"state": "KILLED"}))
+    rm.on("GET", f"/ws/v1/cluster/apps/{APP}", Reply(body="yarn/app_running.json"), Reply(body="yarn/app_killed.json"))
+    container = "container_1735689600000_0007_01_000001"
+    rm.on("GET", f"/ws/v1/cluster/apps/{APP}/appattempts", Reply(body={"appAttempts": {"appAttempt": [
+        {"id": 1, "containerId": container, "nodeHttpAddress": rm.url.removeprefix("http://")}]}}))
+    rm.on("GET", f"/ws/v1/node/containers/{container}", Reply(404, "yarn/not_found.json"))
+    timed_out = StopTriggerEvent(reason=StopReason.TIMEOUT, request_id="r-1", run_id="run-a", ack=None,
+                                 heartbeat=None, requested_at=time.time() - 300, waited_s=300.0)
+    result = _stop(tmp_path, yarn_job(rm)).finish(timed_out.to_dict())
+    assert result["outcome"] == StopOutcome.ESCALATED.value
+    assert f"killed YARN application {APP}" in result["escalation"]
+    assert [a.body for a in rm.asked if a.method == "PUT"] == [{"state": "KILLED"}]
